@@ -1,0 +1,50 @@
+# Every target does its own set-up: a fresh clone needs nothing but python3 (3.11+).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+HOST   ?= 127.0.0.1
+PORT   ?= 8000
+
+.PHONY: run test test-fast bench validate lock clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+# Runtime dependencies, installed from the hashed lock.
+$(VENV)/.runtime: requirements.lock pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q --require-hashes -r requirements.lock
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e . || $(BIN)/pip install -q --no-deps -e .
+	touch $@
+
+# Test dependencies (a superset of the runtime lock).
+$(VENV)/.test: requirements-test.lock $(VENV)/.runtime
+	$(BIN)/pip install -q --require-hashes -r requirements-test.lock
+	touch $@
+
+run: $(VENV)/.runtime
+	$(BIN)/uvicorn app.main:app --host $(HOST) --port $(PORT)
+
+test: $(VENV)/.test
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Everything except the browser tests: quick feedback while editing.
+test-fast: $(VENV)/.test
+	$(BIN)/python -m pytest -m "not browser" $(PYTEST_ARGS)
+
+bench: $(VENV)/.runtime
+	$(BIN)/python -m bench
+
+# The full measurement sweep against PyTorch (CPU build); writes docs/VALIDATION.md and docs/validation.json.
+validate: $(VENV)/.test
+	$(BIN)/pip install -q "torch==2.13.0" "transformers"
+	HF_HUB_OFFLINE=1 $(BIN)/python -m validation --full
+
+# Regenerate the hashed locks after editing requirements*.in.
+lock: | $(BIN)/python
+	$(BIN)/pip install -q uv
+	$(BIN)/uv pip compile --python-version 3.11 --generate-hashes -q requirements.in -o requirements.lock
+	$(BIN)/uv pip compile --python-version 3.11 --generate-hashes -q requirements-test.in -o requirements-test.lock
+
+clean:
+	rm -rf $(VENV) .pytest_cache test-artifacts

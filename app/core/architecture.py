@@ -1,0 +1,286 @@
+"""Decoder-only transformer architectures and their exact parameter tensors.
+
+Field names follow Hugging Face's `config.json` (``hidden_size``, ``num_key_value_heads``,
+``intermediate_size``...), so an imported config maps onto them one to one. The parameter count is
+not a formula in closed form but the sum over the model's actual tensors (`parameter_tensors`),
+which is what optimizers see too: Adafactor factors each matrix by its own rows and columns, and
+per-tensor optimizer counters scale with the number of tensors.
+
+Layout of a layer (Vaswani et al. 2017; Radford et al. 2019 for GPT-2; Touvron et al. 2023 for
+Llama's SwiGLU MLP and RMSNorm; Ainslie et al. 2023 for grouped-query attention):
+
+* attention: query ``h x (a*d)``, key and value ``h x (g*d)`` each, output ``(a*d) x h``, where
+  ``a`` is ``num_attention_heads``, ``g`` ``num_key_value_heads`` and ``d`` ``head_dim``;
+* MLP: two matrices ``h x I`` and ``I x h`` (gelu, relu) or three (swiglu, geglu: gate, up, down);
+* ``norms_per_layer`` norms of ``h`` weights each, plus ``h`` biases for LayerNorm.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+from app.core.errors import DomainError
+
+MlpKind = Literal["gelu", "relu", "swiglu", "geglu"]
+NormKind = Literal["layernorm", "rmsnorm"]
+PositionKind = Literal["learned", "rope"]
+TensorSplit = Literal["column", "row", "vocab", "replicated"]
+
+MLP_KINDS: Final = ("gelu", "relu", "swiglu", "geglu")
+GATED_MLPS: Final = ("swiglu", "geglu")
+NORM_KINDS: Final = ("layernorm", "rmsnorm")
+POSITION_KINDS: Final = ("learned", "rope")
+
+# Bounds beyond which a value is a typo rather than a model: the largest published dense models
+# have 126 layers (Llama 3.1 405B), hidden size 18,432 (Nemotron-4 340B) and vocabularies of
+# about 256k (Gemma); the limits leave two orders of magnitude of room.
+MAX_LAYERS: Final = 10_000
+MAX_HIDDEN_SIZE: Final = 1_000_000
+MAX_HEADS: Final = 100_000
+MAX_VOCAB_SIZE: Final = 100_000_000
+MAX_POSITIONS: Final = 1 << 30
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """A decoder-only transformer, described with Hugging Face config names.
+
+    Optional dimensions resolve to the usual defaults: ``num_key_value_heads`` to
+    ``num_attention_heads`` (multi-head attention), ``head_dim`` to
+    ``hidden_size // num_attention_heads`` and ``intermediate_size`` to ``4 * hidden_size``.
+    ``qkv_bias`` overrides ``attention_bias`` for the query, key and value projections only (Qwen2
+    has biases there and none on the output projection). ``fused_qkv`` and ``fused_gate_up``
+    record that a checkpoint stores those projections as one matrix (GPT-2's ``c_attn``, Phi-3's
+    ``qkv_proj`` and ``gate_up_proj``); it changes no count, only the shapes an optimizer factors.
+    ``dropout`` is the residual/MLP dropout probability and ``attention_dropout`` the one applied
+    to attention probabilities (defaults to ``dropout``); masks are stored only when they are > 0.
+    ``model_type`` and ``hidden_act`` are kept from an imported config so that the `transformers`
+    activation accounting can follow the modules as Hugging Face wrote them.
+    """
+
+    num_hidden_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    vocab_size: int
+    num_key_value_heads: int | None = None
+    head_dim: int | None = None
+    intermediate_size: int | None = None
+    tie_word_embeddings: bool = False
+    attention_bias: bool = False
+    qkv_bias: bool | None = None
+    mlp_bias: bool = False
+    max_position_embeddings: int = 4096
+    mlp: MlpKind = "swiglu"
+    norm: NormKind = "rmsnorm"
+    norms_per_layer: int = 2
+    position_embedding: PositionKind = "rope"
+    dropout: float = 0.0
+    attention_dropout: float | None = None
+    fused_qkv: bool = False
+    fused_gate_up: bool = False
+    model_type: str | None = None
+    hidden_act: str | None = None
+    extras: tuple[tuple[str, float], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        validate_architecture(self)
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_key_value_heads or self.num_attention_heads
+
+    @property
+    def head_size(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    @property
+    def ffn_size(self) -> int:
+        return self.intermediate_size or 4 * self.hidden_size
+
+    @property
+    def has_qkv_bias(self) -> bool:
+        return self.attention_bias if self.qkv_bias is None else self.qkv_bias
+
+    @property
+    def is_gated(self) -> bool:
+        return self.mlp in GATED_MLPS
+
+    @property
+    def attn_dropout(self) -> float:
+        return self.dropout if self.attention_dropout is None else self.attention_dropout
+
+    def extra(self, name: str, default: float = 0.0) -> float:
+        """A model-specific number kept from an imported config (e.g. Gemma 2's soft-capping)."""
+        return dict(self.extras).get(name, default)
+
+
+def _require_range(field_name: str, value: int, *, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise DomainError(f"model.{field_name}", f"must be an integer, got {value!r}")
+    if not low <= value <= high:
+        raise DomainError(f"model.{field_name}", f"must be between {low:,} and {high:,}, got {value:,}")
+
+
+def validate_architecture(arch: Architecture) -> None:
+    """Reject shapes no model has, naming the field: sizes out of range, heads that do not group."""
+    _require_range("num_hidden_layers", arch.num_hidden_layers, low=1, high=MAX_LAYERS)
+    _require_range("hidden_size", arch.hidden_size, low=1, high=MAX_HIDDEN_SIZE)
+    _require_range("num_attention_heads", arch.num_attention_heads, low=1, high=MAX_HEADS)
+    _require_range("vocab_size", arch.vocab_size, low=1, high=MAX_VOCAB_SIZE)
+    _require_range("max_position_embeddings", arch.max_position_embeddings, low=1, high=MAX_POSITIONS)
+    _require_range("norms_per_layer", arch.norms_per_layer, low=0, high=16)
+    if arch.num_key_value_heads is not None:
+        _require_range("num_key_value_heads", arch.num_key_value_heads, low=1, high=arch.num_attention_heads)
+        if arch.num_attention_heads % arch.num_key_value_heads:
+            raise DomainError(
+                "model.num_key_value_heads",
+                f"num_attention_heads ({arch.num_attention_heads}) must be a multiple of "
+                f"num_key_value_heads ({arch.num_key_value_heads}) for grouped-query attention",
+            )
+    if arch.head_dim is not None:
+        _require_range("head_dim", arch.head_dim, low=1, high=MAX_HIDDEN_SIZE)
+    elif arch.hidden_size % arch.num_attention_heads:
+        raise DomainError(
+            "model.num_attention_heads",
+            f"hidden_size ({arch.hidden_size}) is not divisible by num_attention_heads "
+            f"({arch.num_attention_heads}); give head_dim explicitly",
+        )
+    if arch.intermediate_size is not None:
+        _require_range("intermediate_size", arch.intermediate_size, low=1, high=64 * MAX_HIDDEN_SIZE)
+    if arch.mlp not in MLP_KINDS:
+        raise DomainError("model.mlp", f"must be one of {', '.join(MLP_KINDS)}, got {arch.mlp!r}")
+    if arch.norm not in NORM_KINDS:
+        raise DomainError("model.norm", f"must be one of {', '.join(NORM_KINDS)}, got {arch.norm!r}")
+    if arch.position_embedding not in POSITION_KINDS:
+        raise DomainError(
+            "model.position_embedding",
+            f"must be one of {', '.join(POSITION_KINDS)}, got {arch.position_embedding!r}",
+        )
+    for name, probability in (("dropout", arch.dropout), ("attention_dropout", arch.attention_dropout)):
+        if probability is not None and not 0.0 <= probability < 1.0:
+            raise DomainError(f"model.{name}", f"must be a probability in [0, 1), got {probability}")
+
+
+@dataclass(frozen=True)
+class ParamTensor:
+    """One parameter tensor: its shape, where it lives, and how Megatron-style tensor parallelism splits it.
+
+    ``split`` is ``column`` (output dimension, the first of a ``(out, in)`` weight, split across
+    ranks), ``row`` (input dimension split), ``vocab`` (vocabulary rows split) or ``replicated``.
+    ``split_dim`` is the index of the dimension that is split. ``matmul`` marks weights that feed a
+    matrix multiply (cast to half precision under autocast).
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    split: TensorSplit = "replicated"
+    split_dim: int = 0
+    matmul: bool = False
+
+    @property
+    def elements(self) -> int:
+        count = 1
+        for dim in self.shape:
+            count *= dim
+        return count
+
+    def elements_on_rank(self, tensor_parallel: int) -> int:
+        """Elements held by the most-loaded of `tensor_parallel` ranks (ceiling share of the split dim)."""
+        if self.split == "replicated" or tensor_parallel == 1:
+            return self.elements
+        split_size = self.shape[self.split_dim]
+        others = self.elements // split_size
+        return -(-split_size // tensor_parallel) * others
+
+    def elements_over_ranks(self, tensor_parallel: int) -> int:
+        """Elements summed over all `tensor_parallel` ranks: the tensor once if split, t copies if replicated."""
+        return self.elements * (tensor_parallel if self.split == "replicated" else 1)
+
+
+def layer_tensors(arch: Architecture) -> tuple[ParamTensor, ...]:
+    """The parameter tensors of one decoder layer, with Megatron's tensor-parallel splits.
+
+    Column-parallel (split on output features): query, key, value, MLP up/gate, and their biases.
+    Row-parallel (split on input features): attention output and MLP down; their biases are
+    replicated. Norms are replicated. (Shoeybi et al. 2019, arXiv:1909.08053, §3.)
+    """
+    h, d = arch.hidden_size, arch.head_size
+    q_out, kv_out = arch.num_attention_heads * d, arch.kv_heads * d
+    inter = arch.ffn_size
+    tensors: list[ParamTensor] = []
+
+    if arch.fused_qkv:
+        tensors.append(ParamTensor("attn.qkv.weight", (q_out + 2 * kv_out, h), "column", 0, True))
+        if arch.has_qkv_bias:
+            tensors.append(ParamTensor("attn.qkv.bias", (q_out + 2 * kv_out,), "column"))
+    else:
+        for name, out in (("q", q_out), ("k", kv_out), ("v", kv_out)):
+            tensors.append(ParamTensor(f"attn.{name}.weight", (out, h), "column", 0, True))
+            if arch.has_qkv_bias:
+                tensors.append(ParamTensor(f"attn.{name}.bias", (out,), "column"))
+    tensors.append(ParamTensor("attn.o.weight", (h, q_out), "row", 1, True))
+    if arch.attention_bias:
+        tensors.append(ParamTensor("attn.o.bias", (h,)))
+
+    up_names = ("gate", "up") if arch.is_gated else ("up",)
+    if arch.fused_gate_up and arch.is_gated:
+        tensors.append(ParamTensor("mlp.gate_up.weight", (2 * inter, h), "column", 0, True))
+        if arch.mlp_bias:
+            tensors.append(ParamTensor("mlp.gate_up.bias", (2 * inter,), "column"))
+    else:
+        for name in up_names:
+            tensors.append(ParamTensor(f"mlp.{name}.weight", (inter, h), "column", 0, True))
+            if arch.mlp_bias:
+                tensors.append(ParamTensor(f"mlp.{name}.bias", (inter,), "column"))
+    tensors.append(ParamTensor("mlp.down.weight", (h, inter), "row", 1, True))
+    if arch.mlp_bias:
+        tensors.append(ParamTensor("mlp.down.bias", (h,)))
+
+    for index in range(arch.norms_per_layer):
+        tensors.append(ParamTensor(f"norm{index}.weight", (h,)))
+        if arch.norm == "layernorm":
+            tensors.append(ParamTensor(f"norm{index}.bias", (h,)))
+    return tuple(tensors)
+
+
+def embedding_tensors(arch: Architecture) -> tuple[ParamTensor, ...]:
+    """Tensors of the first pipeline stage outside the layers: token (and learned position) embeddings."""
+    tensors = [ParamTensor("embed.tokens", (arch.vocab_size, arch.hidden_size), "vocab", 0)]
+    if arch.position_embedding == "learned":
+        tensors.append(ParamTensor("embed.positions", (arch.max_position_embeddings, arch.hidden_size)))
+    return tuple(tensors)
+
+
+def head_tensors(arch: Architecture) -> tuple[ParamTensor, ...]:
+    """Tensors of the last pipeline stage outside the layers: the final norm and, if untied, the output layer."""
+    h = arch.hidden_size
+    tensors = [ParamTensor("final_norm.weight", (h,))]
+    if arch.norm == "layernorm":
+        tensors.append(ParamTensor("final_norm.bias", (h,)))
+    if not arch.tie_word_embeddings:
+        tensors.append(ParamTensor("lm_head.weight", (arch.vocab_size, h), "vocab", 0, True))
+    return tuple(tensors)
+
+
+def parameter_tensors(arch: Architecture) -> tuple[ParamTensor, ...]:
+    """Every parameter tensor of the model, layers repeated, in checkpoint order."""
+    return embedding_tensors(arch) + layer_tensors(arch) * arch.num_hidden_layers + head_tensors(arch)
+
+
+def sum_elements(tensors: tuple[ParamTensor, ...]) -> int:
+    return sum(tensor.elements for tensor in tensors)
+
+
+def param_count(arch: Architecture) -> int:
+    """Exact number of parameters: the sum of every tensor's elements.
+
+    For GPT-2 small this is 124,439,808 and for Llama-2-7B 6,738,415,616, the totals Hugging Face
+    reports for those checkpoints (see ``data/models.json`` for each preset's source).
+    """
+    per_layer = sum_elements(layer_tensors(arch))
+    return (
+        sum_elements(embedding_tensors(arch))
+        + arch.num_hidden_layers * per_layer
+        + sum_elements(head_tensors(arch))
+    )

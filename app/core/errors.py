@@ -1,0 +1,16 @@
+"""The one error type the domain core raises for input it cannot model."""
+
+from __future__ import annotations
+
+
+class DomainError(ValueError):
+    """Input that the memory model rejects, naming the field at fault.
+
+    `field` is a dotted path in the API's terms (e.g. ``"parallelism.tensor"``,
+    ``"model.num_key_value_heads"``) so both edges can point a person at the control to fix.
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message

@@ -1,0 +1,44 @@
+"""The trainmem application: the JSON API and the calculator page around one pure memory model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+
+from app.api.errors import install_error_handlers
+from app.api.v1 import router as api_v1_router
+
+ROOT_DIR = Path(__file__).resolve().parent.parent
+STATIC_DIR = ROOT_DIR / "static"
+
+
+def create_app() -> FastAPI:
+    application = FastAPI(
+        title="trainmem",
+        version="1.0.0",
+        summary="How much GPU memory a training job takes, where it goes, and whether it fits.",
+        description=(
+            "All memory figures are integers in bytes. Per-GPU figures are for the most-loaded rank; "
+            "cluster figures are the sum over every rank."
+        ),
+    )
+    install_error_handlers(application)
+    application.include_router(api_v1_router)
+    try:
+        from app.web.pages import router as pages_router
+    except ImportError:  # the page is optional until its module exists
+        pages_router = None
+    if pages_router is not None:
+        application.include_router(pages_router)
+    application.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+
+    @application.get("/healthz", include_in_schema=False)
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return application
+
+
+app = create_app()
