@@ -1,0 +1,112 @@
+"""The GPU catalogue: driver-reported capacities with sources, lookup, and the fit check."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.core.errors import DomainError
+from app.core.gpus import Gpu, fit, get_gpu, gpu_catalogue
+
+MIB = 1024**2
+
+AMD_IDS = {"mi300x-192gb"}
+
+
+@pytest.fixture(scope="module")
+def gpus() -> dict[str, Gpu]:
+    return gpu_catalogue()
+
+
+def test_catalogue_is_not_empty_and_ids_match_keys(gpus: dict[str, Gpu]) -> None:
+    assert len(gpus) >= 12
+    for gpu_id, gpu in gpus.items():
+        assert gpu.id == gpu_id
+        assert gpu_id == gpu_id.lower()
+        assert " " not in gpu_id
+        assert not gpu_id.startswith("_")
+
+
+def test_every_entry_is_well_formed(gpus: dict[str, Gpu]) -> None:
+    for gpu_id, gpu in gpus.items():
+        assert isinstance(gpu.capacity_bytes, int) and not isinstance(gpu.capacity_bytes, bool), gpu_id
+        assert gpu.capacity_bytes > 0, gpu_id
+        assert isinstance(gpu.name, str) and gpu.name.strip(), gpu_id
+        assert isinstance(gpu.source, str) and gpu.source.strip(), gpu_id
+
+
+def test_nvidia_capacities_are_whole_mib(gpus: dict[str, Gpu]) -> None:
+    for gpu_id, gpu in gpus.items():
+        if gpu_id in AMD_IDS:
+            continue
+        assert gpu.capacity_bytes % MIB == 0, gpu_id
+
+
+def test_sources_point_somewhere_concrete(gpus: dict[str, Gpu]) -> None:
+    for gpu_id, gpu in gpus.items():
+        assert "https://" in gpu.source, gpu_id
+
+
+@pytest.mark.parametrize(
+    ("gpu_id", "expected_bytes"),
+    [
+        # nvidia-smi "81559MiB" in https://github.com/NVIDIA/nccl/issues/1264
+        ("h100-80gb", 81559 * MIB),
+        # nvidia-smi "81920MiB" per https://github.com/modal-labs/modal-client/pull/2797
+        ("a100-80gb", 81920 * MIB),
+        # nvidia-smi "40960MiB" in https://github.com/bottlerocket-os/bottlerocket-core-kit/pull/834
+        ("a100-40gb", 40960 * MIB),
+        # nvidia-smi "143771MiB" in https://github.com/sgl-project/sglang/issues/3196
+        ("h200-141gb", 143771 * MIB),
+        # nvidia-smi "95830MiB" in https://github.com/NVIDIA/gpu-admin-tools/issues/4
+        ("h100-nvl-94gb", 95830 * MIB),
+        # nvidia-smi "23034MiB" in https://github.com/speaches-ai/speaches/pull/438
+        ("l4-24gb", 23034 * MIB),
+        # nvidia-smi "24564MiB" in https://github.com/RLinf/RLinf/issues/255
+        ("rtx-4090-24gb", 24564 * MIB),
+        # nvidia-smi "183359MiB" in https://github.com/NVIDIA/TensorRT-LLM/issues/10278
+        ("b200-180gb", 183359 * MIB),
+        # rocm-smi VRAM total 206141652992 B; 8 x 25767706624 in https://github.com/ROCm/legacy-rocm-build/issues/4750
+        ("mi300x-192gb", 206141652992),
+    ],
+)
+def test_known_capacities(gpus: dict[str, Gpu], gpu_id: str, expected_bytes: int) -> None:
+    assert gpus[gpu_id].capacity_bytes == expected_bytes
+
+
+def test_existing_h100_entry_kept() -> None:
+    assert get_gpu("h100-80gb").capacity_bytes == 85520809984
+
+
+def test_get_gpu_returns_catalogue_entry(gpus: dict[str, Gpu]) -> None:
+    assert get_gpu("a100-80gb") is gpus["a100-80gb"]
+
+
+def test_get_gpu_unknown_raises_domain_error() -> None:
+    with pytest.raises(DomainError) as excinfo:
+        get_gpu("nope")
+    assert excinfo.value.field == "gpu"
+    assert "nope" in excinfo.value.message
+
+
+def test_fit_when_total_is_below_capacity() -> None:
+    gpu = get_gpu("a100-80gb")
+    result = fit(gpu, total_bytes=70 * 1024**3)
+    assert result.gpu is gpu
+    assert result.fits is True
+    assert result.headroom_bytes == gpu.capacity_bytes - 70 * 1024**3
+    assert result.headroom_bytes > 0
+
+
+def test_fit_when_total_exceeds_capacity() -> None:
+    gpu = get_gpu("rtx-4090-24gb")
+    total = gpu.capacity_bytes + 1
+    result = fit(gpu, total_bytes=total)
+    assert result.fits is False
+    assert result.headroom_bytes == -1
+
+
+def test_fit_exactly_at_capacity_fits() -> None:
+    gpu = get_gpu("h100-80gb")
+    result = fit(gpu, total_bytes=gpu.capacity_bytes)
+    assert result.fits is True
+    assert result.headroom_bytes == 0
