@@ -1,0 +1,300 @@
+"""Request and response shapes of JSON API v1. Field names here are a promise: change them only in a new version.
+
+The schema checks shapes and ranges; cross-field rules (heads divisible by the tensor degree,
+layers by the pipeline degree) are the core's, raised as DomainError and answered as 422 too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from app import core
+from app.core import architecture as arch_limits
+from app.core import memory as limits
+
+DtypeName = Literal["fp32", "fp16", "bf16", "fp8", "int8"]
+OptimizerName = Literal["adam", "adamw", "sgd", "sgd-momentum", "adafactor", "adamw-8bit", "lion"]
+PrecisionPresetName = Literal[
+    "fp32", "autocast-bf16", "autocast-fp16", "fp16-fp32-master", "bf16-fp32-master", "megatron-bf16", "bf16"
+]
+
+ARCHITECTURE_FIELDS = (
+    "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+    "intermediate_size", "vocab_size", "tie_word_embeddings", "attention_bias", "qkv_bias", "mlp_bias",
+    "max_position_embeddings", "mlp", "norm", "norms_per_layer", "position_embedding", "dropout",
+    "attention_dropout",
+)
+
+
+def _count(description: str, high: int, low: int = 1) -> Any:
+    return Field(default=None, ge=low, le=high, description=description)
+
+
+class ModelIn(BaseModel):
+    """The model: a preset id (optionally with architecture fields overriding it), a parameter count,
+    the architecture fields alone, or a Hugging Face config.json."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"preset": "llama-3-8b"}]})
+
+    preset: str | None = Field(default=None, description="A preset id from GET /api/v1/presets, e.g. 'llama-3-8b'.")
+    num_params: int | None = Field(
+        default=None, ge=1, le=limits.MAX_PARAM_COUNT,
+        description="Parameter count only (model states are computed; activations and temporary are null).",
+    )
+    hf_config: dict[str, Any] | str | None = Field(
+        default=None,
+        description="The contents of a Hugging Face config.json (an object, or its text). Supported model_type: "
+        + ", ".join(core.SUPPORTED_MODEL_TYPES) + ".",
+    )
+    num_hidden_layers: int | None = _count("Number of decoder layers (L).", arch_limits.MAX_LAYERS)
+    hidden_size: int | None = _count("Hidden size h, in elements.", arch_limits.MAX_HIDDEN_SIZE)
+    num_attention_heads: int | None = _count("Query heads a.", arch_limits.MAX_HEADS)
+    num_key_value_heads: int | None = _count("Key/value heads g (grouped-query attention); defaults to a.", arch_limits.MAX_HEADS)
+    head_dim: int | None = _count("Head size d, in elements; defaults to h / a.", arch_limits.MAX_HIDDEN_SIZE)
+    intermediate_size: int | None = _count("MLP inner size I, in elements; defaults to 4h.", 64 * arch_limits.MAX_HIDDEN_SIZE)
+    vocab_size: int | None = _count("Vocabulary size V.", arch_limits.MAX_VOCAB_SIZE)
+    max_position_embeddings: int | None = _count("Longest sequence the model supports, in tokens.", arch_limits.MAX_POSITIONS)
+    tie_word_embeddings: bool | None = Field(default=None, description="Output layer shares the embedding matrix.")
+    attention_bias: bool | None = Field(default=None, description="Biases on the query, key, value and output projections.")
+    qkv_bias: bool | None = Field(default=None, description="Biases on query, key and value only (Qwen2); overrides attention_bias there.")
+    mlp_bias: bool | None = Field(default=None, description="Biases on the MLP matrices.")
+    mlp: Literal["gelu", "relu", "swiglu", "geglu"] | None = Field(
+        default=None, description="gelu/relu: two matrices; swiglu/geglu: three (gate, up, down)."
+    )
+    norm: Literal["layernorm", "rmsnorm"] | None = Field(default=None, description="LayerNorm (weight and bias) or RMSNorm (weight).")
+    norms_per_layer: int | None = Field(default=None, ge=0, le=16, description="Norms in each layer (2 for most models, 4 for Gemma 2).")
+    position_embedding: Literal["learned", "rope"] | None = Field(
+        default=None, description="learned: a max_position_embeddings × h table; rope: no parameters."
+    )
+    dropout: float | None = Field(default=None, ge=0, lt=1, description="Residual/embedding dropout probability; masks are stored when > 0.")
+    attention_dropout: float | None = Field(default=None, ge=0, lt=1, description="Dropout on attention probabilities; defaults to dropout.")
+
+    def architecture_overrides(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in ARCHITECTURE_FIELDS if getattr(self, name) is not None}
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelIn:
+        sources = [name for name in ("preset", "num_params", "hf_config") if getattr(self, name) is not None]
+        if len(sources) > 1:
+            raise ValueError(f"give only one of preset, num_params and hf_config (got {', '.join(sources)})")
+        overrides = self.architecture_overrides()
+        if self.num_params is not None and overrides:
+            raise ValueError("num_params cannot be combined with architecture fields")
+        if self.hf_config is not None and overrides:
+            raise ValueError("hf_config cannot be combined with architecture fields")
+        if not sources and not overrides:
+            raise ValueError("give a preset, num_params, hf_config or the architecture fields")
+        return self
+
+
+class PrecisionIn(BaseModel):
+    """An explicit dtype per tensor class."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    weights: DtypeName = Field(description="Dtype of the weights the forward pass uses.")
+    gradients: DtypeName = Field(description="Dtype of the gradients.")
+    master_weights: DtypeName | None = Field(default=None, description="Dtype of the optimizer's master copy, or null for none.")
+    optimizer_states: DtypeName = Field(description="Dtype of the optimizer's moments (8-bit AdamW ignores it).")
+    activations: DtypeName = Field(description="Dtype of activations.")
+
+
+class TrainingIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    micro_batch_size: int = Field(default=1, ge=1, le=limits.MAX_MICRO_BATCH, description="Sequences per micro-batch per GPU (b).")
+    seq_len: int = Field(default=2048, ge=1, le=limits.MAX_SEQ_LEN, description="Tokens per sequence (s).")
+    precision: PrecisionPresetName | PrecisionIn = Field(
+        default="bf16-fp32-master",
+        description="A precision preset id (see GET /api/v1/presets) or an explicit dtype per tensor class.",
+    )
+    optimizer: OptimizerName = Field(default="adamw", description="Optimizer whose state is counted.")
+    adafactor_momentum: bool = Field(default=False, description="Adafactor keeps a first moment (beta1) as well.")
+    activation_checkpointing: Literal["none", "selective", "full"] = Field(
+        default="none", description="none; selective: recompute the attention core; full: keep only each layer's input."
+    )
+    attention: Literal["eager", "flash"] = Field(
+        default="flash", description="eager stores the s × s score matrix; flash is a fused kernel that does not."
+    )
+    implementation: Literal["transformers", "megatron"] = Field(
+        default="transformers",
+        description="Whose code runs the model: Hugging Face transformers modules, or Megatron-LM's fused kernels.",
+    )
+    framework_overhead_bytes: int = Field(
+        default=limits.DEFAULT_FRAMEWORK_OVERHEAD_BYTES, ge=0, le=limits.MAX_OVERHEAD_BYTES,
+        description="CUDA context and allocator reserve per GPU, in bytes (default 1 GiB).",
+    )
+
+
+class ParallelismIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    data: int = Field(default=1, ge=1, le=limits.MAX_DEGREE, description="Data-parallel degree.")
+    tensor: int = Field(default=1, ge=1, le=limits.MAX_DEGREE, description="Tensor-parallel degree.")
+    pipeline: int = Field(default=1, ge=1, le=limits.MAX_DEGREE, description="Pipeline-parallel degree (stages).")
+    sequence_parallel: bool = Field(default=False, description="Megatron sequence parallelism over the tensor-parallel group.")
+    zero_stage: int = Field(default=0, ge=0, le=3, description="ZeRO stage: 1 shards optimizer state and master weights, 2 adds gradients, 3 weights.")
+
+
+class EstimateRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"model": {"preset": "llama-3-8b"}, "training": {"micro_batch_size": 1, "seq_len": 4096, "optimizer": "adamw"},
+                 "gpu": "h100-80gb"}
+            ]
+        },
+    )
+
+    model: ModelIn
+    training: TrainingIn = Field(default_factory=TrainingIn)
+    parallelism: ParallelismIn = Field(default_factory=ParallelismIn)
+    gpu: str | None = Field(default=None, description="A GPU id from GET /api/v1/gpus, for the fit check.")
+
+
+Bytes = Annotated[int, Field(description="Bytes.")]
+MaybeBytes = Annotated[int | None, Field(description="Bytes; null when the architecture is unknown.")]
+
+
+class BreakdownOut(BaseModel):
+    weights: Bytes
+    gradients: Bytes
+    master_weights: Bytes
+    optimizer_states: Bytes
+    activations: MaybeBytes
+    temporary: MaybeBytes
+    total: Bytes = Field(description="Bytes: the sum of the categories above.")
+
+
+class GpuFitOut(BaseModel):
+    id: str
+    name: str
+    capacity: int = Field(description="Usable memory in bytes, as the driver reports it.")
+    fits: bool = Field(description="Whether the per-GPU total fits in capacity.")
+    headroom: int = Field(description="capacity - per-GPU total, in bytes; negative when it does not fit.")
+
+
+class TermOut(BaseModel):
+    category: str = Field(description="The per_gpu category this line explains.")
+    label: str
+    formula: str = Field(description="The formula with this request's numbers in it.")
+    bytes: int = Field(description="Bytes per GPU.")
+
+
+class EstimateResponse(BaseModel):
+    param_count: int = Field(description="Exact number of parameters.")
+    per_gpu: BreakdownOut = Field(description="Bytes on the most-loaded GPU.")
+    cluster: BreakdownOut = Field(description="Bytes summed over every GPU.")
+    gpu: GpuFitOut | None
+    warnings: list[str]
+    bytes_per_param: dict[str, float] = Field(description="Unsharded bytes per parameter for each model-state category.")
+    pipeline_stage: int = Field(description="Index of the most-loaded pipeline stage (the per_gpu figures).")
+    explanation: list[TermOut] = Field(description="Per-GPU figures, line by line, with their formulas.")
+
+
+class ModelPresetOut(BaseModel):
+    id: str
+    name: str
+    param_count: int
+    architecture: dict[str, Any]
+    architecture_source: str
+    param_count_source: str
+
+
+class PrecisionPresetOut(BaseModel):
+    id: str
+    name: str
+    description: str
+    dtypes: dict[str, str | None]
+
+
+class PresetsResponse(BaseModel):
+    models: list[ModelPresetOut]
+    precisions: list[PrecisionPresetOut]
+
+
+class GpuOut(BaseModel):
+    id: str
+    name: str
+    capacity: int = Field(description="Usable memory in bytes, as the driver reports it.")
+    source: str
+
+
+# --- conversion to the core ---------------------------------------------------------------------------
+
+
+def to_architecture(model: ModelIn) -> core.Architecture | None:
+    """The core Architecture this model describes, or None for a bare parameter count."""
+    if model.num_params is not None:
+        return None
+    if model.hf_config is not None:
+        config = model.hf_config
+        if isinstance(config, str):
+            try:
+                config = json.loads(config)
+            except json.JSONDecodeError as error:
+                raise core.DomainError("model.hf_config", f"is not valid JSON: {error.msg} at line {error.lineno}, column {error.colno}") from None
+        return core.architecture_from_hf_config(config)
+    overrides = model.architecture_overrides()
+    if model.preset is not None:
+        return dataclasses.replace(core.get_preset(model.preset).architecture, **overrides)
+    missing = [name for name in ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size") if name not in overrides]
+    if missing:
+        raise core.DomainError(f"model.{missing[0]}", f"is required for a custom architecture (missing: {', '.join(missing)})")
+    return core.Architecture(**overrides)
+
+
+def to_training(training: TrainingIn) -> core.Training:
+    if isinstance(training.precision, str):
+        precision = core.precision_preset(training.precision)
+    else:
+        precision = core.Precision(**training.precision.model_dump())
+    return core.Training(
+        micro_batch_size=training.micro_batch_size,
+        seq_len=training.seq_len,
+        precision=precision,
+        optimizer=training.optimizer,
+        adafactor_momentum=training.adafactor_momentum,
+        activation_checkpointing=training.activation_checkpointing,
+        attention=training.attention,
+        implementation=training.implementation,
+        framework_overhead_bytes=training.framework_overhead_bytes,
+    )
+
+
+def to_parallelism(parallelism: ParallelismIn) -> core.Parallelism:
+    return core.Parallelism(**parallelism.model_dump())
+
+
+def run_estimate(request: EstimateRequest) -> core.Estimate:
+    """Parse the request into the core's inputs and compute; raises core.DomainError for what the core rejects."""
+    architecture = to_architecture(request.model)
+    return core.estimate(
+        architecture=architecture,
+        num_params=request.model.num_params if architecture is None else None,
+        training=to_training(request.training),
+        parallelism=to_parallelism(request.parallelism),
+        gpu=core.get_gpu(request.gpu) if request.gpu else None,
+    )
+
+
+def estimate_response(result: core.Estimate) -> EstimateResponse:
+    gpu = None
+    if result.gpu is not None:
+        gpu = GpuFitOut(id=result.gpu.gpu.id, name=result.gpu.gpu.name, capacity=result.gpu.gpu.capacity_bytes,
+                        fits=result.gpu.fits, headroom=result.gpu.headroom_bytes)
+    return EstimateResponse(
+        param_count=result.param_count,
+        per_gpu=BreakdownOut(**result.per_gpu.as_dict()),
+        cluster=BreakdownOut(**result.cluster.as_dict()),
+        gpu=gpu,
+        warnings=list(result.warnings),
+        bytes_per_param=result.bytes_per_param,
+        pipeline_stage=result.pipeline_stage,
+        explanation=[TermOut(category=t.category, label=t.label, formula=t.formula, bytes=t.bytes) for t in result.terms],
+    )

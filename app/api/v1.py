@@ -1,0 +1,62 @@
+"""JSON API v1: the memory model over HTTP. All memory figures are integers in bytes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from fastapi import APIRouter
+
+from app import core
+from app.api.errors import domain_error_detail
+from app.api.schemas import (
+    EstimateRequest,
+    EstimateResponse,
+    GpuOut,
+    ModelPresetOut,
+    PrecisionPresetOut,
+    PresetsResponse,
+    estimate_response,
+    run_estimate,
+)
+
+router = APIRouter(prefix="/api/v1", tags=["v1"])
+
+UNPROCESSABLE = {
+    422: {
+        "description": "Invalid input: each entry of `detail` names the field (`loc`) and what is wrong (`msg`).",
+        "content": {"application/json": {"example": {"detail": domain_error_detail(core.DomainError("parallelism.tensor", "num_attention_heads (32) must be divisible by the tensor-parallel degree (3)"))}}},
+    }
+}
+
+
+@router.post("/estimate", response_model=EstimateResponse, responses=UNPROCESSABLE)
+def post_estimate(request: EstimateRequest) -> EstimateResponse:
+    """Memory for one training step: per GPU (the most-loaded rank) and for the whole cluster, in bytes."""
+    return estimate_response(run_estimate(request))
+
+
+@router.get("/presets", response_model=PresetsResponse)
+def get_presets() -> PresetsResponse:
+    """Model presets with exact parameter counts and their sources, and the precision presets."""
+    models = [
+        ModelPresetOut(
+            id=preset.id,
+            name=preset.name,
+            param_count=core.param_count(preset.architecture),
+            architecture={k: v for k, v in dataclasses.asdict(preset.architecture).items() if k != "extras"},
+            architecture_source=preset.architecture_source,
+            param_count_source=preset.param_count_source,
+        )
+        for preset in core.model_presets().values()
+    ]
+    precisions = [
+        PrecisionPresetOut(id=p.id, name=p.name, description=p.description, dtypes=dataclasses.asdict(p.precision))
+        for p in core.PRECISION_PRESETS.values()
+    ]
+    return PresetsResponse(models=models, precisions=precisions)
+
+
+@router.get("/gpus", response_model=list[GpuOut])
+def get_gpus() -> list[GpuOut]:
+    """The GPU catalogue: usable capacity in bytes as the driver reports it, with its source."""
+    return [GpuOut(id=g.id, name=g.name, capacity=g.capacity_bytes, source=g.source) for g in core.gpu_catalogue().values()]

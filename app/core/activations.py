@@ -1,0 +1,445 @@
+"""Activation memory, tensor by tensor: what each layer saves for the backward pass.
+
+The accounting follows Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+Transformer Models" (arXiv:2205.05198), section 4: list every tensor an operator keeps for its
+gradient, once per storage, and add up their bytes. Two implementations are modelled because the
+same architecture saves different tensors depending on the code that runs it:
+
+``megatron``
+    Fused kernels as in Megatron-LM: 16-bit softmax, 1-byte dropout masks, fused bias-GeLU and
+    bias-dropout-add, fused rotary embeddings. For the GPT architecture (LayerNorm, GeLU MLP of 4h,
+    multi-head attention, dropout > 0) with 16-bit activations, one layer saves exactly Table 2's
+    ``sbh(34 + 5as/h)`` bytes; with tensor parallelism ``sbh(10 + 24/t + 5as/(ht))``, with sequence
+    parallelism ``sbh(34/t + 5as/(ht))``, with selective recompute ``sbh(10 + 24/t)`` or
+    ``34sbh/t``, and with full recompute ``2sbh``.
+
+``transformers``
+    Hugging Face modules as written (modeling_llama.py, modeling_gpt2.py, ...). Where they differ
+    from Megatron, the reason is given next to the tensor: RMSNorm upcasts its input to fp32 and
+    keeps it; eager attention keeps an fp32 softmax and its half-precision cast; grouped key and
+    value heads are repeated to full width before the eager matmuls; SiLU, GeLU and the gate
+    product each keep an intermediate-width tensor; GPT-2's ``gelu_new`` is composed of Python
+    operations that keep four intermediate-width tensors; the loss keeps fp32 log-probabilities.
+
+Notation: b micro-batch, s sequence, h hidden, a query heads, g key/value heads, d head size,
+I intermediate size, V vocabulary, t tensor-parallel degree, N = b*s tokens.
+
+`device` selects whose kernels decide what is saved: ``cuda`` (the product's target: dropout keeps a
+1-byte mask, CUDA autocast runs softmax in fp32) or ``cpu`` (used to validate against CPU
+measurements: dropout keeps its mask at the width of the tensor it drops).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from app.core.architecture import Architecture
+from app.core.precision import Precision
+from app.core.units import ceil_div
+
+Implementation = Literal["megatron", "transformers"]
+Attention = Literal["eager", "flash"]
+Checkpointing = Literal["none", "selective", "full"]
+Device = Literal["cuda", "cpu"]
+Split = Literal["tensor", "sequence", "none"]
+
+IMPLEMENTATIONS: Final = ("transformers", "megatron")
+ATTENTIONS: Final = ("eager", "flash")
+CHECKPOINTING: Final = ("none", "selective", "full")
+
+FP32_BYTES: Final = 4
+INDEX_BYTES: Final = 8  # int64 token ids and labels
+MASK_BYTES: Final = 1  # a bool/uint8 dropout mask from a fused dropout kernel
+
+# Models whose RMSNorm computes in fp32 and multiplies by (1 + weight) before casting back, so the
+# normalised tensor it keeps is fp32 (modeling_gemma.py, GemmaRMSNorm).
+FP32_NORMALISED_MODELS: Final = ("gemma", "gemma2")
+
+
+@dataclass(frozen=True)
+class ActivationSetup:
+    """The shape of one micro-batch's forward pass on one rank."""
+
+    micro_batch_size: int
+    seq_len: int
+    precision: Precision
+    attention: Attention = "eager"
+    implementation: Implementation = "transformers"
+    tensor_parallel: int = 1
+    sequence_parallel: bool = False
+    device: Device = "cuda"
+
+    @property
+    def tokens(self) -> int:
+        return self.micro_batch_size * self.seq_len
+
+    @property
+    def half_bytes(self) -> int:
+        """Bytes of one activation element (the precision's activation dtype; at least one byte)."""
+        return max(1, self.precision.bits("activations") // 8)
+
+    @property
+    def autocast(self) -> bool:
+        """Weights wider than activations: matmuls run on casts (torch.autocast), the residual stream stays wide."""
+        return self.implementation == "transformers" and self.precision.bits("weights") > self.precision.bits("activations")
+
+    @property
+    def stream_bytes(self) -> int:
+        """Bytes of one element of the residual stream between layers.
+
+        Under autocast the embedding output is fp32 and each residual add promotes the half-precision
+        branch back to fp32, so the stream keeps the weights' width.
+        """
+        if self.autocast:
+            return max(1, self.precision.bits("weights") // 8)
+        return self.half_bytes
+
+
+@dataclass(frozen=True)
+class SavedTensor:
+    """A tensor kept for the backward pass: its name, per-rank bytes, and whether it is core attention.
+
+    ``core_attention`` marks the tensors that selective recomputation drops (the s-squared
+    softmax, its dropout mask and output; Korthikanti et al. 2022, section 5).
+    """
+
+    name: str
+    bytes: int
+    core_attention: bool = False
+
+
+def _on_rank(elements: int, element_bytes: int, split: Split, setup: ActivationSetup) -> int:
+    """Bytes on the most-loaded rank: split over t for tensor-parallel tensors, and for the rest under SP."""
+    divided = split == "tensor" or (split == "sequence" and setup.sequence_parallel)
+    share = ceil_div(elements, setup.tensor_parallel) if divided else elements
+    return share * element_bytes
+
+
+class _Saved:
+    """Collects SavedTensor entries for one setup."""
+
+    def __init__(self, setup: ActivationSetup) -> None:
+        self.setup = setup
+        self.items: list[SavedTensor] = []
+
+    def add(self, name: str, elements: int, element_bytes: int, split: Split, *, core: bool = False) -> None:
+        if elements and element_bytes:
+            self.items.append(SavedTensor(name, _on_rank(elements, element_bytes, split, self.setup), core))
+
+    def mask(self, name: str, elements: int, dropped_width: int, split: Split, *, core: bool = False) -> None:
+        """A dropout mask: one byte on CUDA (native_dropout's bool mask), the dropped tensor's width on CPU."""
+        width = MASK_BYTES if self.setup.device == "cuda" else dropped_width
+        self.add(name, elements, width, split, core=core)
+
+
+# --- Megatron ---------------------------------------------------------------------------------
+
+
+def _megatron_layer(arch: Architecture, setup: ActivationSetup) -> list[SavedTensor]:
+    """One layer as Megatron-LM saves it (Korthikanti et al. 2022, section 4.1, generalised).
+
+    Attention block (11sbh + 5as²b for GPT): the norm's input, the QKV matmul input, Q and K, V,
+    the softmax output, its dropout mask and output, the output projection input and the
+    residual dropout mask. MLP block (19sbh for GPT): the norm's input, the first matmul's input,
+    the activation's input and output (8sbh each at I = 4h) and the residual dropout mask.
+    Generalised: K and V take g*d columns (grouped-query attention); a gated MLP keeps the gate
+    and up projections (2I) and their product (I); masks exist only when dropout > 0; a fused
+    (flash) kernel keeps its fp32 log-sum-exp instead of any s-squared tensor.
+    """
+    saved = _Saved(setup)
+    b, s, h = setup.micro_batch_size, setup.seq_len, arch.hidden_size
+    n = setup.tokens
+    a, d, g, inter = arch.num_attention_heads, arch.head_size, arch.kv_heads, arch.ffn_size
+    w = setup.half_bytes
+    saved.add("attn_norm.input", n * h, w, "sequence")
+    saved.add("attn.qkv_input", n * h, w, "sequence")
+    saved.add("attn.query", n * a * d, w, "tensor")
+    saved.add("attn.key", n * g * d, w, "tensor")
+    saved.add("attn.value", n * g * d, w, "tensor")
+    if setup.attention == "eager":
+        saved.add("attn.softmax", b * a * s * s, w, "tensor", core=True)
+        if arch.attn_dropout > 0:
+            saved.mask("attn.softmax_dropout_mask", b * a * s * s, w, "tensor", core=True)
+            saved.add("attn.softmax_dropout_output", b * a * s * s, w, "tensor", core=True)
+    else:
+        saved.add("attn.logsumexp", b * a * s, FP32_BYTES, "tensor")
+    saved.add("attn.out_proj_input", n * a * d, w, "tensor")
+    if arch.dropout > 0:
+        saved.mask("attn.residual_dropout_mask", n * h, w, "sequence")
+    saved.add("mlp_norm.input", n * h, w, "sequence")
+    saved.add("mlp.input", n * h, w, "sequence")
+    if arch.is_gated:
+        saved.add("mlp.gate_up", 2 * n * inter, w, "tensor")
+        saved.add("mlp.act_output", n * inter, w, "tensor")
+    else:
+        saved.add("mlp.act_input", n * inter, w, "tensor")
+        saved.add("mlp.act_output", n * inter, w, "tensor")
+    if arch.dropout > 0:
+        saved.mask("mlp.residual_dropout_mask", n * h, w, "sequence")
+    return saved.items
+
+
+def _megatron_embedding(arch: Architecture, setup: ActivationSetup) -> list[SavedTensor]:
+    """First stage, outside the layers: token ids for the embedding's backward, the embedding dropout mask."""
+    saved = _Saved(setup)
+    n, h = setup.tokens, arch.hidden_size
+    saved.add("embed.token_ids", n, INDEX_BYTES, "none")
+    if arch.dropout > 0:
+        saved.mask("embed.dropout_mask", n * h, setup.half_bytes, "sequence")
+    return saved.items
+
+
+def _megatron_head(arch: Architecture, setup: ActivationSetup) -> list[SavedTensor]:
+    """Last stage, outside the layers (Korthikanti et al. 2022, section 4.3).
+
+    The final norm's input and the output layer's input (2sbh each at 16 bits), and the
+    vocabulary-parallel cross entropy's fp32 softmax (4sbv/t), plus the int64 labels.
+    """
+    saved = _Saved(setup)
+    n, h, v = setup.tokens, arch.hidden_size, arch.vocab_size
+    w = setup.half_bytes
+    saved.add("final_norm.input", n * h, w, "sequence")
+    saved.add("lm_head.input", n * h, w, "sequence")
+    saved.add("loss.softmax_fp32", n * v, FP32_BYTES, "tensor")
+    saved.add("loss.labels", n, INDEX_BYTES, "none")
+    return saved.items
+
+
+def _megatron_logits_workspace(arch: Architecture, setup: ActivationSetup) -> list[SavedTensor]:
+    """Transient: the half-precision logits before the fp32 cross entropy (its gradient reuses the saved softmax)."""
+    saved = _Saved(setup)
+    saved.add("logits", setup.tokens * arch.vocab_size, setup.half_bytes, "tensor")
+    return saved.items
+
+
+# --- Hugging Face transformers ------------------------------------------------------------------
+
+
+def _hf_norm(saved: _Saved, prefix: str, arch: Architecture, setup: ActivationSetup) -> None:
+    """What one norm keeps, without its output (which the consumers keep).
+
+    LayerNorm (torch.native_layer_norm) keeps its input, the per-token mean and reciprocal standard
+    deviation (fp32). RMSNorm as Hugging Face writes it (LlamaRMSNorm) casts the input to fp32 and
+    keeps that copy (for ``pow``), the fp32 reciprocal RMS per token, and the normalised tensor cast
+    back to the input dtype (for the multiply by ``weight``); Gemma keeps the normalised tensor in
+    fp32 instead.
+    """
+    n, h = setup.tokens, arch.hidden_size
+    ws = setup.stream_bytes
+    if arch.norm == "layernorm":
+        saved.add(f"{prefix}.input", n * h, ws, "sequence")
+        saved.add(f"{prefix}.mean", n, FP32_BYTES, "sequence")
+        saved.add(f"{prefix}.rstd", n, FP32_BYTES, "sequence")
+        return
+    saved.add(f"{prefix}.input_fp32", n * h, FP32_BYTES, "sequence")
+    saved.add(f"{prefix}.rstd", n, FP32_BYTES, "sequence")
+    normalised_bytes = FP32_BYTES if arch.model_type in FP32_NORMALISED_MODELS else ws
+    saved.add(f"{prefix}.normalised", n * h, normalised_bytes, "sequence")
+
+
+def _hf_linear_input(saved: _Saved, name: str, consumers: int, arch: Architecture, setup: ActivationSetup) -> None:
+    """The input a norm feeds to `consumers` matmuls.
+
+    Without autocast they share one tensor. Under autocast each matmul casts the fp32 input to
+    half precision itself (autocast caches casts of leaf weights only) and keeps its own copy.
+    """
+    n, h = setup.tokens, arch.hidden_size
+    if setup.autocast:
+        saved.add(f"{name} (half cast x{consumers})", consumers * n * h, setup.half_bytes, "sequence")
+    else:
+        saved.add(name, n * h, setup.stream_bytes, "sequence")
+
+
+def _hf_attention(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
+    b, s, n = setup.micro_batch_size, setup.seq_len, setup.tokens
+    a, d, g = arch.num_attention_heads, arch.head_size, arch.kv_heads
+    wa = setup.half_bytes
+    kv_heads_saved = g
+    if setup.attention == "eager":
+        # eager_attention_forward repeats grouped K and V to all a heads (repeat_kv copies them)
+        # before the two matmuls, which keep the repeated copies.
+        kv_heads_saved = a
+    saved.add("attn.query", n * a * d, wa, "tensor")
+    saved.add("attn.key", n * kv_heads_saved * d, wa, "tensor")
+    saved.add("attn.value", n * kv_heads_saved * d, wa, "tensor")
+    scores = b * a * s * s
+    if setup.attention == "eager":
+        if arch.extra("attn_logit_softcapping"):
+            # Gemma 2: scores / cap -> tanh -> * cap; tanh keeps its output.
+            saved.add("attn.softcap_tanh", scores, wa, "tensor", core=True)
+        softmax_bytes = _hf_softmax_bytes(arch, setup)
+        saved.add("attn.softmax", scores, softmax_bytes, "tensor", core=True)
+        if arch.attn_dropout > 0:
+            dropped_width = softmax_bytes if arch.model_type != "gpt2" else wa
+            saved.mask("attn.softmax_dropout_mask", scores, dropped_width, "tensor", core=True)
+            saved.add("attn.softmax_dropout_output", scores, wa, "tensor", core=True)
+        elif softmax_bytes != wa:
+            # softmax(..., dtype=float32).to(query.dtype): the matmul with V keeps the half cast.
+            saved.add("attn.probs_half", scores, wa, "tensor", core=True)
+        saved.add("attn.out_proj_input", n * a * d, wa, "tensor")
+    else:
+        # A fused kernel keeps Q, K, V, its output (also the output projection's input) and the
+        # fp32 log-sum-exp per query and head (Dao et al. 2022, arXiv:2205.14135, Algorithm 2).
+        saved.add("attn.output", n * a * d, wa, "tensor")
+        saved.add("attn.logsumexp", b * a * s, FP32_BYTES, "tensor")
+    if arch.dropout > 0:
+        saved.mask("attn.residual_dropout_mask", n * arch.hidden_size, wa, "sequence")
+
+
+def _hf_softmax_bytes(arch: Architecture, setup: ActivationSetup) -> int:
+    """Width of the kept softmax: Llama-family code asks for fp32; GPT-2's follows autocast's policy."""
+    if arch.model_type == "gpt2":
+        fp32_under_autocast = setup.autocast and setup.device == "cuda"
+        return FP32_BYTES if fp32_under_autocast else setup.half_bytes
+    return FP32_BYTES
+
+
+def _hf_mlp(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
+    n, inter = setup.tokens, arch.ffn_size
+    wa = setup.half_bytes
+    if arch.is_gated:
+        # act_fn(gate_proj(x)) * up_proj(x): the activation keeps the gate output, the product keeps
+        # the activation's output and the up output, and down_proj keeps the product.
+        saved.add("mlp.gate", n * inter, wa, "tensor")
+        saved.add("mlp.act_output", n * inter, wa, "tensor")
+        saved.add("mlp.up", n * inter, wa, "tensor")
+        saved.add("mlp.product", n * inter, wa, "tensor")
+    else:
+        if arch.hidden_act == "gelu_new":
+            # 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3))): pow keeps x, tanh its
+            # output, and the final product both 0.5*x and (1 + tanh(...)).
+            saved.add("mlp.fc_output", n * inter, wa, "tensor")
+            saved.add("mlp.gelu_tanh", n * inter, wa, "tensor")
+            saved.add("mlp.gelu_half_x", n * inter, wa, "tensor")
+            saved.add("mlp.gelu_one_plus_tanh", n * inter, wa, "tensor")
+        elif arch.mlp != "relu":
+            saved.add("mlp.act_input", n * inter, wa, "tensor")  # ReLU keeps only its output
+        saved.add("mlp.act_output", n * inter, wa, "tensor")
+    if arch.dropout > 0:
+        saved.mask("mlp.residual_dropout_mask", n * arch.hidden_size, wa, "sequence")
+
+
+def _hf_layer(arch: Architecture, setup: ActivationSetup) -> list[SavedTensor]:
+    """One decoder layer as Hugging Face's modules save it (see module docstring)."""
+    saved = _Saved(setup)
+    attn_consumers = 1 if arch.fused_qkv else 3
+    mlp_consumers = 1 if (arch.fused_gate_up or not arch.is_gated) else 2
+    _hf_norm(saved, "attn_norm", arch, setup)
+    _hf_linear_input(saved, "attn.qkv_input", attn_consumers, arch, setup)
+    _hf_attention(saved, arch, setup)
+    _hf_norm(saved, "mlp_norm", arch, setup)
+    _hf_linear_input(saved, "mlp.input", mlp_consumers, arch, setup)
+    _hf_mlp(saved, arch, setup)
+    for index in range(2, arch.norms_per_layer):
+        # Extra norms (Gemma 2's post-attention and post-feedforward norms) feed the residual add,
+        # which keeps nothing, so only their internals count.
+        _hf_norm(saved, f"extra_norm{index}", arch, setup)
+    return saved.items
+
+
+def _hf_embedding(arch: Architecture, setup: ActivationSetup) -> list[SavedTensor]:
+    """First stage: token ids (embedding backward), position ids or the shared rotary cos/sin, embedding dropout."""
+    saved = _Saved(setup)
+    n, s, h = setup.tokens, setup.seq_len, arch.hidden_size
+    saved.add("embed.token_ids", n, INDEX_BYTES, "none")
+    if arch.position_embedding == "learned":
+        saved.add("embed.position_ids", s, INDEX_BYTES, "none")
+    else:
+        # cos and sin, computed once per forward and kept by every layer's rotary multiply.
+        saved.add("rope.cos_sin", 2 * s * arch.head_size, setup.stream_bytes, "none")
+    if arch.dropout > 0:
+        saved.mask("embed.dropout_mask", n * h, setup.stream_bytes, "sequence")
+    return saved.items
+
+
+def _hf_head(arch: Architecture, setup: ActivationSetup) -> list[SavedTensor]:
+    """Last stage: the final norm, the output layer's input, and the loss.
+
+    The loss (transformers' ForCausalLMLoss) upcasts the logits to fp32 and calls cross_entropy,
+    whose log_softmax keeps its fp32 output (N x V) and whose nll_loss keeps the int64 labels.
+    """
+    saved = _Saved(setup)
+    n, v = setup.tokens, arch.vocab_size
+    _hf_norm(saved, "final_norm", arch, setup)
+    _hf_linear_input(saved, "lm_head.input", 1, arch, setup)
+    if arch.extra("final_logit_softcapping"):
+        saved.add("logits.softcap_tanh", n * v, setup.half_bytes, "tensor")
+    saved.add("loss.log_softmax_fp32", n * v, FP32_BYTES, "tensor")
+    saved.add("loss.labels", n, INDEX_BYTES, "none")
+    return saved.items
+
+
+def _hf_logits_workspace(arch: Architecture, setup: ActivationSetup) -> list[SavedTensor]:
+    """Transient around the loss: the logits the model returns, and two fp32 N x V gradients in backward.
+
+    The output keeps the logits in the matmul's dtype while the step runs; the backward of
+    nll_loss writes an fp32 gradient of the log-probabilities and log_softmax's backward another.
+    """
+    saved = _Saved(setup)
+    n, v = setup.tokens, arch.vocab_size
+    saved.add("logits", n * v, setup.half_bytes, "tensor")
+    saved.add("loss.grad_log_probs_fp32", n * v, FP32_BYTES, "tensor")
+    saved.add("loss.grad_logits_fp32", n * v, FP32_BYTES, "tensor")
+    return saved.items
+
+
+# --- Public functions ----------------------------------------------------------------------------
+
+
+def layer_activations(arch: Architecture, setup: ActivationSetup) -> tuple[SavedTensor, ...]:
+    """Every tensor one layer keeps for backward, for one micro-batch, without recomputation."""
+    if setup.implementation == "megatron":
+        return tuple(_megatron_layer(arch, setup))
+    return tuple(_hf_layer(arch, setup))
+
+
+def checkpointed_layer_activations(
+    arch: Architecture, setup: ActivationSetup, checkpointing: Checkpointing
+) -> tuple[SavedTensor, ...]:
+    """What one layer keeps under a recomputation policy.
+
+    * ``none``: everything (`layer_activations`);
+    * ``selective``: everything but core attention, recomputed in backward (Korthikanti et al.
+      2022, section 5: sbh(10 + 24/t) with TP, 34sbh/t with SP);
+    * ``full``: only the layer's input, 2sbh at 16 bits (/t with SP), the whole layer is recomputed.
+    """
+    if checkpointing == "none":
+        return layer_activations(arch, setup)
+    if checkpointing == "selective":
+        return tuple(item for item in layer_activations(arch, setup) if not item.core_attention)
+    saved = _Saved(setup)
+    saved.add("layer.input", setup.tokens * arch.hidden_size, setup.stream_bytes, "sequence")
+    return tuple(saved.items)
+
+
+def recompute_workspace(arch: Architecture, setup: ActivationSetup, checkpointing: Checkpointing) -> tuple[SavedTensor, ...]:
+    """Transient during backward under recomputation: the tensors one layer rebuilds at a time."""
+    if checkpointing == "none":
+        return ()
+    full = layer_activations(arch, setup)
+    if checkpointing == "selective":
+        return tuple(item for item in full if item.core_attention)
+    return full
+
+
+def embedding_activations(arch: Architecture, setup: ActivationSetup) -> tuple[SavedTensor, ...]:
+    if setup.implementation == "megatron":
+        return tuple(_megatron_embedding(arch, setup))
+    return tuple(_hf_embedding(arch, setup))
+
+
+def head_activations(arch: Architecture, setup: ActivationSetup) -> tuple[SavedTensor, ...]:
+    if setup.implementation == "megatron":
+        return tuple(_megatron_head(arch, setup))
+    return tuple(_hf_head(arch, setup))
+
+
+def logits_workspace(arch: Architecture, setup: ActivationSetup) -> tuple[SavedTensor, ...]:
+    if setup.implementation == "megatron":
+        return tuple(_megatron_logits_workspace(arch, setup))
+    return tuple(_hf_logits_workspace(arch, setup))
+
+
+def total_bytes(items: tuple[SavedTensor, ...] | list[SavedTensor]) -> int:
+    return sum(item.bytes for item in items)
