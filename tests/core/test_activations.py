@@ -1,0 +1,120 @@
+"""Activations tensor by tensor: Megatron's accounting against Korthikanti et al. 2022, Table 2."""
+
+import random
+
+import pytest
+
+from app.core import Architecture, precision_preset
+from app.core.activations import (
+    ActivationSetup,
+    checkpointed_layer_activations,
+    head_activations,
+    layer_activations,
+    total_bytes,
+)
+
+# GPT-3 175B's layer shape (Brown et al. 2020, Table 2.1): a = 96 heads, h = 12288, s = 2048;
+# Korthikanti et al. run it with t = 8. LayerNorm, GeLU MLP of 4h, multi-head attention, dropout.
+A, H, S, B, T = 96, 12288, 2048, 1, 8
+GPT = Architecture(num_hidden_layers=96, hidden_size=H, num_attention_heads=A, vocab_size=51200,
+                   max_position_embeddings=2048, mlp="gelu", norm="layernorm", position_embedding="learned",
+                   attention_bias=True, mlp_bias=True, dropout=0.1)
+
+
+def megatron(*, t=1, sp=False, attention="eager", b=B, s=S, precision="bf16-fp32-master"):
+    return ActivationSetup(micro_batch_size=b, seq_len=s, precision=precision_preset(precision), attention=attention,
+                           implementation="megatron", tensor_parallel=t, sequence_parallel=sp)
+
+
+def per_layer(arch, setup, checkpointing="none"):
+    return total_bytes(checkpointed_layer_activations(arch, setup, checkpointing))
+
+
+# Korthikanti et al. 2022, Table 2 (activation bytes per layer, 16-bit activations):
+def test_table2_no_parallelism():  # sbh(34 + 5as/h)
+    assert per_layer(GPT, megatron()) == S * B * H * 34 + 5 * A * S * S * B
+
+
+def test_table2_tensor_parallel():  # sbh(10 + 24/t + 5as/(ht))
+    assert per_layer(GPT, megatron(t=T)) == S * B * H * 10 + S * B * H * 24 // T + 5 * A * S * S * B // T
+
+
+def test_table2_tensor_and_sequence_parallel():  # sbh(34/t + 5as/(ht))
+    assert per_layer(GPT, megatron(t=T, sp=True)) == S * B * H * 34 // T + 5 * A * S * S * B // T
+
+
+def test_table2_selective_recompute():  # sbh(10 + 24/t), and 34sbh/t with sequence parallelism
+    assert per_layer(GPT, megatron(t=T), "selective") == S * B * H * 10 + S * B * H * 24 // T
+    assert per_layer(GPT, megatron(t=T, sp=True), "selective") == S * B * H * 34 // T
+
+
+def test_table2_full_recompute():  # 2sbh (the layer input), /t with sequence parallelism
+    assert per_layer(GPT, megatron(t=T), "full") == 2 * S * B * H
+    assert per_layer(GPT, megatron(t=T, sp=True), "full") == 2 * S * B * H // T
+
+
+def test_megatron_llama_layer_by_hand():
+    # Llama-3-8B (h 4096, a 32, g 8, d 128, I 14336, no dropout), flash attention, bf16, b=1, s=4096:
+    # norms' inputs 2 x 2sbh, their outputs (QKV and MLP input) 2 x 2sbh, Q 2sbh, K and V 2 x 2sb(gd),
+    # output-projection input 2sbh, fp32 log-sum-exp 4bas, gate+up 2 x 2sbI, SwiGLU output 2sbI.
+    arch = Architecture(num_hidden_layers=32, hidden_size=4096, num_attention_heads=32, num_key_value_heads=8,
+                        intermediate_size=14336, vocab_size=128256)
+    s, h, gd, inter, a = 4096, 4096, 8 * 128, 14336, 32
+    expected = 4 * 2 * s * h + 2 * s * h + 2 * 2 * s * gd + 2 * s * h + 4 * a * s + 2 * 2 * s * inter + 2 * s * inter
+    assert per_layer(arch, megatron(attention="flash", s=s)) == expected
+
+
+def test_megatron_loss_keeps_fp32_softmax_split_over_tensor_ranks():
+    # Korthikanti et al. 2022, section 4.3: the cross entropy keeps 4sbv/t bytes.
+    items = {item.name: item.bytes for item in head_activations(GPT, megatron(t=T))}
+    assert items["loss.softmax_fp32"] == 4 * S * B * 51200 // T
+
+
+def test_flash_has_no_quadratic_term():
+    one, two = (per_layer(GPT, megatron(attention="flash", s=s)) for s in (1024, 2048))
+    assert two == 2 * one
+    eager_one, eager_two = (per_layer(GPT, megatron(s=s)) for s in (1024, 2048))
+    assert eager_two > 2 * eager_one
+
+
+def test_no_dropout_no_masks():
+    no_dropout = Architecture(**{**GPT.__dict__, "dropout": 0.0})
+    names = {item.name for item in layer_activations(no_dropout, megatron())}
+    assert not any("mask" in name for name in names)
+    # Masks are 1 byte each on CUDA: sbh (attention residual) + sbh (MLP residual) + as^2 b (softmax);
+    # the softmax dropout output (2as^2 b) goes too.
+    assert per_layer(GPT, megatron()) - per_layer(no_dropout, megatron()) == 2 * S * B * H + A * S * S * B + 2 * A * S * S * B
+
+
+def test_grouped_query_attention_shrinks_keys_and_values():
+    mha = Architecture(num_hidden_layers=2, hidden_size=4096, num_attention_heads=32, vocab_size=1000)
+    gqa = Architecture(num_hidden_layers=2, hidden_size=4096, num_attention_heads=32, num_key_value_heads=8, vocab_size=1000)
+    setup = megatron(attention="flash", s=1024)
+    # K and V each lose (32 - 8) heads of 128 columns at 2 bytes per token.
+    assert per_layer(mha, setup) - per_layer(gqa, setup) == 2 * 1024 * (32 - 8) * 128 * 2
+
+
+def random_arch(rng):
+    heads = rng.choice([4, 8, 16])
+    return Architecture(
+        num_hidden_layers=rng.randint(1, 8), hidden_size=heads * rng.choice([16, 32, 64]), num_attention_heads=heads,
+        num_key_value_heads=rng.choice([h for h in (1, 2, 4, heads) if heads % h == 0]),
+        intermediate_size=rng.choice([64, 256, 1000]), vocab_size=rng.randint(10, 5000),
+        mlp=rng.choice(["gelu", "relu", "swiglu", "geglu"]), norm=rng.choice(["layernorm", "rmsnorm"]),
+        dropout=rng.choice([0.0, 0.1]), model_type=rng.choice([None, "llama", "gpt2", "gemma"]),
+        hidden_act=rng.choice([None, "gelu_new", "silu"]),
+    )
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_checkpointing_never_increases_activations(seed):
+    rng = random.Random(seed)
+    arch = random_arch(rng)
+    setup = ActivationSetup(
+        micro_batch_size=rng.randint(1, 4), seq_len=rng.choice([16, 128, 1024]),
+        precision=precision_preset(rng.choice(["fp32", "bf16", "autocast-bf16", "bf16-fp32-master"])),
+        attention=rng.choice(["eager", "flash"]), implementation=rng.choice(["megatron", "transformers"]),
+        tensor_parallel=rng.choice([1, 2, 4]) if arch.kv_heads % 4 == 0 else 1, sequence_parallel=rng.random() < 0.5,
+    )
+    none, selective, full = (per_layer(arch, setup, policy) for policy in ("none", "selective", "full"))
+    assert none >= selective >= full > 0

@@ -1,0 +1,87 @@
+"""Parameter counts against published totals and against hand-worked formulas."""
+
+import pytest
+
+from app.core import Architecture, DomainError, get_preset, model_presets, param_count, parameter_tensors
+
+# Exact totals as published for each checkpoint (Hugging Face Hub safetensors metadata, or
+# transformers' num_parameters() for GPT-2, whose Hub figure also counts attention-mask buffers).
+# Llama-2-7B is corroborated by PEFT's documented print_trainable_parameters output for LoRA r=8 on
+# q_proj and v_proj: "all params: 6,742,609,920", less the 4,194,304 LoRA parameters.
+PUBLISHED_TOTALS = {
+    "gpt2": 124_439_808,
+    "gpt2-medium": 354_823_168,
+    "gpt2-large": 774_030_080,
+    "gpt2-xl": 1_557_611_200,
+    "llama-2-7b": 6_738_415_616,
+    "llama-2-13b": 13_015_864_320,
+    "llama-2-70b": 68_976_648_192,
+    "llama-3-8b": 8_030_261_248,
+    "llama-3-70b": 70_553_706_496,
+    "llama-3.1-405b": 405_853_388_800,
+    "mistral-7b": 7_241_732_096,
+    "qwen2.5-7b": 7_615_616_512,
+}
+
+
+@pytest.mark.parametrize("preset_id", sorted(PUBLISHED_TOTALS))
+def test_preset_matches_published_total(preset_id):
+    assert param_count(get_preset(preset_id).architecture) == PUBLISHED_TOTALS[preset_id]
+
+
+def test_every_preset_is_checked_and_cites_sources():
+    assert set(model_presets()) == set(PUBLISHED_TOTALS)
+    for preset in model_presets().values():
+        assert preset.architecture_source.startswith("https://")
+        assert preset.param_count_source
+        assert preset.published_param_count == PUBLISHED_TOTALS[preset.id]
+
+
+def test_gpt2_layer_is_12h2_plus_13h():
+    # GPT-2 layer: c_attn h x 3h + 3h, c_proj h x h + h, c_fc h x 4h + 4h, c_proj 4h x h + h,
+    # two LayerNorms of 2h: 12h^2 + 13h (Radford et al. 2019; the layout of Vaswani et al. 2017).
+    h = 768
+    one = Architecture(num_hidden_layers=1, hidden_size=h, num_attention_heads=12, vocab_size=50257,
+                       max_position_embeddings=1024, tie_word_embeddings=True, attention_bias=True, mlp_bias=True,
+                       mlp="gelu", norm="layernorm", position_embedding="learned", fused_qkv=True)
+    two = Architecture(**{**one.__dict__, "num_hidden_layers": 2})
+    assert param_count(two) - param_count(one) == 12 * h * h + 13 * h == 7_087_872
+    # embeddings V*h + positions P*h + final LayerNorm 2h
+    assert param_count(one) - 7_087_872 == 50257 * h + 1024 * h + 2 * h
+
+
+def test_llama_formula_with_grouped_query_attention():
+    # Llama-3-8B: per layer 2h^2 (q, o) + 2 h (g d) (k, v) + 3 h I + 2h; plus 2 V h + h.
+    h, layers, inter, vocab, kv_width = 4096, 32, 14336, 128256, 8 * 128
+    per_layer = 2 * h * h + 2 * h * kv_width + 3 * h * inter + 2 * h
+    assert param_count(get_preset("llama-3-8b").architecture) == layers * per_layer + 2 * vocab * h + h
+
+
+def test_qwen2_keeps_biases_on_qkv_only():
+    arch = get_preset("qwen2.5-7b").architecture
+    biases = {t.name: t.elements for t in parameter_tensors(arch)[:40] if t.name.endswith(".bias")}
+    assert biases == {"attn.q.bias": 3584, "attn.k.bias": 512, "attn.v.bias": 512}
+
+
+def test_fused_projections_do_not_change_the_count():
+    base = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                intermediate_size=128, vocab_size=100)
+    assert param_count(Architecture(**base)) == param_count(Architecture(**base, fused_qkv=True, fused_gate_up=True))
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"num_key_value_heads": 5}, "model.num_key_value_heads"),
+        ({"hidden_size": 4095}, "model.num_attention_heads"),
+        ({"num_hidden_layers": 0}, "model.num_hidden_layers"),
+        ({"vocab_size": 10**12}, "model.vocab_size"),
+        ({"dropout": 1.0}, "model.dropout"),
+        ({"mlp": "tanh"}, "model.mlp"),
+    ],
+)
+def test_impossible_shapes_name_their_field(changes, field):
+    base = dict(num_hidden_layers=2, hidden_size=4096, num_attention_heads=32, vocab_size=1000)
+    with pytest.raises(DomainError) as error:
+        Architecture(**{**base, **changes})
+    assert error.value.field == field
