@@ -210,6 +210,16 @@ def _rank_shape(tensor: ParamTensor, tensor_parallel: int, rank: int) -> tuple[i
     return tuple(shape)
 
 
+def _rank_classes(tensor: ParamTensor, tensor_parallel: int) -> tuple[tuple[tuple[int, ...], int], ...]:
+    """(shape, number of tensor-parallel ranks holding that shape): all t for a replicated tensor; for a
+    split one, the ranks below the remainder hold one more row than the rest."""
+    if tensor.split == "replicated" or tensor_parallel == 1:
+        return ((tensor.shape, tensor_parallel),)
+    remainder = tensor.shape[tensor.split_dim] % tensor_parallel
+    classes = ((_rank_shape(tensor, tensor_parallel, 0), remainder), (_rank_shape(tensor, tensor_parallel, tensor_parallel - 1), tensor_parallel - remainder))
+    return tuple((shape, count) for shape, count in classes if count)
+
+
 @dataclass(frozen=True)
 class _ModelStates:
     weights_bytes: int
@@ -218,27 +228,38 @@ class _ModelStates:
     optimizer_states_bytes: int
 
 
-def _rank_model_states(
-    tensors: tuple[tuple[ParamTensor, int], ...], training: Training, tensor_parallel: int, rank: int
-) -> _ModelStates:
-    """Unsharded model states held by one tensor-parallel rank of one stage."""
+def _model_states(shapes: list[tuple[tuple[int, ...], int]], training: Training) -> _ModelStates:
+    """Unsharded model states for parameters of the given shapes, each with a repetition count."""
     precision = training.precision
-    elements = sum(_elements(_rank_shape(tensor, tensor_parallel, rank)) * reps for tensor, reps in tensors)
+    elements = sum(_elements(shape) * count for shape, count in shapes)
     optimizer_bytes = sum(
-        reps
+        count
         * optimizer_state_bytes(
             training.optimizer,
-            shapes=[_rank_shape(tensor, tensor_parallel, rank)],
+            shapes=[shape],
             state_bits=precision.bits("optimizer_states"),
             adafactor_momentum=training.adafactor_momentum,
         )
-        for tensor, reps in tensors
+        for shape, count in shapes
     )
     return _ModelStates(
         weights_bytes=tensor_bytes(elements, precision.bits("weights")),
         gradients_bytes=tensor_bytes(elements, precision.bits("gradients")),
         master_weights_bytes=tensor_bytes(elements, precision.bits("master_weights")),
         optimizer_states_bytes=optimizer_bytes,
+    )
+
+
+def _rank_model_states(tensors: tuple[tuple[ParamTensor, int], ...], training: Training, tensor_parallel: int) -> _ModelStates:
+    """Model states of the most-loaded tensor-parallel rank (rank 0) of one stage, before ZeRO."""
+    return _model_states([(_rank_shape(tensor, tensor_parallel, 0), reps) for tensor, reps in tensors], training)
+
+
+def _all_ranks_model_states(tensors: tuple[tuple[ParamTensor, int], ...], training: Training, tensor_parallel: int) -> _ModelStates:
+    """Model states summed over every tensor-parallel rank of one stage, before ZeRO."""
+    return _model_states(
+        [(shape, reps * ranks) for tensor, reps in tensors for shape, ranks in _rank_classes(tensor, tensor_parallel)],
+        training,
     )
 
 
@@ -370,15 +391,15 @@ def _estimate_from_architecture(arch: Architecture, training: Training, parallel
     cluster = Breakdown(0, 0, 0, 0, 0, 0)
     stages = _stages(arch, parallelism.pipeline)
     for stage in stages:
-        rank0, _ = _shard(_rank_model_states(stage.tensors, training, t, 0), parallelism)
+        rank0, _ = _shard(_rank_model_states(stage.tensors, training, t), parallelism)
+        _, cluster_states = _shard(_all_ranks_model_states(stage.tensors, training, t), parallelism)
         activations_bytes = _stage_activations(arch, stage, setup, training, parallelism.pipeline)
         temporary_bytes = _stage_temporary(arch, stage, setup, training)
         per_stage.append(Breakdown(*_states_tuple(rank0), activations_bytes, temporary_bytes))
-        for rank in range(t):
-            _, group = _shard(_rank_model_states(stage.tensors, training, t, rank), parallelism)
-            # Activations and temporaries per rank: every tensor-parallel rank of a stage holds the
-            # most-loaded share (a slight overcount when a split dimension is not divisible by t).
-            cluster = cluster + Breakdown(*_states_tuple(group), activations_bytes * dp, temporary_bytes * dp)
+        # Activations and temporaries: every rank of the stage holds the most-loaded share (a slight
+        # overcount when a split dimension is not divisible by t).
+        ranks = t * dp
+        cluster = cluster + Breakdown(*_states_tuple(cluster_states), activations_bytes * ranks, temporary_bytes * ranks)
     heaviest = max(range(len(per_stage)), key=lambda index: per_stage[index].total_bytes)
     per_gpu = per_stage[heaviest]
     count = param_count(arch)
@@ -402,7 +423,7 @@ def _unsharded_states(arch: Architecture, training: Training) -> _ModelStates:
     whole = _Stage(0, tuple((tensor, 1) for tensor in embedding_tensors(arch) + head_tensors(arch))
                    + tuple((tensor, arch.num_hidden_layers) for tensor in layer_tensors(arch)),
                    arch.num_hidden_layers, True, True)
-    return _rank_model_states(whole.tensors, training, 1, 0)
+    return _rank_model_states(whole.tensors, training, 1)
 
 
 def _estimate_from_count(num_params: int, training: Training, parallelism: Parallelism, gpu: Gpu | None) -> Estimate:

@@ -1,0 +1,26 @@
+# trainmem: docker build -t trainmem . && docker run --rm -p 8000:8000 trainmem
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /srv/trainmem
+
+# Dependencies first, from the same hashed lock that `make` uses, so code changes reuse this layer.
+COPY requirements.lock ./
+RUN pip install --require-hashes -r requirements.lock
+
+COPY app ./app
+COPY templates ./templates
+COPY static ./static
+
+RUN useradd --system --uid 10001 --no-create-home trainmem
+USER 10001
+
+EXPOSE 8000
+HEALTHCHECK --interval=30s --timeout=3s --start-period=5s --retries=3 \
+    CMD python -c "import urllib.request,sys; sys.exit(urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=2).status != 200)"
+
+CMD ["uvicorn", "app.main:app", "--host", "0.0.0.0", "--port", "8000", "--proxy-headers"]
