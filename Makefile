@@ -32,7 +32,7 @@ test: $(VENV)/.test
 test-fast: $(VENV)/.test
 	$(BIN)/python -m pytest -m "not browser" $(PYTEST_ARGS)
 
-bench: $(VENV)/.runtime
+bench: $(VENV)/.test
 	$(BIN)/python -m bench
 
 # The full measurement sweep against PyTorch (CPU build); writes docs/VALIDATION.md and docs/validation.json.
