@@ -172,8 +172,8 @@ class BreakdownOut(BaseModel):
 
 
 class GpuFitOut(BaseModel):
-    id: str
-    name: str
+    id: str = Field(description="GPU id from GET /api/v1/gpus.")
+    name: str = Field(description="Marketing name.")
     capacity: int = Field(description="Usable memory in bytes, as the driver reports it.")
     fits: bool = Field(description="Whether the per-GPU total fits in capacity.")
     headroom: int = Field(description="capacity - per-GPU total, in bytes; negative when it does not fit.")
@@ -181,7 +181,7 @@ class GpuFitOut(BaseModel):
 
 class TermOut(BaseModel):
     category: str = Field(description="The per_gpu category this line explains.")
-    label: str
+    label: str = Field(description="What the bytes are, in words.")
     formula: str = Field(description="The formula with this request's numbers in it.")
     bytes: int = Field(description="Bytes per GPU.")
 
@@ -190,39 +190,39 @@ class EstimateResponse(BaseModel):
     param_count: int = Field(description="Exact number of parameters.")
     per_gpu: BreakdownOut = Field(description="Bytes on the most-loaded GPU.")
     cluster: BreakdownOut = Field(description="Bytes summed over every GPU.")
-    gpu: GpuFitOut | None
-    warnings: list[str]
+    gpu: GpuFitOut | None = Field(description="Fit check against the requested GPU; null when none was given.")
+    warnings: list[str] = Field(description="Assumptions that bite for this request, in words.")
     bytes_per_param: dict[str, float] = Field(description="Unsharded bytes per parameter for each model-state category.")
     pipeline_stage: int = Field(description="Index of the most-loaded pipeline stage (the per_gpu figures).")
     explanation: list[TermOut] = Field(description="Per-GPU figures, line by line, with their formulas.")
 
 
 class ModelPresetOut(BaseModel):
-    id: str
-    name: str
-    param_count: int
-    architecture: dict[str, Any]
-    architecture_source: str
-    param_count_source: str
+    id: str = Field(description="Preset id to use as model.preset.")
+    name: str = Field(description="Model name.")
+    param_count: int = Field(description="Exact number of parameters.")
+    architecture: dict[str, Any] = Field(description="Architecture fields (Hugging Face config names; sizes in elements).")
+    architecture_source: str = Field(description="Where the architecture numbers come from.")
+    param_count_source: str = Field(description="Where the published parameter total comes from.")
 
 
 class PrecisionPresetOut(BaseModel):
-    id: str
-    name: str
-    description: str
-    dtypes: dict[str, str | None]
+    id: str = Field(description="Preset id to use as training.precision.")
+    name: str = Field(description="Short name.")
+    description: str = Field(description="What convention it stands for.")
+    dtypes: dict[str, str | None] = Field(description="Dtype per tensor class.")
 
 
 class PresetsResponse(BaseModel):
-    models: list[ModelPresetOut]
-    precisions: list[PrecisionPresetOut]
+    models: list[ModelPresetOut] = Field(description="Model presets.")
+    precisions: list[PrecisionPresetOut] = Field(description="Precision presets.")
 
 
 class GpuOut(BaseModel):
-    id: str
-    name: str
+    id: str = Field(description="GPU id to use as gpu.")
+    name: str = Field(description="Marketing name.")
     capacity: int = Field(description="Usable memory in bytes, as the driver reports it.")
-    source: str
+    source: str = Field(description="Where the capacity figure comes from.")
 
 
 # --- conversion to the core ---------------------------------------------------------------------------
