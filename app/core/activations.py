@@ -219,23 +219,29 @@ def _megatron_logits_workspace(arch: Architecture, setup: ActivationSetup) -> li
 def _hf_norm(saved: _Saved, prefix: str, arch: Architecture, setup: ActivationSetup) -> None:
     """What one norm keeps, without its output (which the consumers keep).
 
-    LayerNorm (torch.native_layer_norm) keeps its input, the per-token mean and reciprocal standard
-    deviation (fp32). RMSNorm as Hugging Face writes it (LlamaRMSNorm) casts the input to fp32 and
-    keeps that copy (for ``pow``), the fp32 reciprocal RMS per token, and the normalised tensor cast
-    back to the input dtype (for the multiply by ``weight``); Gemma keeps the normalised tensor in
-    fp32 instead.
+    LayerNorm (torch.native_layer_norm) keeps its input and the per-token mean and reciprocal
+    standard deviation: fp32 on CUDA (the kernel's accumulation type), but in the input's own dtype
+    on CPU (the CPU kernel returns them as the input's dtype, so 2 bytes each for a bf16 input).
+    RMSNorm as Hugging Face writes it (LlamaRMSNorm) casts the input to fp32 and keeps that copy
+    (for ``pow``), the fp32 reciprocal RMS per token, and the normalised tensor cast back to the
+    input dtype (for the multiply by ``weight``). Gemma's RMSNorm keeps the normalised tensor in
+    fp32 and multiplies it by ``1.0 + self.weight.float()``, a new fp32 vector of h elements that
+    the multiply keeps as well.
     """
     n, h = setup.tokens, arch.hidden_size
     ws = setup.stream_bytes
     if arch.norm == "layernorm":
+        stats_bytes = ws if setup.device == "cpu" else FP32_BYTES
         saved.add(f"{prefix}.input", n * h, ws, "sequence")
-        saved.add(f"{prefix}.mean", n, FP32_BYTES, "sequence")
-        saved.add(f"{prefix}.rstd", n, FP32_BYTES, "sequence")
+        saved.add(f"{prefix}.mean", n, stats_bytes, "sequence")
+        saved.add(f"{prefix}.rstd", n, stats_bytes, "sequence")
         return
     saved.add(f"{prefix}.input_fp32", n * h, FP32_BYTES, "sequence")
     saved.add(f"{prefix}.rstd", n, FP32_BYTES, "sequence")
-    normalised_bytes = FP32_BYTES if arch.model_type in FP32_NORMALISED_MODELS else ws
-    saved.add(f"{prefix}.normalised", n * h, normalised_bytes, "sequence")
+    fp32_normalised = arch.model_type in FP32_NORMALISED_MODELS
+    saved.add(f"{prefix}.normalised", n * h, FP32_BYTES if fp32_normalised else ws, "sequence")
+    if fp32_normalised:
+        saved.add(f"{prefix}.one_plus_weight_fp32", h, FP32_BYTES, "none")
 
 
 def _hf_linear_input(saved: _Saved, name: str, consumers: int, arch: Architecture, setup: ActivationSetup) -> None:
@@ -252,47 +258,108 @@ def _hf_linear_input(saved: _Saved, name: str, consumers: int, arch: Architectur
 
 
 def _hf_attention(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
-    b, s, n = setup.micro_batch_size, setup.seq_len, setup.tokens
-    a, d, g = arch.num_attention_heads, arch.head_size, arch.kv_heads
-    wa = setup.half_bytes
-    kv_heads_saved = g
     if setup.attention == "eager":
-        # eager_attention_forward repeats grouped K and V to all a heads (repeat_kv copies them)
-        # before the two matmuls, which keep the repeated copies.
-        kv_heads_saved = a
-    saved.add("attn.query", n * a * d, wa, "tensor")
-    saved.add("attn.key", n * kv_heads_saved * d, wa, "tensor")
-    saved.add("attn.value", n * kv_heads_saved * d, wa, "tensor")
-    scores = b * a * s * s
-    if setup.attention == "eager":
-        if arch.extra("attn_logit_softcapping"):
-            # Gemma 2: scores / cap -> tanh -> * cap; tanh keeps its output.
-            saved.add("attn.softcap_tanh", scores, wa, "tensor", core=True)
-        softmax_bytes = _hf_softmax_bytes(arch, setup)
-        saved.add("attn.softmax", scores, softmax_bytes, "tensor", core=True)
-        if arch.attn_dropout > 0:
-            dropped_width = softmax_bytes if arch.model_type != "gpt2" else wa
-            saved.mask("attn.softmax_dropout_mask", scores, dropped_width, "tensor", core=True)
-            saved.add("attn.softmax_dropout_output", scores, wa, "tensor", core=True)
-        elif softmax_bytes != wa:
-            # softmax(..., dtype=float32).to(query.dtype): the matmul with V keeps the half cast.
-            saved.add("attn.probs_half", scores, wa, "tensor", core=True)
-        saved.add("attn.out_proj_input", n * a * d, wa, "tensor")
+        _hf_eager_attention(saved, arch, setup)
+    elif _cpu_sdpa_falls_back_to_math(arch, setup):
+        _hf_sdpa_math_attention(saved, arch, setup)
     else:
         # A fused kernel keeps Q, K, V, its output (also the output projection's input) and the
         # fp32 log-sum-exp per query and head (Dao et al. 2022, arXiv:2205.14135, Algorithm 2).
+        # Grouped K and V are passed with their g heads (sdpa's enable_gqa). On CPU, sdpa without
+        # attention dropout runs such a kernel too (_scaled_dot_product_flash_attention_for_cpu).
+        b, s, n = setup.micro_batch_size, setup.seq_len, setup.tokens
+        a, d, g = arch.num_attention_heads, arch.head_size, arch.kv_heads
+        wa = setup.half_bytes
+        saved.add("attn.query", n * a * d, wa, "tensor")
+        saved.add("attn.key", n * g * d, wa, "tensor")
+        saved.add("attn.value", n * g * d, wa, "tensor")
         saved.add("attn.output", n * a * d, wa, "tensor")
         saved.add("attn.logsumexp", b * a * s, FP32_BYTES, "tensor")
     if arch.dropout > 0:
-        saved.mask("attn.residual_dropout_mask", n * arch.hidden_size, wa, "sequence")
+        saved.mask("attn.residual_dropout_mask", setup.tokens * arch.hidden_size, setup.half_bytes, "sequence")
+
+
+def _hf_eager_attention(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
+    """eager_attention_forward as written: two matmuls around an explicit softmax.
+
+    Grouped K and V are repeated to all a heads (repeat_kv copies them) before the matmuls, which
+    keep the repeated copies. Softmax keeps its output (`_hf_softmax_bytes`); it is then cast to
+    the dtype of the query (Llama family) or of the value (GPT-2) (`_hf_probs_bytes`), and with
+    attention dropout the dropout keeps its mask at that width on CPU. The second matmul keeps the
+    probabilities it multiplies, in the activation dtype (under autocast, its own half cast).
+    """
+    b, s, n = setup.micro_batch_size, setup.seq_len, setup.tokens
+    a, d = arch.num_attention_heads, arch.head_size
+    wa = setup.half_bytes
+    scores = b * a * s * s
+    saved.add("attn.query", n * a * d, wa, "tensor")
+    saved.add("attn.key", n * a * d, wa, "tensor")
+    saved.add("attn.value", n * a * d, wa, "tensor")
+    if arch.extra("attn_logit_softcapping"):
+        # Gemma 2: scores / cap -> tanh -> * cap; tanh keeps its output.
+        saved.add("attn.softcap_tanh", scores, wa, "tensor", core=True)
+    softmax_bytes = _hf_softmax_bytes(arch, setup)
+    saved.add("attn.softmax", scores, softmax_bytes, "tensor", core=True)
+    if arch.attn_dropout > 0:
+        saved.mask("attn.softmax_dropout_mask", scores, _hf_probs_bytes(arch, setup), "tensor", core=True)
+        saved.add("attn.softmax_dropout_output", scores, wa, "tensor", core=True)
+    elif softmax_bytes != wa:
+        # The matmul with V keeps the half-precision probabilities, a second copy.
+        saved.add("attn.probs_half", scores, wa, "tensor", core=True)
+    saved.add("attn.out_proj_input", n * a * d, wa, "tensor")
+
+
+def _cpu_sdpa_falls_back_to_math(arch: Architecture, setup: ActivationSetup) -> bool:
+    """CPU sdpa runs its fused flash-style kernel only without attention dropout; otherwise the math path."""
+    return setup.device == "cpu" and arch.attn_dropout > 0
+
+
+def _hf_sdpa_math_attention(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
+    """CPU sdpa with attention dropout: torch's _scaled_dot_product_attention_math, op by op.
+
+    The math path upcasts fp16/bf16 Q, K and V to fp32, repeats grouped K and V to all a heads
+    (enable_gqa), and multiplies Q and K each by sqrt(scale), making scaled copies that the first
+    batched matmul keeps; V is kept by the second. Softmax keeps its fp32 output, dropout its fp32
+    mask (CPU) and the second matmul the fp32 dropped probabilities: three b*a*s*s fp32 tensors,
+    the s-squared term a fused kernel avoids. The output is cast back to the input dtype before the
+    output projection, which keeps it in the activation dtype.
+    """
+    b, s, n = setup.micro_batch_size, setup.seq_len, setup.tokens
+    a, d = arch.num_attention_heads, arch.head_size
+    scores = b * a * s * s
+    saved.add("attn.query_scaled_fp32", n * a * d, FP32_BYTES, "tensor")
+    saved.add("attn.key_scaled_fp32", n * a * d, FP32_BYTES, "tensor")
+    saved.add("attn.value_fp32", n * a * d, FP32_BYTES, "tensor")
+    saved.add("attn.softmax", scores, FP32_BYTES, "tensor", core=True)
+    saved.mask("attn.softmax_dropout_mask", scores, FP32_BYTES, "tensor", core=True)
+    saved.add("attn.softmax_dropout_output", scores, FP32_BYTES, "tensor", core=True)
+    saved.add("attn.out_proj_input", n * a * d, setup.half_bytes, "tensor")
 
 
 def _hf_softmax_bytes(arch: Architecture, setup: ActivationSetup) -> int:
-    """Width of the kept softmax: Llama-family code asks for fp32; GPT-2's follows autocast's policy."""
+    """Width of the kept softmax output.
+
+    The Llama family asks for fp32 (``softmax(..., dtype=torch.float32)``). GPT-2 calls softmax on
+    the scores in their own dtype; under autocast those are fp32, because the additive causal mask
+    transformers materialises for eager attention is in the model's dtype (fp32 weights, so fp32)
+    and the add promotes the half-precision scores (CUDA autocast would run softmax in fp32 anyway).
+    """
     if arch.model_type == "gpt2":
-        fp32_under_autocast = setup.autocast and setup.device == "cuda"
-        return FP32_BYTES if fp32_under_autocast else setup.half_bytes
+        return FP32_BYTES if setup.autocast else setup.half_bytes
     return FP32_BYTES
+
+
+def _hf_probs_bytes(arch: Architecture, setup: ActivationSetup) -> int:
+    """Width of the probabilities attention dropout sees: the cast that follows softmax.
+
+    GPT-2 casts them to the value's dtype (the activation dtype). The Llama family casts them to
+    the query's dtype, and the query is the rotary output ``q * cos + rotate_half(q) * sin``:
+    cos and sin are in the residual stream's dtype (fp32 under autocast), which the multiply
+    promotes the half-precision query to.
+    """
+    if arch.model_type == "gpt2" or arch.position_embedding != "rope":
+        return setup.half_bytes
+    return setup.stream_bytes
 
 
 def _hf_mlp(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
@@ -410,6 +477,30 @@ def checkpointed_layer_activations(
         return tuple(item for item in layer_activations(arch, setup) if not item.core_attention)
     saved = _Saved(setup)
     saved.add("layer.input", setup.tokens * arch.hidden_size, setup.stream_bytes, "sequence")
+    return tuple(saved.items)
+
+
+def checkpoint_held_activations(
+    arch: Architecture, setup: ActivationSetup, checkpointing: Checkpointing
+) -> tuple[SavedTensor, ...]:
+    """Model-level tensors that full recomputation keeps alive from forward to backward (``transformers``).
+
+    torch.utils.checkpoint (non-reentrant, as transformers calls it) keeps each layer's keyword
+    arguments in the recomputation closure until that layer's backward. They are shared by all
+    layers, so they count once: the rotary cos and sin (already counted with the embedding), the
+    position ids the rotary models pass to every layer (1 x s int64; GPT-2's are kept by its
+    position embedding anyway), and with eager attention the additive causal mask transformers
+    materialises for it, b x 1 x s x s in the residual stream's dtype. Without recomputation nothing
+    keeps the mask or the position ids after the forward pass.
+    """
+    if setup.implementation == "megatron" or checkpointing != "full":
+        return ()
+    saved = _Saved(setup)
+    b, s = setup.micro_batch_size, setup.seq_len
+    if arch.position_embedding == "rope":
+        saved.add("checkpoint.position_ids", s, INDEX_BYTES, "none")
+    if setup.attention == "eager":
+        saved.add("checkpoint.causal_mask", b * s * s, setup.stream_bytes, "none")
     return tuple(saved.items)
 
 

@@ -327,22 +327,41 @@ def _stage_activations(arch: Architecture, stage: _Stage, setup: act.ActivationS
     per_layer = act.total_bytes(act.checkpointed_layer_activations(arch, setup, training.activation_checkpointing))
     total = in_flight * stage.layers * per_layer
     if stage.first:
-        total += in_flight * act.total_bytes(act.embedding_activations(arch, setup))
+        held = act.checkpoint_held_activations(arch, setup, training.activation_checkpointing)
+        total += in_flight * act.total_bytes(act.embedding_activations(arch, setup) + held)
     if stage.last:
         total += act.total_bytes(act.head_activations(arch, setup))
     return total
 
 
-def autocast_weight_copies_bytes(tensors: tuple[tuple[ParamTensor, int], ...], arch: Architecture, setup: act.ActivationSetup) -> int:
+def autocast_weight_copies_bytes(
+    tensors: tuple[tuple[ParamTensor, int], ...],
+    arch: Architecture,
+    setup: act.ActivationSetup,
+    *,
+    checkpointing: act.Checkpointing = "none",
+) -> int:
     """Half-precision copies autocast makes of each matmul weight and keeps from forward to backward.
 
     torch.autocast caches the cast of every leaf fp32 weight that feeds a matmul for the length of
     the autocast region, and the matmul keeps that copy for its backward. With tied embeddings the
     output layer casts the embedding matrix.
+
+    Under full recomputation the layers' matmuls keep nothing, so their copies die with autocast's
+    cache when the forward's autocast region ends; only the copies made outside the layers (the
+    output layer's) are kept. In backward each layer's recomputation casts its weights again, one
+    layer at a time, so one layer's copies are added for that peak.
     """
     if not setup.autocast:
         return 0
-    elements = sum(_elements(_rank_shape(t, setup.tensor_parallel, 0)) * reps for t, reps in tensors if t.matmul)
+    in_layer = {tensor.name for tensor in layer_tensors(arch)}
+    elements = 0
+    for tensor, reps in tensors:
+        if not tensor.matmul:
+            continue
+        if checkpointing == "full" and tensor.name in in_layer:
+            reps = min(reps, 1)
+        elements += _elements(_rank_shape(tensor, setup.tensor_parallel, 0)) * reps
     has_head = any(t.name == "final_norm.weight" for t, _ in tensors)
     if has_head and arch.tie_word_embeddings:
         elements += _elements(_rank_shape(embedding_tensors(arch)[0], setup.tensor_parallel, 0))
@@ -352,7 +371,7 @@ def autocast_weight_copies_bytes(tensors: tuple[tuple[ParamTensor, int], ...], a
 def _stage_temporary(arch: Architecture, stage: _Stage, setup: act.ActivationSetup, training: Training) -> int:
     total = training.framework_overhead_bytes
     total += act.total_bytes(act.recompute_workspace(arch, setup, training.activation_checkpointing))
-    total += autocast_weight_copies_bytes(stage.tensors, arch, setup)
+    total += autocast_weight_copies_bytes(stage.tensors, arch, setup, checkpointing=training.activation_checkpointing)
     if stage.last:
         total += act.total_bytes(act.logits_workspace(arch, setup))
     return total
@@ -556,7 +575,8 @@ def _terms(arch: Architecture, count: int, training: Training, parallelism: Para
         layers * act.total_bytes(stored) * flight,
     ))
     if stage.first:
-        first = act.embedding_activations(arch, setup)
+        first = act.embedding_activations(arch, setup) + act.checkpoint_held_activations(
+            arch, setup, training.activation_checkpointing)
         terms.append(Term("activations", "Embedding (token ids, positions, dropout mask)",
                           f"{act.total_bytes(first):,} B{in_flight}", act.total_bytes(first) * flight))
     if stage.last:
@@ -573,7 +593,8 @@ def _terms(arch: Architecture, count: int, training: Training, parallelism: Para
     if setup.autocast:
         terms.append(Term("temporary", "Half-precision weight copies kept by autocast",
                           f"matmul weights × {training.precision.bits('activations')} bit ÷ 8",
-                          autocast_weight_copies_bytes(stage.tensors, arch, setup)))
+                          autocast_weight_copies_bytes(stage.tensors, arch, setup,
+                                                       checkpointing=training.activation_checkpointing)))
     terms.append(Term("temporary", "Framework overhead (CUDA context, allocator reserve)", "set by you",
                       training.framework_overhead_bytes))
     return terms
