@@ -9,6 +9,7 @@ from fastapi.staticfiles import StaticFiles
 
 from app.api.errors import install_error_handlers
 from app.api.v1 import router as api_v1_router
+from app.web.pages import router as pages_router
 
 ROOT_DIR = Path(__file__).resolve().parent.parent
 STATIC_DIR = ROOT_DIR / "static"
@@ -26,12 +27,7 @@ def create_app() -> FastAPI:
     )
     install_error_handlers(application)
     application.include_router(api_v1_router)
-    try:
-        from app.web.pages import router as pages_router
-    except ImportError:  # the page is optional until its module exists
-        pages_router = None
-    if pages_router is not None:
-        application.include_router(pages_router)
+    application.include_router(pages_router)
     application.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
     @application.get("/healthz", include_in_schema=False)

@@ -1,0 +1,165 @@
+"""The form's controls: their labels, help texts and options, taken from the API schema and the core's catalogues.
+
+Allowed values come from the schema's ``Literal`` types and the core's data (presets, GPUs,
+optimizers), so the page offers exactly what the API accepts. Help texts are the schema's field
+descriptions, so the page and the API documentation say the same thing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final, Literal, get_args, get_origin
+
+from app import core
+from app.api.schemas import ARCHITECTURE_FIELDS, ModelIn, ParallelismIn, PrecisionIn, TrainingIn
+from app.core.units import DTYPE_BITS
+from app.web.form import CUSTOM_PRECISION, NO_GPU, NO_MASTER, SOURCES, UNITS
+
+LABELS: Final[dict[str, str]] = {
+    "source": "Describe the model by",
+    "preset": "Model",
+    "num_params": "Parameter count",
+    "hf_config": "config.json",
+    "micro_batch_size": "Micro-batch size",
+    "seq_len": "Sequence length",
+    "precision": "Precision",
+    "optimizer": "Optimizer",
+    "adafactor_momentum": "Adafactor keeps momentum",
+    "activation_checkpointing": "Activation checkpointing",
+    "attention": "Attention kernel",
+    "implementation": "Implementation",
+    "framework_overhead_bytes": "Framework overhead per GPU",
+    "data": "Data parallel",
+    "zero_stage": "ZeRO stage",
+    "tensor": "Tensor parallel",
+    "sequence_parallel": "Sequence parallelism",
+    "pipeline": "Pipeline stages",
+    "gpu": "GPU",
+    "unit": "Sizes in",
+    "weights": "Weights",
+    "gradients": "Gradients",
+    "master_weights": "Master weights",
+    "optimizer_states": "Optimizer state",
+    "activations": "Activations",
+    "num_hidden_layers": "Layers",
+    "hidden_size": "Hidden size",
+    "num_attention_heads": "Attention heads",
+    "num_key_value_heads": "Key/value heads",
+    "head_dim": "Head size",
+    "intermediate_size": "MLP inner size",
+    "vocab_size": "Vocabulary size",
+    "max_position_embeddings": "Max positions",
+    "tie_word_embeddings": "Tied input and output embeddings",
+    "attention_bias": "Attention biases",
+    "qkv_bias": "Q, K, V biases",
+    "mlp_bias": "MLP biases",
+    "mlp": "MLP",
+    "norm": "Norm",
+    "norms_per_layer": "Norms per layer",
+    "position_embedding": "Positions",
+    "dropout": "Dropout",
+    "attention_dropout": "Attention dropout",
+}
+
+EXTRA_HELP: Final[dict[str, str]] = {
+    "source": "A preset, your own architecture, a bare parameter count (model states only) or a Hugging Face config.json.",
+    "preset": "Exact parameter counts from each model's published architecture.",
+    "num_params": "Whole number, e.g. 6,738,415,616 or 7B (k, M, B, T). Activations need the architecture, "
+    "so only model states are computed.",
+    "precision": "The dtype of each kind of tensor; open Per-tensor dtypes to see or set them.",
+    "gpu": "Usable memory as the driver reports it.",
+    "unit": "GB = 10⁹ bytes; GiB = 2³⁰ bytes (what nvidia-smi and PyTorch report).",
+    "framework_overhead_bytes": "CUDA context and allocator reserve per GPU, e.g. 1 GiB or 512 MiB.",
+    "fill": "Set the fields below to the chosen model's.",
+}
+
+CHOICE_LABELS: Final[dict[str, dict[str, str]]] = {
+    "source": {"preset": "Preset", "custom": "Architecture", "params": "Parameter count", "config": "config.json"},
+    "activation_checkpointing": {"none": "None", "selective": "Selective (attention core)", "full": "Full (layer inputs only)"},
+    "attention": {"eager": "Eager (stores scores)", "flash": "Flash (fused)"},
+    "implementation": {"transformers": "Hugging Face transformers", "megatron": "Megatron-LM"},
+    "zero_stage": {"0": "0: none", "1": "1: optimizer state", "2": "2: + gradients", "3": "3: + weights"},
+    "mlp": {"gelu": "GeLU (2 matrices)", "relu": "ReLU (2 matrices)", "swiglu": "SwiGLU (3 matrices)", "geglu": "GeGLU (3 matrices)"},
+    "norm": {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm"},
+    "position_embedding": {"learned": "Learned table", "rope": "RoPE (no parameters)"},
+    "qkv_bias": {"": "As attention biases", "true": "Yes", "false": "No"},
+}
+
+
+@dataclass(frozen=True)
+class Option:
+    value: str
+    label: str
+
+
+def _schema_field(name: str) -> Any:
+    for model in (TrainingIn, ParallelismIn, ModelIn, PrecisionIn):
+        if name in model.model_fields:
+            return model.model_fields[name]
+    return None
+
+
+def help_text(name: str) -> str:
+    """The schema's description of the field, then anything the page adds."""
+    schema_field = _schema_field(name)
+    parts = [schema_field.description] if schema_field is not None and schema_field.description else []
+    if name in EXTRA_HELP:
+        parts.append(EXTRA_HELP[name])
+    return " ".join(parts)
+
+
+def _literal_values(annotation: Any) -> tuple[str, ...]:
+    if get_origin(annotation) is Literal:
+        return tuple(str(v) for v in get_args(annotation))
+    for arg in get_args(annotation):
+        values = _literal_values(arg)
+        if values:
+            return values
+    return ()
+
+
+def _labelled(name: str, values: tuple[str, ...]) -> tuple[Option, ...]:
+    labels = CHOICE_LABELS.get(name, {})
+    return tuple(Option(value, labels.get(value, value)) for value in values)
+
+
+def options() -> dict[str, tuple[Option, ...]]:
+    """Every select and radio group's options, in the order the page lists them."""
+    dtypes = tuple(DTYPE_BITS)
+    result = {
+        "source": _labelled("source", SOURCES),
+        "unit": tuple(Option(unit, unit) for unit in UNITS),
+        "preset": tuple(Option(p.id, p.name) for p in core.model_presets().values()),
+        "gpu": (Option(NO_GPU, "None (no fit check)"),) + tuple(Option(g.id, g.name) for g in core.gpu_catalogue().values()),
+        "precision": tuple(Option(p.id, p.name) for p in core.PRECISION_PRESETS.values())
+        + (Option(CUSTOM_PRECISION, "Custom (per-tensor dtypes below)"),),
+        "optimizer": tuple(Option(o.id, o.name) for o in core.OPTIMIZER_INFO.values()),
+        "zero_stage": _labelled("zero_stage", tuple(str(stage) for stage in range(4))),
+        "master_weights": (Option(NO_MASTER, "none (no copy)"),) + tuple(Option(d, d) for d in dtypes),
+        "qkv_bias": _labelled("qkv_bias", ("", "true", "false")),
+    }
+    for name in ("weights", "gradients", "optimizer_states", "activations"):
+        result[name] = tuple(Option(d, d) for d in dtypes)
+    for name in ("activation_checkpointing", "attention", "implementation"):
+        result[name] = _labelled(name, _literal_values(TrainingIn.model_fields[name].annotation))
+    for name in ("mlp", "norm", "position_embedding"):
+        result[name] = _labelled(name, _literal_values(ModelIn.model_fields[name].annotation))
+    return result
+
+
+ARCH_MAIN: Final = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
+                    "head_dim", "intermediate_size", "vocab_size", "max_position_embeddings")
+ARCH_MORE: Final = tuple(name for name in ARCHITECTURE_FIELDS if name not in ARCH_MAIN)
+
+
+def condition_holds(expression: str, values: dict[str, str]) -> bool:
+    """When a control is shown: ``name=a,b`` (value is one of) or ``name>n`` (a number above n).
+
+    static/app.js evaluates the same expressions in the browser as the person changes the form.
+    """
+    if ">" in expression:
+        name, threshold = expression.split(">", 1)
+        text = "".join(values.get(name, "").replace(",", "").replace("_", "").split())
+        return text.isdigit() and int(text) > int(threshold)
+    name, choices = expression.split("=", 1)
+    return values.get(name, "") in choices.split(",")

@@ -1,0 +1,376 @@
+"""The calculator form: flat query parameters (named like the API's fields) in, an EstimateRequest out.
+
+The page's URL is its state, so every control is a query parameter named after the API field it
+feeds (``seq_len``, ``zero_stage``, ``hidden_size``...), with the API's values. Three parameters
+are the page's own: ``source`` (which kind of model description is active), ``unit`` (GB or GiB)
+and ``fill`` (refill the architecture fields from the preset).
+
+Nothing here raises for bad input: every problem becomes a message keyed by the name of the
+control at fault, so the page can show it next to that control.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any, Final, Literal
+
+from pydantic import ValidationError
+
+from app import core
+from app.api.schemas import (
+    ARCHITECTURE_FIELDS,
+    EstimateRequest,
+    ModelIn,
+    ParallelismIn,
+    PrecisionIn,
+    TrainingIn,
+    run_estimate,
+)
+
+Source = Literal["preset", "custom", "params", "config"]
+Unit = Literal["GB", "GiB"]
+
+SOURCES: Final[tuple[Source, ...]] = ("preset", "custom", "params", "config")
+UNITS: Final[tuple[Unit, ...]] = ("GiB", "GB")
+DEFAULT_SOURCE: Final[Source] = "preset"
+DEFAULT_UNIT: Final[Unit] = "GiB"
+DEFAULT_PRESET: Final = "llama-3-8b"
+DEFAULT_GPU: Final = "h100-80gb"
+NO_GPU: Final = ""
+CUSTOM_PRECISION: Final = "custom"
+NO_MASTER: Final = "none"
+TRUE: Final = "true"
+
+TRAINING_INTS: Final = ("micro_batch_size", "seq_len")
+PARALLEL_INTS: Final = ("data", "tensor", "pipeline", "zero_stage")
+TRAINING_CHOICES: Final = ("optimizer", "activation_checkpointing", "attention", "implementation")
+DTYPE_FIELDS: Final = core.precision.TENSOR_CLASSES
+ARCH_INTS: Final = tuple(
+    name for name in ARCHITECTURE_FIELDS if ModelIn.model_fields[name].annotation in (int | None,)
+)
+ARCH_FLOATS: Final = ("dropout", "attention_dropout")
+ARCH_CHECKBOXES: Final = ("tie_word_embeddings", "attention_bias", "mlp_bias")
+ARCH_CHOICES: Final = ("mlp", "norm", "position_embedding", "qkv_bias")
+# The fields a custom architecture cannot do without; their presence says the fields were submitted.
+ARCH_REQUIRED: Final = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
+
+# Which controls each model source submits; the others are in disabled fieldsets.
+SOURCE_CONTROLS: Final[dict[str, tuple[str, ...]]] = {
+    "preset": ("preset",),
+    "custom": ("preset", *ARCHITECTURE_FIELDS),
+    "params": ("num_params",),
+    "config": ("hf_config",),
+}
+MAIN_CONTROL: Final[dict[str, str]] = {"preset": "preset", "custom": "num_hidden_layers", "params": "num_params", "config": "hf_config"}
+
+COMMON_CONTROLS: Final = (
+    "source", "unit", "gpu", "precision", *DTYPE_FIELDS, *TRAINING_INTS, *TRAINING_CHOICES,
+    "adafactor_momentum", "framework_overhead_bytes", *PARALLEL_INTS, "sequence_parallel",
+)
+ALL_CONTROLS: Final = frozenset(COMMON_CONTROLS) | {c for controls in SOURCE_CONTROLS.values() for c in controls}
+
+_SEPARATORS = re.compile(r"[,_\s\u00a0\u202f']")
+_SCALED = re.compile(r"^([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)$", re.IGNORECASE)
+COUNT_SUFFIXES: Final = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
+BYTE_UNITS: Final = {
+    "": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+}
+
+
+class FormError(ValueError):
+    """One control's value cannot be read; `control` is its name."""
+
+    def __init__(self, control: str, message: str) -> None:
+        super().__init__(message)
+        self.control = control
+        self.message = message
+
+
+@dataclass(frozen=True)
+class ParsedForm:
+    """What the form says: the values to show in its controls, and either an estimate or the errors."""
+
+    source: Source
+    unit: Unit
+    values: dict[str, str]
+    request: EstimateRequest | None = None
+    estimate: core.Estimate | None = None
+    errors: dict[str, str] = field(default_factory=dict)
+    refilled: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.estimate is not None and not self.errors
+
+    def checked(self, name: str) -> bool:
+        return self.values.get(name) == TRUE
+
+
+# --- reading single values ---------------------------------------------------------------------------
+
+
+def parse_int(control: str, raw: str) -> int:
+    """A whole number; thousands separators (commas, spaces, underscores) are allowed."""
+    text = _SEPARATORS.sub("", raw)
+    if not text:
+        raise FormError(control, "Enter a whole number.")
+    if not re.fullmatch(r"[+-]?[0-9]+", text):
+        raise FormError(control, f"Enter a whole number (got {raw.strip()!r}).")
+    return int(text)
+
+
+def _parse_scaled(control: str, raw: str, suffixes: Mapping[str, int], example: str) -> int:
+    text = _SEPARATORS.sub("", raw)
+    if not text:
+        raise FormError(control, f"Enter a number, e.g. {example}.")
+    match = _SCALED.match(text)
+    if not match or match.group(2).lower() not in suffixes:
+        raise FormError(control, f"Enter a number, e.g. {example} (got {raw.strip()!r}).")
+    try:
+        value = Decimal(match.group(1)) * suffixes[match.group(2).lower()]
+    except InvalidOperation:
+        raise FormError(control, f"Enter a number, e.g. {example}.") from None
+    if value != value.to_integral_value():
+        raise FormError(control, f"{raw.strip()} is not a whole number.")
+    return int(value)
+
+
+def parse_count(control: str, raw: str) -> int:
+    """A parameter count: ``8030261248``, ``8,030,261,248``, ``8.03e9`` or ``8.03B`` (k, M, B, T)."""
+    return _parse_scaled(control, raw, COUNT_SUFFIXES, "7B or 6,738,415,616")
+
+
+def parse_bytes(control: str, raw: str) -> int:
+    """A size in bytes, optionally with a unit: ``1 GiB``, ``512 MiB``, ``2GB``, ``1073741824``."""
+    return _parse_scaled(control, raw, BYTE_UNITS, "1 GiB or 512 MiB")
+
+
+def parse_probability(control: str, raw: str) -> float:
+    if not raw.strip():
+        raise FormError(control, "Enter a probability between 0 and 1.")
+    try:
+        return float(raw)
+    except ValueError:
+        raise FormError(control, f"Enter a probability between 0 and 1 (got {raw.strip()!r}).") from None
+
+
+# --- defaults and the values the controls show ----------------------------------------------------------
+
+
+def _field_default(model: type, name: str) -> Any:
+    return model.model_fields[name].get_default(call_default_factory=True)
+
+
+def default_values() -> dict[str, str]:
+    """The form's first view: the API's own defaults, plus a preset and a GPU so it says something."""
+    values = {
+        "source": DEFAULT_SOURCE,
+        "unit": DEFAULT_UNIT,
+        "preset": DEFAULT_PRESET,
+        "gpu": DEFAULT_GPU,
+        "num_params": "",
+        "hf_config": "",
+        "precision": str(_field_default(TrainingIn, "precision")),
+        "framework_overhead_bytes": str(_field_default(TrainingIn, "framework_overhead_bytes")),
+        "adafactor_momentum": _flag(_field_default(TrainingIn, "adafactor_momentum")),
+        "sequence_parallel": _flag(_field_default(ParallelismIn, "sequence_parallel")),
+    }
+    for name in (*TRAINING_INTS, *TRAINING_CHOICES):
+        values[name] = str(_field_default(TrainingIn, name))
+    for name in PARALLEL_INTS:
+        values[name] = str(_field_default(ParallelismIn, name))
+    return values
+
+
+def _flag(value: bool | None) -> str:
+    return TRUE if value else ""
+
+
+def architecture_values(architecture: core.Architecture) -> dict[str, str]:
+    """The architecture fields as the custom-architecture controls show them (exact, resolved values)."""
+    resolved = {
+        "num_key_value_heads": architecture.kv_heads,
+        "head_dim": architecture.head_size,
+        "intermediate_size": architecture.ffn_size,
+        "attention_dropout": architecture.attn_dropout,
+    }
+    values = {}
+    for name in ARCHITECTURE_FIELDS:
+        value = resolved.get(name, getattr(architecture, name))
+        if name == "qkv_bias":
+            values[name] = "" if value is None else _flag(value) or "false"
+        elif isinstance(value, bool):
+            values[name] = _flag(value)
+        else:
+            values[name] = str(value)
+    return values
+
+
+def precision_values(preset_id: str) -> dict[str, str]:
+    precision = core.PRECISION_PRESETS[preset_id].precision
+    return {name: getattr(precision, name) or NO_MASTER for name in DTYPE_FIELDS}
+
+
+# --- the whole form ---------------------------------------------------------------------------------------
+
+
+def parse_form(params: Mapping[str, str]) -> ParsedForm:
+    """Read the query parameters, build the request and run the estimate; never raises for bad input."""
+    values = default_values()
+    submitted = {name: str(params[name]) for name in ALL_CONTROLS if name in params}
+    values.update(submitted)
+    source: Source = values["source"] if values["source"] in SOURCES else DEFAULT_SOURCE  # type: ignore[assignment]
+    unit: Unit = values["unit"] if values["unit"] in UNITS else DEFAULT_UNIT  # type: ignore[assignment]
+    values["source"], values["unit"] = source, unit
+    errors: dict[str, str] = {}
+
+    refill = params.get("fill") == "preset"
+    _fill_architecture(values, submitted, source, refill=refill)
+    _fill_precision(values, submitted)
+
+    def read(control: str, reader: Any) -> Any:
+        try:
+            return reader(control, values[control])
+        except FormError as error:
+            errors.setdefault(error.control, error.message)
+            return None
+
+    model = _model_dict(values, source, read)
+    training: dict[str, Any] = {name: read(name, parse_int) for name in TRAINING_INTS}
+    training |= {name: values[name] for name in TRAINING_CHOICES}
+    training["adafactor_momentum"] = values["adafactor_momentum"] == TRUE
+    training["framework_overhead_bytes"] = read("framework_overhead_bytes", parse_bytes)
+    if values["precision"] == CUSTOM_PRECISION:
+        training["precision"] = {name: None if values[name] == NO_MASTER else values[name] for name in DTYPE_FIELDS}
+    else:
+        training["precision"] = values["precision"]
+    parallelism: dict[str, Any] = {name: read(name, parse_int) for name in PARALLEL_INTS}
+    parallelism["sequence_parallel"] = values["sequence_parallel"] == TRUE
+    if errors:
+        return ParsedForm(source, unit, values, refilled=refill, errors=errors)
+
+    body = {"model": model, "training": training, "parallelism": parallelism, "gpu": values["gpu"] or None}
+    try:
+        request = EstimateRequest.model_validate(body)
+    except ValidationError as error:
+        return ParsedForm(source, unit, values, refilled=refill, errors=validation_errors(error, source, precision_is_custom=values["precision"] == CUSTOM_PRECISION))
+    try:
+        result = run_estimate(request)
+    except core.DomainError as error:
+        control, message = control_for(error.field.split("."), error.message, source)
+        return ParsedForm(source, unit, values, refilled=refill, request=request, errors={control: message})
+    return ParsedForm(source, unit, values, refilled=refill, request=request, estimate=result)
+
+
+def _fill_architecture(values: dict[str, str], submitted: Mapping[str, str], source: Source, *, refill: bool) -> None:
+    """Give the architecture controls the preset's exact values unless the person is editing them.
+
+    In custom mode the submitted fields win; when none were submitted (the person has just switched
+    to custom, or asked to refill) they start from the chosen preset.
+    """
+    preset_id = values["preset"] if values["preset"] in core.model_presets() else DEFAULT_PRESET
+    from_preset = architecture_values(core.get_preset(preset_id).architecture)
+    editing = source == "custom" and not refill and any(name in submitted for name in ARCH_REQUIRED)
+    if not editing:
+        values.update(from_preset)
+        return
+    # A field left out of the URL keeps the preset's value; an unticked box is not sent, so it is off.
+    for name in ARCHITECTURE_FIELDS:
+        if name in ARCH_CHECKBOXES:
+            values[name] = submitted.get(name, "")
+        else:
+            values.setdefault(name, from_preset[name])
+
+
+def _fill_precision(values: dict[str, str], submitted: Mapping[str, str]) -> None:
+    """The per-tensor dtype controls show the preset's dtypes, or the submitted ones in custom mode."""
+    preset_id = values["precision"]
+    shown = preset_id if preset_id in core.PRECISION_PRESETS else str(_field_default(TrainingIn, "precision"))
+    for name, dtype in precision_values(shown).items():
+        if preset_id != CUSTOM_PRECISION or name not in submitted:
+            values[name] = dtype
+
+
+def _model_dict(values: Mapping[str, str], source: Source, read: Any) -> dict[str, Any]:
+    if source == "preset":
+        return {"preset": values["preset"]}
+    if source == "params":
+        return {"num_params": read("num_params", parse_count)}
+    if source == "config":
+        return {"hf_config": values["hf_config"] if values["hf_config"].strip() else None}
+    model: dict[str, Any] = {}
+    if values["preset"] in core.model_presets():
+        model["preset"] = values["preset"]
+    # Every field is explicit: the controls show resolved values, so an emptied one is an error
+    # rather than a silent fallback to the preset's value.
+    for name in ARCHITECTURE_FIELDS:
+        raw = values.get(name, "").strip()
+        if name in ARCH_CHECKBOXES:
+            model[name] = raw == TRUE
+        elif name == "qkv_bias":
+            model[name] = raw == TRUE if raw else values.get("attention_bias") == TRUE
+        elif name in ARCH_INTS:
+            model[name] = read(name, parse_int)
+        elif name in ARCH_FLOATS:
+            model[name] = read(name, parse_probability)
+        else:
+            model[name] = raw
+    return {name: value for name, value in model.items() if value is not None}
+
+
+# --- errors to controls -----------------------------------------------------------------------------------
+
+
+def control_for(path: Sequence[str | int], message: str, source: Source) -> tuple[str, str]:
+    """The control to show `message` next to, for an error at `path` (API field path or pydantic loc).
+
+    The last path element that names a control active under `source` wins; a model error on a
+    control that is not on screen (a config.json key, say) goes to the source's main control, with
+    the key named in the message.
+    """
+    active = set(COMMON_CONTROLS) | set(SOURCE_CONTROLS[source])
+    parts = [str(part) for part in path if str(part) not in ("body", "query")]
+    for index in range(len(parts) - 1, -1, -1):
+        if parts[index] in active:
+            rest = [p for p in parts[index + 1:] if p not in ALL_CONTROLS and not _is_type_tag(p)]
+            return parts[index], _prefixed(rest, message)
+    if parts and parts[0] == "model":
+        rest = [p for p in parts[1:] if p not in SOURCE_CONTROLS[source] and p not in ("hf_config",) and not _is_type_tag(p)]
+        return MAIN_CONTROL[source], _prefixed(rest, message)
+    return "form", _prefixed(parts, message)
+
+
+def _other_union_branch(loc: Sequence[str | int], *, precision_is_custom: bool) -> bool:
+    """An error from the union member the form did not choose (precision is a preset id or the dtypes)."""
+    if tuple(loc[:2]) != ("training", "precision") or len(loc) < 3:
+        return False
+    tag = str(loc[2])
+    return tag.startswith("literal[") if precision_is_custom else tag == PrecisionIn.__name__
+
+
+def _is_type_tag(part: str) -> bool:
+    """pydantic adds the union member tried to a loc (``PrecisionIn``, ``literal['fp32',...]``, ``str``)."""
+    return part[:1].isupper() or "[" in part or part in ("str", "int", "dict", "float", "bool")
+
+
+def _prefixed(keys: Sequence[str], message: str) -> str:
+    first_word = message.split(" ", 1)[0]
+    if first_word.isalpha() and first_word.islower():
+        message = message[:1].upper() + message[1:]
+    return f"{'.'.join(keys)}: {message}" if keys else message
+
+
+def validation_errors(error: ValidationError, source: Source, *, precision_is_custom: bool = False) -> dict[str, str]:
+    """pydantic's errors, one message per control (the first, which is the one to fix first)."""
+    errors: dict[str, str] = {}
+    for item in error.errors(include_url=False):
+        if _other_union_branch(item["loc"], precision_is_custom=precision_is_custom):
+            continue
+        message = item["msg"].removeprefix("Value error, ")
+        control, text = control_for(item["loc"], message, source)
+        errors.setdefault(control, text)
+    return errors

@@ -1,0 +1,89 @@
+"""The calculator page: one GET form whose URL is the state, enhanced with htmx.
+
+``GET /`` renders the whole page. The same URL requested by htmx (``HX-Request``) renders only
+what changes: the results region, plus out-of-band updates for the explanation, the per-field
+messages and the fields a preset fills. A history-restore request gets the whole page.
+
+When the input is invalid the htmx answer is still a 200 (htmx does not swap error statuses by
+default) with ``HX-Reswap: none``: the last good result is left in place, and out-of-band swaps
+put each message next to its field and mark that result as out of date. A full page with invalid
+input is a 422 that shows the same messages. Nothing here lets an exception become a 500.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Final
+
+from fastapi import APIRouter, Header, Request
+from fastapi.responses import HTMLResponse
+from fastapi.templating import Jinja2Templates
+
+from app.api.schemas import ARCHITECTURE_FIELDS, to_parallelism
+from app.web import controls
+from app.web.form import ALL_CONTROLS, CUSTOM_PRECISION, DTYPE_FIELDS, ParsedForm, parse_form
+from app.web.view import format_size_input, result_view
+
+TEMPLATES_DIR: Final = Path(__file__).resolve().parent.parent.parent / "templates"
+VARY: Final = "HX-Request, HX-History-Restore-Request"
+
+templates = Jinja2Templates(directory=TEMPLATES_DIR)
+router = APIRouter(include_in_schema=False)
+
+
+def page_context(form: ParsedForm) -> dict[str, Any]:
+    values = dict(form.values)
+    if not form.errors.get("framework_overhead_bytes") and form.request is not None:
+        values["framework_overhead_bytes"] = format_size_input(form.request.training.framework_overhead_bytes)
+    view = None
+    if form.ok and form.request is not None and form.estimate is not None:
+        view = result_view(form.estimate, to_parallelism(form.request.parallelism), form.unit)
+    return {
+        "form": form,
+        "values": values,
+        "errors": form.errors,
+        "view": view,
+        "options": controls.options(),
+        "labels": controls.LABELS,
+        "help": controls.help_text,
+        "arch_main": controls.ARCH_MAIN,
+        "arch_more": controls.ARCH_MORE,
+        "dtype_fields": DTYPE_FIELDS,
+        "when": lambda expression: controls.condition_holds(expression, values),
+    }
+
+
+def _swaps(form: ParsedForm) -> dict[str, Any]:
+    """What an htmx answer refreshes out of band besides the summary, breakdown and explanation.
+
+    The architecture fields are refreshed whenever they show a preset's values (any source but
+    custom, or a refill), the dtype fields whenever they show a precision preset's; the person's
+    own edits are never overwritten. Error slots inside a refreshed fieldset come with it.
+    """
+    arch = form.source != "custom" or form.refilled
+    dtypes = form.values["precision"] != CUSTOM_PRECISION
+    inside = (set(ARCHITECTURE_FIELDS) if arch else set()) | (set(DTYPE_FIELDS) if dtypes else set())
+    slots = (ALL_CONTROLS | {"form"}) - inside - {"unit"}  # the unit switch never errs and has no slot
+    return {"swap_arch": arch, "swap_dtypes": dtypes, "oob_error_slots": sorted(slots)}
+
+
+@router.get("/", response_class=HTMLResponse)
+def calculator(
+    request: Request,
+    hx_request: Annotated[str | None, Header()] = None,
+    hx_history_restore_request: Annotated[str | None, Header()] = None,
+) -> HTMLResponse:
+    """The calculator; htmx gets the changed fragments, everyone else (and history restores) the page."""
+    form = parse_form(request.query_params)
+    context = page_context(form)
+    from_htmx = hx_request == "true"
+    if from_htmx and hx_history_restore_request != "true":
+        context |= _swaps(form)
+        response = templates.TemplateResponse(request, "update.html", context)
+        if not form.ok:
+            response.headers["HX-Reswap"] = "none"
+    else:
+        status = 200 if form.ok or from_htmx else 422
+        response = templates.TemplateResponse(request, "page.html", context, status_code=status)
+    response.headers["Vary"] = VARY
+    return response

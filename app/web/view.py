@@ -1,0 +1,283 @@
+"""An Estimate as the page shows it: formatted sizes, bar segment widths, the verdict and the explanations.
+
+All arithmetic for display lives here, so templates only place strings and routes only wire things up.
+Sizes are formatted with thousands separators, two decimals and their unit (GB = 10^9 bytes,
+GiB = 2^30 bytes), always labelled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from app import core
+from app.web.form import Unit
+
+UNIT_BYTES: Final[dict[str, int]] = {"GB": 10**9, "GiB": 1 << 30}
+UNIT_NAMES: Final[dict[str, str]] = {"GB": "gigabytes (10⁹ bytes)", "GiB": "gibibytes (2³⁰ bytes)"}
+
+CATEGORY_LABELS: Final[dict[str, str]] = {
+    "weights": "Weights",
+    "gradients": "Gradients",
+    "master_weights": "Master weights",
+    "optimizer_states": "Optimizer state",
+    "activations": "Activations",
+    "temporary": "Temporary",
+}
+CATEGORY_SHORT: Final[dict[str, str]] = {
+    "weights": "W", "gradients": "G", "master_weights": "M", "optimizer_states": "O", "activations": "A", "temporary": "T",
+}
+CATEGORY_ABOUT: Final[dict[str, str]] = {
+    "weights": "The parameters the forward and backward passes read, in the training dtype.",
+    "gradients": "One gradient per parameter, written by the backward pass and read by the optimizer step.",
+    "master_weights": "A higher-precision copy of the weights that the optimizer updates, so small updates are not lost.",
+    "optimizer_states": "What the optimizer keeps between steps (Adam: two moments per parameter).",
+    "activations": "Tensors the forward pass saves for the backward pass; they grow with batch size and sequence length.",
+    "temporary": "Short-lived buffers at the peak: logits and their gradients, recomputation, autocast copies, "
+    "and the framework's own overhead.",
+}
+# A segment narrower than this (percent of the bar) has no room for text; the legend names it.
+LABEL_MIN_PERCENT: Final = 14.0
+SHORT_LABEL_MIN_PERCENT: Final = 3.0
+PERCENT_DECIMALS: Final = 3
+
+
+SMALL_UNITS: Final[dict[str, str]] = {"GB": "MB", "GiB": "MiB"}
+SMALL_UNIT_BYTES: Final[dict[str, int]] = {"MB": 10**6, "MiB": 1 << 20}
+# Below a tenth of the unit a size is written in the next smaller unit of the same family, so a
+# megabyte-sized buffer does not read as 0.00 GiB.
+SMALL_BELOW: Final = 0.1
+
+
+def format_bytes(value: int, unit: Unit) -> str:
+    """``137.44 GiB``: thousands separators, two decimals, the unit always written (MB/MiB when small)."""
+    if 0 < value < SMALL_BELOW * UNIT_BYTES[unit]:
+        small = SMALL_UNITS[unit]
+        return f"{value / SMALL_UNIT_BYTES[small]:,.2f} {small}"
+    return f"{value / UNIT_BYTES[unit]:,.2f} {unit}"
+
+
+def format_exact_bytes(value: int) -> str:
+    return f"{value:,} bytes"
+
+
+def format_count(value: int) -> str:
+    """An exact count with separators and its rounded size: ``8,030,261,248 (8.03 B)``."""
+    for scale, suffix in ((10**12, "T"), (10**9, "B"), (10**6, "M"), (10**3, "k")):
+        if value >= scale:
+            return f"{value:,} ({value / scale:,.2f} {suffix})"
+    return f"{value:,}"
+
+
+def format_bytes_per_param(value: float) -> str:
+    """Whole numbers as they are (2, 4, 8); anything else with two decimals (8-bit states: 2.03)."""
+    return f"{value:,.0f}" if value == round(value) else f"{value:,.2f}"
+
+
+def format_size_input(value: int) -> str:
+    """A byte count as the overhead control shows it: in GiB or MiB when exact, else in bytes."""
+    for size, unit in ((1 << 30, "GiB"), (1 << 20, "MiB")):
+        if value and value % size == 0:
+            return f"{value // size:,} {unit}"
+    return f"{value:,}"
+
+
+def percent(part: int, whole: int) -> str:
+    """``part`` as a percentage of ``whole`` for a CSS width, fixed decimals."""
+    return f"{100 * part / whole:.{PERCENT_DECIMALS}f}" if whole else f"{0:.{PERCENT_DECIMALS}f}"
+
+
+@dataclass(frozen=True)
+class Segment:
+    category: str
+    label: str
+    short: str
+    bytes: int
+    size: str
+    exact: str
+    width: str
+    text: str  # what fits inside the segment on a wide bar: the label, its letter, or nothing
+    short_text: str  # the same on a narrow bar: the letter, or nothing
+
+
+@dataclass(frozen=True)
+class Bar:
+    title: str
+    segments: tuple[Segment, ...]
+    total: str
+    total_exact: str
+    capacity_at: str | None  # percent along the bar, or None when no GPU is chosen
+    capacity_label: str | None
+    capacity_align: Literal["start", "end"]  # which side of the line its label sits
+    over: bool
+
+
+@dataclass(frozen=True)
+class LegendRow:
+    category: str
+    label: str
+    short: str
+    per_gpu: str
+    cluster: str
+    share: str  # percent of the per-GPU total
+    bytes_per_param: str | None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    kind: Literal["fits", "over", "none"]
+    headline: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class TermLine:
+    label: str
+    formula: str
+    size: str
+    exact: str
+
+
+@dataclass(frozen=True)
+class Explanation:
+    category: str
+    label: str
+    short: str
+    about: str
+    size: str
+    lines: tuple[TermLine, ...]
+
+
+@dataclass(frozen=True)
+class ResultView:
+    unit: Unit
+    unit_name: str
+    verdict: Verdict
+    per_gpu_total: str
+    per_gpu_total_exact: str
+    param_count: str
+    world_size: int
+    layout: str
+    stage_note: str | None
+    model_states_only: bool
+    per_gpu_bar: Bar
+    cluster_bar: Bar
+    legend: tuple[LegendRow, ...]
+    bytes_per_param_total: str
+    bytes_per_param_sum: str
+    explanations: tuple[Explanation, ...]
+    warnings: tuple[str, ...]
+
+
+# The capacity line's label sits to the left of the line once the line is this far along the bar.
+CAPACITY_LABEL_FLIP_PERCENT: Final = 55.0
+
+
+def _bar(title: str, breakdown: core.Breakdown, capacity: int | None, unit: Unit) -> Bar:
+    """Segments scaled so that the whole bar is the larger of the total and the capacity line."""
+    total = breakdown.total_bytes
+    scale = max(total, capacity or 0)
+    segments = []
+    for category in core.CATEGORIES:
+        value = getattr(breakdown, f"{category}_bytes")
+        if value is None:
+            continue
+        share = 100 * value / scale if scale else 0.0
+        short_text = CATEGORY_SHORT[category] if share >= SHORT_LABEL_MIN_PERCENT else ""
+        text = CATEGORY_LABELS[category] if share >= LABEL_MIN_PERCENT else short_text
+        segments.append(Segment(
+            category=category, label=CATEGORY_LABELS[category], short=CATEGORY_SHORT[category], bytes=value,
+            size=format_bytes(value, unit), exact=format_exact_bytes(value), width=percent(value, scale), text=text, short_text=short_text,
+        ))
+    return Bar(
+        title=title,
+        segments=tuple(segments),
+        total=format_bytes(total, unit),
+        total_exact=format_exact_bytes(total),
+        capacity_at=percent(capacity, scale) if capacity else None,
+        capacity_label=format_bytes(capacity, unit) if capacity else None,
+        capacity_align="end" if capacity and 100 * capacity / scale > CAPACITY_LABEL_FLIP_PERCENT else "start",
+        over=capacity is not None and total > capacity,
+    )
+
+
+def verdict(fit: core.GpuFit | None, total_bytes: int, unit: Unit, *, gpus: int) -> Verdict:
+    """In words: fits with N to spare, or does not fit by N, on the chosen GPU."""
+    total = format_bytes(total_bytes, unit)
+    if fit is None:
+        return Verdict("none", f"{total} per GPU", "Choose a GPU to see whether it fits.")
+    name, capacity = fit.gpu.name, format_bytes(fit.gpu.capacity_bytes, unit)
+    where = f"each of {gpus:,} × {name}" if gpus > 1 else f"one {name}"
+    if fit.fits:
+        return Verdict("fits", f"Fits, with {format_bytes(fit.headroom_bytes, unit)} to spare",
+                       f"{total} of the {capacity} on {where} ({_share(total_bytes, fit.gpu.capacity_bytes)} used).")
+    return Verdict("over", f"Does not fit, by {format_bytes(-fit.headroom_bytes, unit)}",
+                   f"{total} needed on {where}, which has {capacity}.")
+
+
+def result_view(result: core.Estimate, parallelism: core.Parallelism, unit: Unit) -> ResultView:
+    capacity = result.gpu.gpu.capacity_bytes if result.gpu else None
+    world = parallelism.world_size
+    per_gpu_total = result.per_gpu.total_bytes
+    gpus_word = "GPU" if world == 1 else "GPUs"
+    per_param = result.bytes_per_param
+    legend = tuple(
+        LegendRow(
+            category=category,
+            label=CATEGORY_LABELS[category],
+            short=CATEGORY_SHORT[category],
+            per_gpu=_maybe_bytes(getattr(result.per_gpu, f"{category}_bytes"), unit),
+            cluster=_maybe_bytes(getattr(result.cluster, f"{category}_bytes"), unit),
+            share=_share(getattr(result.per_gpu, f"{category}_bytes"), per_gpu_total),
+            bytes_per_param=format_bytes_per_param(per_param[category]) if category in per_param else None,
+        )
+        for category in core.CATEGORIES
+    )
+    stage_note = None
+    if parallelism.pipeline > 1:
+        stage_note = (f"Per-GPU figures are those of pipeline stage {result.pipeline_stage + 1} of "
+                      f"{parallelism.pipeline}, the most loaded.")
+    return ResultView(
+        unit=unit,
+        unit_name=UNIT_NAMES[unit],
+        verdict=verdict(result.gpu, per_gpu_total, unit, gpus=world),
+        per_gpu_total=format_bytes(per_gpu_total, unit),
+        per_gpu_total_exact=format_exact_bytes(per_gpu_total),
+        param_count=format_count(result.param_count),
+        world_size=world,
+        layout=f"{world:,} {gpus_word}: data {parallelism.data} × tensor {parallelism.tensor} × pipeline {parallelism.pipeline}",
+        stage_note=stage_note,
+        model_states_only=result.per_gpu.activations_bytes is None,
+        per_gpu_bar=_bar("Per GPU (most-loaded rank)", result.per_gpu, capacity, unit),
+        cluster_bar=_bar(f"Cluster total, {world:,} {gpus_word}", result.cluster, capacity * world if capacity else None, unit),
+        legend=legend,
+        bytes_per_param_total=format_bytes_per_param(sum(per_param.values())),
+        bytes_per_param_sum=" + ".join(format_bytes_per_param(per_param[c]) for c in core.CATEGORIES if c in per_param),
+        explanations=_explanations(result, unit),
+        warnings=result.warnings,
+    )
+
+
+def _maybe_bytes(value: int | None, unit: Unit) -> str:
+    return "not computed" if value is None else format_bytes(value, unit)
+
+
+def _share(value: int | None, total: int) -> str:
+    return "" if value is None or not total else f"{100 * value / total:.1f} %"
+
+
+def _explanations(result: core.Estimate, unit: Unit) -> tuple[Explanation, ...]:
+    groups = []
+    for category in core.CATEGORIES:
+        terms = [term for term in result.terms if term.category == category]
+        if not terms:
+            continue
+        groups.append(Explanation(
+            category=category,
+            label=CATEGORY_LABELS[category],
+            short=CATEGORY_SHORT[category],
+            about=CATEGORY_ABOUT[category],
+            size=format_bytes(getattr(result.per_gpu, f"{category}_bytes") or 0, unit),
+            lines=tuple(TermLine(t.label, t.formula, format_bytes(t.bytes, unit), format_exact_bytes(t.bytes)) for t in terms),
+        ))
+    return tuple(groups)

@@ -1,0 +1,100 @@
+/* trainmem page behaviour on top of htmx. The page works without it: the server renders the same
+   disclosure state, and the form submits as a plain GET. */
+(function () {
+  "use strict";
+  document.documentElement.classList.add("js");
+
+  function formOf(node) {
+    return node && node.closest ? node.closest("form#calc") : null;
+  }
+
+  function valueOf(form, name) {
+    var control = form.elements.namedItem(name);
+    if (!control) return "";
+    if (control instanceof RadioNodeList) return control.value;
+    if (control.type === "checkbox") return control.checked ? control.value : "";
+    return control.value;
+  }
+
+  /* Same mini-language as app/web/controls.py condition_holds: "name=a,b" or "name>n". */
+  function holds(form, expression) {
+    var greater = expression.indexOf(">");
+    if (greater > 0) {
+      var text = valueOf(form, expression.slice(0, greater)).replace(/[,_\s]/g, "");
+      return /^\d+$/.test(text) && Number(text) > Number(expression.slice(greater + 1));
+    }
+    var equals = expression.indexOf("=");
+    return expression.slice(equals + 1).split(",").indexOf(valueOf(form, expression.slice(0, equals))) >= 0;
+  }
+
+  /* Show (and submit) only the controls that matter for the current values. */
+  function disclose(form) {
+    form.querySelectorAll("[data-show-when]").forEach(function (element) {
+      var on = holds(form, element.dataset.showWhen);
+      element.hidden = !on;
+      if ("disabled" in element && element.tagName === "FIELDSET") element.disabled = !on;
+    });
+    form.querySelectorAll("[data-enable-when]").forEach(function (element) {
+      element.disabled = !holds(form, element.dataset.enableWhen);
+    });
+  }
+
+  /* Keep aria-invalid on each control in step with the message in its error slot. */
+  function markInvalid(form) {
+    form.querySelectorAll("[data-error-for]").forEach(function (slot) {
+      var invalid = slot.textContent.trim() !== "";
+      form.querySelectorAll('[name="' + slot.dataset.errorFor + '"]').forEach(function (control) {
+        if (invalid) control.setAttribute("aria-invalid", "true");
+        else control.removeAttribute("aria-invalid");
+      });
+    });
+  }
+
+  /* Runs in the capture phase, before htmx (listening on the form) reads the values. */
+  function onEdit(event) {
+    var form = formOf(event.target);
+    if (!form) return;
+    if (event.target.name === "preset" && valueOf(form, "source") === "custom") {
+      /* A new base model refills the architecture fields: the same request as the
+         "Fill the fields" button, which is how it works without JavaScript too. */
+      event.stopPropagation();
+      if (event.type === "change") document.getElementById("fill-from-preset").click();
+      return;
+    }
+    disclose(form);
+  }
+  document.addEventListener("input", onEdit, true);
+  document.addEventListener("change", onEdit, true);
+
+  /* A change event after a debounced input of the same value would repeat the request (and add a
+     history entry); skip requests whose query is the one already shown. */
+  var shownQuery = location.search.replace(/^\?/, "");
+  function queryOf(detail) {
+    return new URLSearchParams(detail.formData).toString();
+  }
+  document.addEventListener("htmx:configRequest", function (event) {
+    var query = queryOf(event.detail);
+    if (query === shownQuery) {
+      event.preventDefault();
+      return;
+    }
+    shownQuery = query;
+  });
+  window.addEventListener("popstate", function () {
+    shownQuery = location.search.replace(/^\?/, "");
+  });
+  document.addEventListener("htmx:historyRestore", function () {
+    shownQuery = location.search.replace(/^\?/, "");
+    var form = document.getElementById("calc");
+    if (form) disclose(form);
+  });
+
+  document.addEventListener("htmx:afterSettle", function () {
+    var form = document.getElementById("calc");
+    if (form) markInvalid(form);
+  });
+  document.addEventListener("htmx:oobAfterSwap", function () {
+    var form = document.getElementById("calc");
+    if (form) markInvalid(form);
+  });
+})();
