@@ -54,8 +54,6 @@ ARCH_INTS: Final = tuple(
 ARCH_FLOATS: Final = ("dropout", "attention_dropout")
 ARCH_CHECKBOXES: Final = ("tie_word_embeddings", "attention_bias", "mlp_bias")
 ARCH_CHOICES: Final = ("mlp", "norm", "position_embedding", "qkv_bias")
-# The fields a custom architecture cannot do without; their presence says the fields were submitted.
-ARCH_REQUIRED: Final = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
 
 # Which controls each model source submits; the others are in disabled fieldsets.
 SOURCE_CONTROLS: Final[dict[str, tuple[str, ...]]] = {
@@ -257,7 +255,9 @@ def parse_form(params: Mapping[str, str]) -> ParsedForm:
     try:
         request = EstimateRequest.model_validate(body)
     except ValidationError as error:
-        return ParsedForm(source, unit, values, refilled=refill, errors=validation_errors(error, source, precision_is_custom=values["precision"] == CUSTOM_PRECISION))
+        custom_precision = values["precision"] == CUSTOM_PRECISION
+        errors = validation_errors(error, source, precision_is_custom=custom_precision)
+        return ParsedForm(source, unit, values, refilled=refill, errors=errors)
     try:
         result = run_estimate(request)
     except core.DomainError as error:
@@ -274,7 +274,8 @@ def _fill_architecture(values: dict[str, str], submitted: Mapping[str, str], sou
     """
     preset_id = values["preset"] if values["preset"] in core.model_presets() else DEFAULT_PRESET
     from_preset = architecture_values(core.get_preset(preset_id).architecture)
-    editing = source == "custom" and not refill and any(name in submitted for name in ARCH_REQUIRED)
+    editing = source == "custom" and not refill and any(
+        name in submitted for name in ARCHITECTURE_FIELDS if name not in ARCH_CHECKBOXES)
     if not editing:
         values.update(from_preset)
         return
