@@ -425,15 +425,19 @@ def _hf_head(arch: Architecture, setup: ActivationSetup) -> list[SavedTensor]:
 
     The loss (transformers' ForCausalLMLoss) upcasts the logits to fp32 and calls cross_entropy,
     whose log_softmax keeps its fp32 output (N x V) and whose nll_loss keeps the int64 labels.
+    The labels are shifted by padding them to s + 1 positions and taking ``[..., 1:].contiguous()``:
+    a copy of N labels, except at micro-batch 1, where the slice is already contiguous and stays a
+    view of the padded storage of s + 1 labels.
     """
     saved = _Saved(setup)
     n, v = setup.tokens, arch.vocab_size
+    labels = n + 1 if setup.micro_batch_size == 1 else n
     _hf_norm(saved, "final_norm", arch, setup)
     _hf_linear_input(saved, "lm_head.input", 1, arch, setup)
     if arch.extra("final_logit_softcapping"):
         saved.add("logits.softcap_tanh", n * v, setup.half_bytes, "tensor")
     saved.add("loss.log_softmax_fp32", n * v, FP32_BYTES, "tensor")
-    saved.add("loss.labels", n, INDEX_BYTES, "none")
+    saved.add("loss.labels", labels, INDEX_BYTES, "none")
     return saved.items
 
 
