@@ -22,22 +22,27 @@ $(VENV)/.test: requirements-test.lock $(VENV)/.runtime
 	$(BIN)/pip install -q --require-hashes -r requirements-test.lock
 	touch $@
 
+# The validate extra (torch's CPU build and transformers, pinned in pyproject.toml): the fast
+# validation subset runs in `make test`, the full sweep in `make validate`.
+$(VENV)/.validate: pyproject.toml $(VENV)/.test
+	$(BIN)/pip install -q --no-build-isolation -e ".[validate]"
+	touch $@
+
 run: $(VENV)/.runtime
 	$(BIN)/uvicorn app.main:app --host $(HOST) --port $(PORT)
 
-test: $(VENV)/.test
+test: $(VENV)/.test $(VENV)/.validate
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # Everything except the browser tests: quick feedback while editing.
-test-fast: $(VENV)/.test
+test-fast: $(VENV)/.test $(VENV)/.validate
 	$(BIN)/python -m pytest -m "not browser" $(PYTEST_ARGS)
 
 bench: $(VENV)/.test
 	$(BIN)/python -m bench
 
 # The full measurement sweep against PyTorch (CPU build); writes docs/VALIDATION.md and docs/validation.json.
-validate: $(VENV)/.test
-	$(BIN)/pip install -q "torch==2.13.0" "transformers"
+validate: $(VENV)/.validate
 	HF_HUB_OFFLINE=1 $(BIN)/python -m validation --full
 
 # Regenerate the hashed locks after editing requirements*.in.

@@ -1,0 +1,119 @@
+"""Small, randomly initialised Hugging Face models, built locally from a config (no downloads).
+
+Each family is a function from a few sizes to a transformers config object. The harness builds
+the model from that object and hands ``config.to_dict()`` to trainmem's
+`architecture_from_hf_config`, so the prediction and the measurement see the very same config.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from transformers import AutoModelForCausalLM, PretrainedConfig  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Size:
+    """The dimensions a family is built with; families read what they need."""
+
+    hidden: int = 64
+    layers: int = 2
+    heads: int = 4
+    kv_heads: int = 4
+    intermediate: int = 176
+    vocab: int = 384
+    positions: int = 1024
+    head_dim: int | None = None
+
+    def label(self) -> str:
+        kv = f"/kv{self.kv_heads}" if self.kv_heads != self.heads else ""
+        return f"h{self.hidden} L{self.layers} a{self.heads}{kv} I{self.intermediate} V{self.vocab}"
+
+
+def _gpt2(size: Size) -> PretrainedConfig:
+    # Defaults kept on purpose: gelu_new, dropout 0.1 on embeddings, residuals and attention.
+    return transformers.GPT2Config(
+        n_embd=size.hidden, n_layer=size.layers, n_head=size.heads, n_inner=size.intermediate,
+        vocab_size=size.vocab, n_positions=size.positions, bos_token_id=0, eos_token_id=0,
+    )
+
+
+def _gpt2_no_dropout(size: Size) -> PretrainedConfig:
+    config = _gpt2(size)
+    config.resid_pdrop = config.embd_pdrop = config.attn_pdrop = 0.0
+    return config
+
+
+def _llama(size: Size) -> PretrainedConfig:
+    return transformers.LlamaConfig(
+        hidden_size=size.hidden, num_hidden_layers=size.layers, num_attention_heads=size.heads,
+        num_key_value_heads=size.kv_heads, intermediate_size=size.intermediate, vocab_size=size.vocab,
+        max_position_embeddings=size.positions, head_dim=size.head_dim,
+    )
+
+
+def _llama_attention_dropout(size: Size) -> PretrainedConfig:
+    config = _llama(size)
+    config.attention_dropout = 0.1
+    return config
+
+
+def _mistral(size: Size) -> PretrainedConfig:
+    return transformers.MistralConfig(
+        hidden_size=size.hidden, num_hidden_layers=size.layers, num_attention_heads=size.heads,
+        num_key_value_heads=size.kv_heads, intermediate_size=size.intermediate, vocab_size=size.vocab,
+        max_position_embeddings=size.positions, head_dim=size.head_dim, sliding_window=None,
+    )
+
+
+def _qwen2(size: Size) -> PretrainedConfig:
+    return transformers.Qwen2Config(
+        hidden_size=size.hidden, num_hidden_layers=size.layers, num_attention_heads=size.heads,
+        num_key_value_heads=size.kv_heads, intermediate_size=size.intermediate, vocab_size=size.vocab,
+        max_position_embeddings=size.positions, use_sliding_window=False,
+    )
+
+
+def _gemma(size: Size) -> PretrainedConfig:
+    return transformers.GemmaConfig(
+        hidden_size=size.hidden, num_hidden_layers=size.layers, num_attention_heads=size.heads,
+        num_key_value_heads=size.kv_heads, intermediate_size=size.intermediate, vocab_size=size.vocab,
+        max_position_embeddings=size.positions, head_dim=size.head_dim or size.hidden // size.heads,
+    )
+
+
+FAMILIES: dict[str, Callable[[Size], PretrainedConfig]] = {
+    "gpt2": _gpt2,
+    "gpt2-no-dropout": _gpt2_no_dropout,
+    "llama": _llama,
+    "llama-attn-dropout": _llama_attention_dropout,
+    "mistral": _mistral,
+    "qwen2": _qwen2,
+    "gemma": _gemma,
+}
+
+# Dtypes of the precision presets the harness runs.
+PARAM_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "autocast-bf16": torch.float32}
+
+
+def build(family: str, size: Size, *, attention: str, precision: str, seed: int = 0) -> tuple[torch.nn.Module, dict]:
+    """A model in training mode and the config dict it was built from."""
+    config = FAMILIES[family](size)
+    config._attn_implementation = attention
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation=attention)
+    model.to(PARAM_DTYPES[precision])
+    model.train()
+    return model, config.to_dict()
+
+
+def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
+    """The decoder layers of a causal LM (``model.layers`` for Llama-style models, ``transformer.h`` for GPT-2)."""
+    base = model.base_model
+    return base.h if hasattr(base, "h") else base.layers

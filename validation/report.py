@@ -1,0 +1,236 @@
+"""The validation table as JSON (for the accuracy page) and Markdown (docs/VALIDATION.md)."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+import transformers
+
+from validation.cases import Row
+
+ACTIVATION_TARGET_PCT = 5.0
+
+# Summary keys: the quantities whose worst error the page shows.
+QUANTITIES = {
+    "layer": "worst_layer_error_pct",
+    "model activations": "worst_model_error_pct",
+    "embedding": "worst_embedding_error_pct",
+    "head and loss": "worst_head_error_pct",
+    "autocast weight copies": "worst_autocast_weight_copies_error_pct",
+    "logits workspace": "worst_logits_workspace_error_pct",
+}
+
+
+def _kind(row: Row) -> str:
+    return "layer" if row.quantity.startswith("layer ") else row.quantity
+
+
+def summary(rows: list[Row]) -> dict:
+    worst: dict[str, float] = defaultdict(float)
+    for row in rows:
+        kind = _kind(row)
+        if kind in QUANTITIES:
+            worst[QUANTITIES[kind]] = max(worst[QUANTITIES[kind]], abs(row.error_pct))
+    states = [row for row in rows if row.target == "exact"]
+    activation_setups = {row.setup for row in rows if row.target != "exact"}
+    state_setups = {row.setup for row in states}
+    result = {
+        "worst_activation_error_pct": round(max(worst["worst_layer_error_pct"], worst["worst_model_error_pct"]), 4),
+        **{key: round(worst[key], 4) for key in QUANTITIES.values()},
+        "model_states_max_error_bytes": max((abs(row.error_bytes) for row in states), default=0),
+        "activation_target_pct": ACTIVATION_TARGET_PCT,
+        "configurations": len(activation_setups) + len(state_setups),
+        "activation_configurations": len(activation_setups),
+        "model_state_configurations": len(state_setups),
+        "families": sorted({row.family for row in rows}),
+        "failed_rows": sum(not row.passed for row in rows),
+        "passed": all(row.passed for row in rows),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "device": "cpu",
+    }
+    return result
+
+
+def write_json(rows: list[Row], path: Path) -> None:
+    document = {"summary": summary(rows), "rows": [row.as_dict() for row in rows]}
+    path.write_text(json.dumps(document, indent=1) + "\n")
+
+
+def _kib(value: int) -> str:
+    return f"{value / 1024:,.1f}"
+
+
+def _err(row: Row | None) -> str:
+    if row is None:
+        return ""
+    return f"{row.error_pct:+.2f}%"
+
+
+def _pair(row: Row | None) -> str:
+    if row is None:
+        return "–"
+    return f"{_kib(row.predicted)} / {_kib(row.measured)} ({_err(row)})"
+
+
+def _activation_table(rows: list[Row]) -> list[str]:
+    by_setup: dict[str, list[Row]] = defaultdict(list)
+    for row in rows:
+        if row.target != "exact":
+            by_setup[row.setup].append(row)
+    lines = [
+        "| Setup | Per layer, worst (KiB pred / meas) | Embedding | Head and loss | Whole model | "
+        "Autocast weight copies | Logits workspace |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for setup, setup_rows in by_setup.items():
+        named = {row.quantity: row for row in setup_rows}
+        layers = [row for row in setup_rows if row.quantity.startswith("layer ")]
+        worst_layer = max(layers, key=lambda row: abs(row.error_pct))
+        lines.append(
+            f"| {setup} | {_pair(worst_layer)} | {_pair(named.get('embedding'))} | {_pair(named.get('head and loss'))} | "
+            f"{_pair(named.get('model activations'))} | {_pair(named.get('autocast weight copies'))} | "
+            f"{_pair(named.get('logits workspace'))} |"
+        )
+    return lines
+
+
+def _states_table(rows: list[Row]) -> list[str]:
+    by_setup: dict[str, dict[str, Row]] = defaultdict(dict)
+    for row in rows:
+        if row.target == "exact":
+            by_setup[row.setup][row.quantity] = row
+    lines = [
+        "| Setup | Weights (B) | Gradients (B) | Master weights (B) | Optimizer states (B) | Error (B) |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for setup, named in by_setup.items():
+        cells = [f"{named[q].measured:,}" for q in ("weights", "gradients", "master_weights", "optimizer_states")]
+        error = sum(abs(row.error_bytes) for row in named.values())
+        lines.append(f"| {setup} | {' | '.join(cells)} | {error} |")
+    return lines
+
+
+METHOD = """\
+trainmem's numbers are checked against real PyTorch training steps on CPU. The harness
+(`validation/`, run with `make validate`) builds small, randomly initialised Hugging Face models
+from a config object, with no downloads (`HF_HUB_OFFLINE=1`), hands the very same
+`config.to_dict()` to `app.core.architecture_from_hf_config`, and compares what the model
+predicts through the core's public Python API with what one training step holds.
+
+## What is measured, and how
+
+**Model states** (target: exact). After `loss.backward()` and `optimizer.step()`, the bytes of the
+distinct storages of the parameters (tied embeddings count once), of their `.grad` and of every
+tensor in `optimizer.state`, against `estimate(...).per_gpu` (`weights_bytes`, `gradients_bytes`,
+`master_weights_bytes`, `optimizer_states_bytes`). Optimizers: every one trainmem models that
+`torch.optim` provides — Adam, AdamW, SGD, SGD with momentum and Adafactor (torch's Adafactor
+has no momentum). Precisions: `fp32`, pure `bf16` (`model.to(torch.bfloat16)`) and
+`autocast-bf16` (`torch.autocast("cpu", dtype=torch.bfloat16)` around the forward pass). The
+optimizers' 0-d `step` counters are left out on both sides, by design: torch keeps them as 0-d
+fp32 tensors on the host unless `capturable` or `fused` is set. Plain PyTorch keeps no master
+copy in these three setups, and trainmem predicts none.
+
+**Activations** (target: within 5% per layer and for the whole model). Every tensor autograd
+saves for backward passes through `torch.autograd.graph.saved_tensors_hooks`; the harness counts
+each distinct storage once (`untyped_storage().nbytes()`, so a view counts its whole storage) in
+the region whose forward was running when it was first saved: the embedding, one decoder layer
+(module pre- and post-forward hooks), or the head (final norm, output layer and loss). A storage
+saved by more than one layer (the rotary cos and sin) is model-level and counted with the
+embedding. Set apart from activations: parameters saved by reference (no extra memory);
+autocast's bf16 casts of parameters, found through autograd (the saved tensor, or the tensor it
+views, comes from a `ToCopyBackward0` on a leaf parameter), compared with
+`autocast_weight_copies_bytes` (a temporary in trainmem); and a few 0-d scalars (the loss's
+`total_weight`, Gemma's embedding normaliser), 4 bytes each, in the JSON only. The whole-model
+figure is embedding + every layer + head and loss (final norm, the output layer's input, the
+fp32 log-probabilities and the labels), against `embedding_activations` + L ×
+`checkpointed_layer_activations` + `head_activations` (plus `checkpoint_held_activations` under
+recomputation).
+
+**Recomputation.** `model.gradient_checkpointing_enable()` (transformers' default,
+non-reentrant `torch.utils.checkpoint`). The checkpoint saves each layer's positional input
+through the same hooks; the keyword arguments it keeps in its recomputation closure (rotary cos
+and sin, position ids, the eager causal mask) stay alive until backward, so the harness wraps
+each layer's checkpoint function and counts them too. Under autocast, the layers' weight casts
+are then not kept from forward to backward; each layer's recomputation makes them again, so the
+harness adds the largest one layer's casts of weight matrices made during backward.
+
+**Logits and loss buffers.** A `TorchDispatchMode` notes the tokens × vocabulary buffers: the
+logits, their fp32 upcast (non-fp32 logits), the fp32 gradient `nll_loss_backward` writes and
+the fp32 gradient `_log_softmax_backward_data` writes, and the cast of that gradient back to the
+logits' dtype. The measured workspace is the logits plus the most of the others alive together:
+the two fp32 gradients, which coexist while log_softmax's backward runs (the upcast is freed when
+the loss returns; the cast back is made after nll_loss's gradient is freed). It is compared with
+`logits_workspace`.
+
+## CPU kernels, stated rather than tolerated
+
+The model has `device="cpu"` (`ActivationSetup.device`) for this validation, so the differences
+between the CPU build of torch and CUDA are formulas, not tolerances:
+
+* **Dropout masks.** CPU dropout keeps its scaled mask at the width of the dropped tensor; the
+  fused CUDA kernel keeps one byte per element. GPT-2's defaults (0.1 on embeddings, residuals
+  and attention) exercise it.
+* **sdpa.** With attention dropout 0, CPU sdpa runs a fused flash-style kernel that keeps Q, K,
+  V, the output and an fp32 log-sum-exp: no s² term, as trainmem's `flash` setting models (the
+  GPU flash kernel keeps the same tensors). With attention dropout > 0 (GPT-2), CPU sdpa falls
+  back to the math path, which upcasts to fp32, keeps scaled copies of Q and K, V, the fp32
+  softmax, its fp32 mask and the dropped probabilities: trainmem models that path for
+  `device="cpu"` when attention dropout is on. On a GPU, flash attention supports dropout and
+  keeps no s² tensor.
+* **LayerNorm statistics.** The CPU kernel keeps mean and rstd in the input's dtype (bf16 for a
+  bf16 model); CUDA keeps them in fp32.
+* **GELU.** GPT-2's default `gelu_new` is Python arithmetic that keeps four intermediate-width
+  tensors (its input, tanh's output, 0.5·x and 1 + tanh) besides its output; a fused GELU keeps
+  one. trainmem models `gelu_new` as written.
+* **KV cache.** Recent transformers versions build a KV cache in training unless
+  `use_cache=False`; the harness passes `use_cache=False`, as training code should.
+
+## Results
+"""
+
+
+def write_markdown(rows: list[Row], path: Path) -> None:
+    result = summary(rows)
+    lines = [
+        "# Validation: trainmem against measured PyTorch training steps",
+        "",
+        METHOD,
+        f"Measured with torch {result['torch']} (CPU build) and transformers {result['transformers']}: "
+        f"{result['configurations']} configurations ({result['model_state_configurations']} for model states, "
+        f"{result['activation_configurations']} for activations), families {', '.join(result['families'])}.",
+        "",
+        "| Quantity | Worst error | Target |",
+        "| --- | --- | --- |",
+        f"| Model states (weights, gradients, master weights, optimizer states) | "
+        f"{result['model_states_max_error_bytes']} bytes | exact |",
+        f"| Activations per layer | {result['worst_layer_error_pct']:.2f}% | 5% |",
+        f"| Activations, whole model | {result['worst_model_error_pct']:.2f}% | 5% |",
+        f"| Embedding (incl. model-level tensors) | {result['worst_embedding_error_pct']:.2f}% | reported |",
+        f"| Head and loss | {result['worst_head_error_pct']:.2f}% | reported |",
+        f"| Autocast weight copies | {result['worst_autocast_weight_copies_error_pct']:.2f}% | 5% |",
+        f"| Logits workspace | {result['worst_logits_workspace_error_pct']:.2f}% | 5% |",
+        "",
+        f"Worst activation error: **{result['worst_activation_error_pct']:.2f}%**; "
+        f"rows outside their target: **{result['failed_rows']}**. The machine-readable table is "
+        "[validation.json](validation.json).",
+        "",
+        "### Activations",
+        "",
+        "Each cell: predicted / measured KiB (error of the prediction). Setup: family, hidden size h, layers L, "
+        "query heads a (/ key-value heads), intermediate size I, vocabulary V, micro-batch b, sequence s, "
+        "precision, attention implementation, and `ckpt` for full recomputation.",
+        "",
+        *_activation_table(rows),
+        "",
+        "### Model states",
+        "",
+        "Measured bytes; the error column is the total absolute difference from trainmem's prediction.",
+        "",
+        *_states_table(rows),
+        "",
+    ]
+    path.write_text("\n".join(lines))
