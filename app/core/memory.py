@@ -445,29 +445,25 @@ def _unsharded_states(arch: Architecture, training: Training) -> _ModelStates:
     return _rank_model_states(whole.tensors, training, 1)
 
 
+def _count_states(params: int, training: Training) -> _ModelStates:
+    """Unsharded model states of `params` parameters whose shapes are unknown."""
+    precision = training.precision
+    return _ModelStates(
+        weights_bytes=tensor_bytes(params, precision.bits("weights")),
+        gradients_bytes=tensor_bytes(params, precision.bits("gradients")),
+        master_weights_bytes=tensor_bytes(params, precision.bits("master_weights")),
+        optimizer_states_bytes=optimizer_state_bytes_from_count(
+            training.optimizer, param_count=params, state_bits=precision.bits("optimizer_states")
+        ),
+    )
+
+
 def _estimate_from_count(num_params: int, training: Training, parallelism: Parallelism, gpu: Gpu | None) -> Estimate:
     _check_int("model.num_params", num_params, low=1, high=MAX_PARAM_COUNT)
-    precision = training.precision
     # Without shapes, tensor and pipeline parallelism are taken to split the parameters evenly.
     model_parallel = parallelism.tensor * parallelism.pipeline
-    rank_params = ceil_div(num_params, model_parallel)
-    states = _ModelStates(
-        weights_bytes=tensor_bytes(rank_params, precision.bits("weights")),
-        gradients_bytes=tensor_bytes(rank_params, precision.bits("gradients")),
-        master_weights_bytes=tensor_bytes(rank_params, precision.bits("master_weights")),
-        optimizer_states_bytes=optimizer_state_bytes_from_count(
-            training.optimizer, param_count=rank_params, state_bits=precision.bits("optimizer_states")
-        ),
-    )
-    per_rank, _ = _shard(states, parallelism)
-    whole = _ModelStates(
-        weights_bytes=tensor_bytes(num_params, precision.bits("weights")),
-        gradients_bytes=tensor_bytes(num_params, precision.bits("gradients")),
-        master_weights_bytes=tensor_bytes(num_params, precision.bits("master_weights")),
-        optimizer_states_bytes=optimizer_state_bytes_from_count(
-            training.optimizer, param_count=num_params, state_bits=precision.bits("optimizer_states")
-        ),
-    )
+    per_rank, _ = _shard(_count_states(ceil_div(num_params, model_parallel), training), parallelism)
+    whole = _count_states(num_params, training)
     _, group = _shard(whole, parallelism)
     per_gpu = Breakdown(*_states_tuple(per_rank), None, None)
     cluster = Breakdown(*_states_tuple(group), None, None)
