@@ -282,8 +282,8 @@ def _hf_attention(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> 
 def _hf_eager_attention(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
     """eager_attention_forward as written: two matmuls around an explicit softmax.
 
-    Grouped K and V are repeated to all a heads (repeat_kv copies them) before the matmuls, which
-    keep the repeated copies. Softmax keeps its output (`_hf_softmax_bytes`); it is then cast to
+    Grouped K and V are repeated to all a heads (repeat_kv) before the matmuls, which keep the
+    repeated copies (`_hf_eager_kv_heads`). Softmax keeps its output (`_hf_softmax_bytes`); it is then cast to
     the dtype of the query (Llama family) or of the value (GPT-2) (`_hf_probs_bytes`), and with
     attention dropout the dropout keeps its mask at that width on CPU. The second matmul keeps the
     probabilities it multiplies, in the activation dtype (under autocast, its own half cast).
@@ -292,9 +292,10 @@ def _hf_eager_attention(saved: _Saved, arch: Architecture, setup: ActivationSetu
     a, d = arch.num_attention_heads, arch.head_size
     wa = setup.half_bytes
     scores = b * a * s * s
+    key_heads, value_heads = _hf_eager_kv_heads(arch, setup)
     saved.add("attn.query", n * a * d, wa, "tensor")
-    saved.add("attn.key", n * a * d, wa, "tensor")
-    saved.add("attn.value", n * a * d, wa, "tensor")
+    saved.add("attn.key", n * key_heads * d, wa, "tensor")
+    saved.add("attn.value", n * value_heads * d, wa, "tensor")
     if arch.extra("attn_logit_softcapping"):
         # Gemma 2: scores / cap -> tanh -> * cap; tanh keeps its output.
         saved.add("attn.softcap_tanh", scores, wa, "tensor", core=True)
@@ -307,6 +308,24 @@ def _hf_eager_attention(saved: _Saved, arch: Architecture, setup: ActivationSetu
         # The matmul with V keeps the half-precision probabilities, a second copy.
         saved.add("attn.probs_half", scores, wa, "tensor", core=True)
     saved.add("attn.out_proj_input", n * a * d, wa, "tensor")
+
+
+def _hf_eager_kv_heads(arch: Architecture, setup: ActivationSetup) -> tuple[int, int]:
+    """Heads of the K and V tensors the eager matmuls keep.
+
+    repeat_kv expands K and V from g to a heads (stride 0) and reshapes them, and torch.matmul
+    folds batch and heads into one batch dimension; each reshape copies unless it can stay a view.
+    With grouped heads (g > 1) repeat_kv's reshape copies, so a heads are kept. With one key/value
+    head (multi-query attention) repeat_kv's reshape stays a view, and at micro-batch 1 so does the
+    matmul's fold: the matmuls then keep views of the g-head K and V. Under autocast K arrives in
+    fp32 (the rotary multiply promotes it to cos's dtype), and autocast's half cast of the expanded
+    tensor materialises all a heads.
+    """
+    a, g = arch.num_attention_heads, arch.kv_heads
+    if g == a or g > 1 or setup.micro_batch_size > 1:
+        return a, a
+    key_heads = a if setup.stream_bytes != setup.half_bytes else g
+    return key_heads, g
 
 
 def _cpu_sdpa_falls_back_to_math(arch: Architecture, setup: ActivationSetup) -> bool:
@@ -329,7 +348,12 @@ def _hf_sdpa_math_attention(saved: _Saved, arch: Architecture, setup: Activation
     scores = b * a * s * s
     saved.add("attn.query_scaled_fp32", n * a * d, FP32_BYTES, "tensor")
     saved.add("attn.key_scaled_fp32", n * a * d, FP32_BYTES, "tensor")
-    saved.add("attn.value_fp32", n * a * d, FP32_BYTES, "tensor")
+    value_heads = a
+    if arch.fused_qkv and setup.micro_batch_size == 1 and setup.half_bytes == FP32_BYTES and arch.kv_heads == a:
+        # fp32 V needs no upcast copy, and at micro-batch 1 the fold to (heads, s, d) stays a view
+        # of the fused QKV projection's output, so that whole storage stays alive.
+        value_heads = a + 2 * arch.kv_heads
+    saved.add("attn.value_fp32", n * value_heads * d, FP32_BYTES, "tensor")
     saved.add("attn.softmax", scores, FP32_BYTES, "tensor", core=True)
     saved.mask("attn.softmax_dropout_mask", scores, FP32_BYTES, "tensor", core=True)
     saved.add("attn.softmax_dropout_output", scores, FP32_BYTES, "tensor", core=True)
