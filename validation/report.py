@@ -56,8 +56,9 @@ def summary(rows: list[Row]) -> dict:
 
 
 def write_json(rows: list[Row], path: Path) -> None:
-    document = {"summary": summary(rows), "rows": [row.as_dict() for row in rows]}
-    path.write_text(json.dumps(document, indent=1) + "\n")
+    """``{"summary": {...}, "rows": [...]}``: the summary indented for people, one row per line."""
+    body = ",\n".join("  " + json.dumps(row.as_dict(), separators=(",", ":")) for row in rows)
+    path.write_text('{"summary": ' + json.dumps(summary(rows), indent=1) + ',\n "rows": [\n' + body + "\n ]\n}\n")
 
 
 def _kib(value: int) -> str:
@@ -144,7 +145,7 @@ embedding. Set apart from activations: parameters saved by reference (no extra m
 autocast's bf16 casts of parameters, found through autograd (the saved tensor, or the tensor it
 views, comes from a `ToCopyBackward0` on a leaf parameter), compared with
 `autocast_weight_copies_bytes` (a temporary in trainmem); and a few 0-d scalars (the loss's
-`total_weight`, Gemma's embedding normaliser), 4 bytes each, in the JSON only. The whole-model
+`total_weight`, Gemma's embedding normaliser), 4 bytes each, which neither side counts. The whole-model
 figure is embedding + every layer + head and loss (final norm, the output layer's input, the
 fp32 log-probabilities and the labels), against `embedding_activations` + L ×
 `checkpointed_layer_activations` + `head_activations` (plus `checkpoint_held_activations` under
@@ -188,6 +189,17 @@ between the CPU build of torch and CUDA are formulas, not tolerances:
   one. trainmem models `gelu_new` as written.
 * **KV cache.** Recent transformers versions build a KV cache in training unless
   `use_cache=False`; the harness passes `use_cache=False`, as training code should.
+
+## Reading the results
+
+Both sides are integer byte counts, so an error of 0.00% means the prediction names every
+storage the step kept, at its dtype and shape. The `transformers` formulas in
+`app/core/activations.py` give the op-by-op reason for each tensor, including those that only
+this measurement revealed: Gemma's fp32 `1 + weight`, the fp32 softmax GPT-2 gets under
+autocast, the views multi-query attention keeps at micro-batch 1, and the labels that stay a view
+of their padded copy at micro-batch 1. The megatron implementation is not measured here (it
+models Megatron-LM's fused kernels, which these models do not run); it stays exact to Korthikanti
+et al. 2022, Table 2, as `tests/core` checks.
 
 ## Results
 """
