@@ -25,7 +25,7 @@ $(VENV)/.test: requirements-test.lock $(VENV)/.runtime
 # The validate extra (torch's CPU build and transformers, pinned in pyproject.toml): the fast
 # validation subset runs in `make test`, the full sweep in `make validate`.
 $(VENV)/.validate: pyproject.toml $(VENV)/.test
-	$(BIN)/pip install -q --no-build-isolation -e ".[validate]"
+	$(BIN)/pip install -q --no-build-isolation -e ".[validate]" || $(BIN)/pip install -q -e ".[validate]"
 	touch $@
 
 run: $(VENV)/.runtime
