@@ -15,6 +15,7 @@ RUN pip install --require-hashes -r requirements.lock
 COPY app ./app
 COPY templates ./templates
 COPY static ./static
+COPY docs/validation.json docs/VALIDATION.md ./docs/
 
 RUN useradd --system --uid 10001 --no-create-home trainmem
 USER 10001
