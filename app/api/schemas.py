@@ -186,6 +186,11 @@ class TermOut(BaseModel):
     bytes: int = Field(description="Bytes per GPU.")
 
 
+class SavedTensorOut(BaseModel):
+    name: str = Field(description="Which tensor a layer keeps for the backward pass (e.g. attn.query, mlp.gate).")
+    bytes: int = Field(description="Bytes per micro-batch on the most-loaded rank.")
+
+
 class EstimateResponse(BaseModel):
     param_count: int = Field(description="Exact number of parameters.")
     per_gpu: BreakdownOut = Field(description="Bytes on the most-loaded GPU.")
@@ -195,6 +200,10 @@ class EstimateResponse(BaseModel):
     bytes_per_param: dict[str, float] = Field(description="Unsharded bytes per parameter for each model-state category.")
     pipeline_stage: int = Field(description="Index of the most-loaded pipeline stage (the per_gpu figures).")
     explanation: list[TermOut] = Field(description="Per-GPU figures, line by line, with their formulas.")
+    layer_activations: list[SavedTensorOut] = Field(
+        description="The tensors one decoder layer keeps for backward under the chosen recomputation, for one "
+        "micro-batch; empty when the architecture is unknown."
+    )
 
 
 class ModelPresetOut(BaseModel):
@@ -297,4 +306,5 @@ def estimate_response(result: core.Estimate) -> EstimateResponse:
         bytes_per_param=result.bytes_per_param,
         pipeline_stage=result.pipeline_stage,
         explanation=[TermOut(category=t.category, label=t.label, formula=t.formula, bytes=t.bytes) for t in result.terms],
+        layer_activations=[SavedTensorOut(name=t.name, bytes=t.bytes) for t in result.layer_activations],
     )

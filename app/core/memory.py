@@ -115,6 +115,7 @@ class Estimate:
     pipeline_stage: int
     terms: tuple[Term, ...]
     bytes_per_param: dict[str, float]
+    layer_activations: tuple[act.SavedTensor, ...] = ()  # what one layer keeps per micro-batch on one rank
 
 
 @dataclass(frozen=True)
@@ -431,6 +432,7 @@ def _estimate_from_architecture(arch: Architecture, training: Training, parallel
         pipeline_stage=heaviest,
         terms=tuple(_terms(arch, count, training, parallelism, setup, per_gpu, stages[heaviest])),
         bytes_per_param=_bytes_per_param(count, training, _unsharded_states(arch, training)),
+        layer_activations=act.checkpointed_layer_activations(arch, setup, training.activation_checkpointing),
     )
 
 

@@ -146,6 +146,7 @@ class Explanation:
     about: str
     size: str
     lines: tuple[TermLine, ...]
+    details: tuple[TermLine, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -279,5 +280,12 @@ def _explanations(result: core.Estimate, unit: Unit) -> tuple[Explanation, ...]:
             about=CATEGORY_ABOUT[category],
             size=format_bytes(getattr(result.per_gpu, f"{category}_bytes") or 0, unit),
             lines=tuple(TermLine(t.label, t.formula, format_bytes(t.bytes, unit), format_exact_bytes(t.bytes)) for t in terms),
+            details=_layer_details(result, unit) if category == "activations" else (),
         ))
     return tuple(groups)
+
+
+def _layer_details(result: core.Estimate, unit: Unit) -> tuple[TermLine, ...]:
+    """One layer's kept tensors, largest first, for the activations explanation."""
+    tensors = sorted(result.layer_activations, key=lambda tensor: tensor.bytes, reverse=True)
+    return tuple(TermLine(t.name, "", format_bytes(t.bytes, unit), format_exact_bytes(t.bytes)) for t in tensors)

@@ -123,3 +123,13 @@ def test_openapi_describes_every_request_field():
             assert spec.get("description"), f"{name}.{field} has no description"
     assert "Bytes" in schema["BreakdownOut"]["properties"]["weights"]["description"]
     assert client.get("/docs").status_code == 200
+
+
+def test_layer_activations_add_up_to_the_layers_term():
+    body = post({"model": {"preset": "llama-3-8b"}, "training": {"seq_len": 4096}}).json()
+    one_layer = sum(tensor["bytes"] for tensor in body["layer_activations"])
+    layers_term = next(t for t in body["explanation"] if t["category"] == "activations" and t["label"].startswith("Per layer"))
+    assert layers_term["bytes"] == 32 * one_layer
+    names = {tensor["name"] for tensor in body["layer_activations"]}
+    assert {"attn.query", "attn.logsumexp", "mlp.gate"} <= names  # flash attention: no s x s tensor
+    assert post({"model": {"num_params": 10**9}}).json()["layer_activations"] == []
