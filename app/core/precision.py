@@ -70,20 +70,20 @@ PRECISION_PRESETS: Final[dict[str, PrecisionPreset]] = {
         ),
         PrecisionPreset(
             "fp16-fp32-master",
-            "fp16 + fp32 master (ZeRO / DeepSpeed)",
+            "fp16 + fp32 master (ZeRO, DeepSpeed)",
             Precision("fp16", "fp16", "fp32", "fp32", "fp16"),
             "fp16 weights and gradients, an fp32 master copy and fp32 Adam moments: the 2 + 2 + 4 + 8 = 16 bytes per "
             "parameter of Rajbhandari et al. 2019 (ZeRO, arXiv:1910.02054, section 3.1).",
         ),
         PrecisionPreset(
             "bf16-fp32-master",
-            "bf16 + fp32 master (DeepSpeed / FSDP mixed precision)",
+            "bf16 + fp32 master (DeepSpeed, FSDP)",
             Precision("bf16", "bf16", "fp32", "fp32", "bf16"),
             "As fp16-fp32-master with bf16 in place of fp16: 2 + 2 + 4 + 8 = 16 bytes per parameter with Adam.",
         ),
         PrecisionPreset(
             "megatron-bf16",
-            "bf16 with fp32 main grads (Megatron-LM)",
+            "bf16, fp32 grads (Megatron-LM)",
             Precision("bf16", "fp32", "fp32", "fp32", "bf16"),
             "Megatron-LM's default for bf16: bf16 weights, gradients accumulated in fp32 main-grad buffers, an fp32 "
             "master copy and fp32 Adam moments: 2 + 4 + 4 + 8 = 18 bytes per parameter (Megatron-LM, "
