@@ -14,7 +14,7 @@ $(BIN)/python:
 # Runtime dependencies, installed from the hashed lock.
 $(VENV)/.runtime: requirements.lock pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q --require-hashes -r requirements.lock
-	$(BIN)/pip install -q --no-deps --no-build-isolation -e . || $(BIN)/pip install -q --no-deps -e .
+	$(BIN)/pip install -q --no-deps -e .
 	touch $@
 
 # Test dependencies (a superset of the runtime lock).
