@@ -322,16 +322,32 @@ def activation_setup(training: Training, parallelism: Parallelism, *, device: ac
     )
 
 
-def _stage_activations(arch: Architecture, stage: _Stage, setup: act.ActivationSetup, training: Training, pipeline: int) -> int:
+@dataclass(frozen=True)
+class _ActivationParts:
+    """Bytes for one micro-batch: one layer, the embedding (with what recomputation keeps), the head."""
+
+    layer: int
+    embedding: int
+    head: int
+
+    @classmethod
+    def of(cls, arch: Architecture, setup: act.ActivationSetup, checkpointing: act.Checkpointing) -> _ActivationParts:
+        held = act.checkpoint_held_activations(arch, setup, checkpointing)
+        return cls(
+            layer=act.total_bytes(act.checkpointed_layer_activations(arch, setup, checkpointing)),
+            embedding=act.total_bytes(act.embedding_activations(arch, setup) + held),
+            head=act.total_bytes(act.head_activations(arch, setup)),
+        )
+
+
+def _stage_activations(parts: _ActivationParts, stage: _Stage, pipeline: int) -> int:
     """Stage k keeps p - k micro-batches of its layers' activations in flight (1F1B); the head works on one."""
     in_flight = pipeline - stage.index
-    per_layer = act.total_bytes(act.checkpointed_layer_activations(arch, setup, training.activation_checkpointing))
-    total = in_flight * stage.layers * per_layer
+    total = in_flight * stage.layers * parts.layer
     if stage.first:
-        held = act.checkpoint_held_activations(arch, setup, training.activation_checkpointing)
-        total += in_flight * act.total_bytes(act.embedding_activations(arch, setup) + held)
+        total += in_flight * parts.embedding
     if stage.last:
-        total += act.total_bytes(act.head_activations(arch, setup))
+        total += parts.head
     return total
 
 
@@ -410,11 +426,18 @@ def _estimate_from_architecture(arch: Architecture, training: Training, parallel
     per_stage: list[Breakdown] = []
     cluster = Breakdown(0, 0, 0, 0, 0, 0)
     stages = _stages(arch, parallelism.pipeline)
+    parts = _ActivationParts.of(arch, setup, training.activation_checkpointing)
+    # Stages differ only in holding the embedding or the head, so their states and temporaries are
+    # worked out once per kind.
+    by_kind: dict[tuple[bool, bool], tuple[_ModelStates, _ModelStates, int]] = {}
     for stage in stages:
-        rank0, _ = _shard(_rank_model_states(stage.tensors, training, t), parallelism)
-        _, cluster_states = _shard(_all_ranks_model_states(stage.tensors, training, t), parallelism)
-        activations_bytes = _stage_activations(arch, stage, setup, training, parallelism.pipeline)
-        temporary_bytes = _stage_temporary(arch, stage, setup, training)
+        kind = (stage.first, stage.last)
+        if kind not in by_kind:
+            rank0, _ = _shard(_rank_model_states(stage.tensors, training, t), parallelism)
+            _, cluster_states = _shard(_all_ranks_model_states(stage.tensors, training, t), parallelism)
+            by_kind[kind] = (rank0, cluster_states, _stage_temporary(arch, stage, setup, training))
+        rank0, cluster_states, temporary_bytes = by_kind[kind]
+        activations_bytes = _stage_activations(parts, stage, parallelism.pipeline)
         per_stage.append(Breakdown(*_states_tuple(rank0), activations_bytes, temporary_bytes))
         # Activations and temporaries: every rank of the stage holds the most-loaded share (a slight
         # overcount when a split dimension is not divisible by t).
