@@ -17,6 +17,7 @@ Llama's SwiGLU MLP and RMSNorm; Ainslie et al. 2023 for grouped-query attention)
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
@@ -180,22 +181,26 @@ class ParamTensor:
 
     @property
     def elements(self) -> int:
-        count = 1
-        for dim in self.shape:
-            count *= dim
-        return count
+        return math.prod(self.shape)
 
-    def elements_on_rank(self, tensor_parallel: int) -> int:
-        """Elements held by the most-loaded of `tensor_parallel` ranks (ceiling share of the split dim)."""
+    def shape_on_rank(self, tensor_parallel: int, rank: int) -> tuple[int, ...]:
+        """This tensor's shape on tensor-parallel `rank`: ranks below the remainder hold one more row."""
         if self.split == "replicated" or tensor_parallel == 1:
-            return self.elements
-        split_size = self.shape[self.split_dim]
-        others = self.elements // split_size
-        return -(-split_size // tensor_parallel) * others
+            return self.shape
+        size = self.shape[self.split_dim]
+        shape = list(self.shape)
+        shape[self.split_dim] = size // tensor_parallel + (1 if rank < size % tensor_parallel else 0)
+        return tuple(shape)
 
-    def elements_over_ranks(self, tensor_parallel: int) -> int:
-        """Elements summed over all `tensor_parallel` ranks: the tensor once if split, t copies if replicated."""
-        return self.elements * (tensor_parallel if self.split == "replicated" else 1)
+    def rank_shapes(self, tensor_parallel: int) -> tuple[tuple[tuple[int, ...], int], ...]:
+        """(shape, number of ranks holding it) over all `tensor_parallel` ranks: t copies of a replicated
+        tensor; for a split one, the ranks below the remainder with one more row, then the rest."""
+        if self.split == "replicated" or tensor_parallel == 1:
+            return ((self.shape, tensor_parallel),)
+        remainder = self.shape[self.split_dim] % tensor_parallel
+        classes = ((self.shape_on_rank(tensor_parallel, 0), remainder),
+                   (self.shape_on_rank(tensor_parallel, tensor_parallel - 1), tensor_parallel - remainder))
+        return tuple((shape, count) for shape, count in classes if count)
 
 
 def layer_tensors(arch: Architecture) -> tuple[ParamTensor, ...]:

@@ -15,6 +15,7 @@ Per-GPU figures are those of the most-loaded rank.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 from typing import Final
 
@@ -200,27 +201,6 @@ def _stages(arch: Architecture, pipeline: int) -> tuple[_Stage, ...]:
     return tuple(stages)
 
 
-def _rank_shape(tensor: ParamTensor, tensor_parallel: int, rank: int) -> tuple[int, ...]:
-    """The shape of `tensor` on tensor-parallel `rank` (ranks below the remainder take one more row)."""
-    if tensor.split == "replicated" or tensor_parallel == 1:
-        return tensor.shape
-    size = tensor.shape[tensor.split_dim]
-    share = size // tensor_parallel + (1 if rank < size % tensor_parallel else 0)
-    shape = list(tensor.shape)
-    shape[tensor.split_dim] = share
-    return tuple(shape)
-
-
-def _rank_classes(tensor: ParamTensor, tensor_parallel: int) -> tuple[tuple[tuple[int, ...], int], ...]:
-    """(shape, number of tensor-parallel ranks holding that shape): all t for a replicated tensor; for a
-    split one, the ranks below the remainder hold one more row than the rest."""
-    if tensor.split == "replicated" or tensor_parallel == 1:
-        return ((tensor.shape, tensor_parallel),)
-    remainder = tensor.shape[tensor.split_dim] % tensor_parallel
-    classes = ((_rank_shape(tensor, tensor_parallel, 0), remainder), (_rank_shape(tensor, tensor_parallel, tensor_parallel - 1), tensor_parallel - remainder))
-    return tuple((shape, count) for shape, count in classes if count)
-
-
 @dataclass(frozen=True)
 class _ModelStates:
     weights_bytes: int
@@ -232,7 +212,7 @@ class _ModelStates:
 def _model_states(shapes: list[tuple[tuple[int, ...], int]], training: Training) -> _ModelStates:
     """Unsharded model states for parameters of the given shapes, each with a repetition count."""
     precision = training.precision
-    elements = sum(_elements(shape) * count for shape, count in shapes)
+    elements = sum(math.prod(shape) * count for shape, count in shapes)
     optimizer_bytes = sum(
         count
         * optimizer_state_bytes(
@@ -253,22 +233,15 @@ def _model_states(shapes: list[tuple[tuple[int, ...], int]], training: Training)
 
 def _rank_model_states(tensors: tuple[tuple[ParamTensor, int], ...], training: Training, tensor_parallel: int) -> _ModelStates:
     """Model states of the most-loaded tensor-parallel rank (rank 0) of one stage, before ZeRO."""
-    return _model_states([(_rank_shape(tensor, tensor_parallel, 0), reps) for tensor, reps in tensors], training)
+    return _model_states([(tensor.shape_on_rank(tensor_parallel, 0), reps) for tensor, reps in tensors], training)
 
 
 def _all_ranks_model_states(tensors: tuple[tuple[ParamTensor, int], ...], training: Training, tensor_parallel: int) -> _ModelStates:
     """Model states summed over every tensor-parallel rank of one stage, before ZeRO."""
     return _model_states(
-        [(shape, reps * ranks) for tensor, reps in tensors for shape, ranks in _rank_classes(tensor, tensor_parallel)],
+        [(shape, reps * ranks) for tensor, reps in tensors for shape, ranks in tensor.rank_shapes(tensor_parallel)],
         training,
     )
-
-
-def _elements(shape: tuple[int, ...]) -> int:
-    count = 1
-    for dim in shape:
-        count *= dim
-    return count
 
 
 def _sharded_categories(zero_stage: int) -> frozenset[str]:
@@ -378,10 +351,10 @@ def autocast_weight_copies_bytes(
             continue
         if checkpointing == "full" and tensor.name in in_layer:
             reps = min(reps, 1)
-        elements += _elements(_rank_shape(tensor, setup.tensor_parallel, 0)) * reps
+        elements += math.prod(tensor.shape_on_rank(setup.tensor_parallel, 0)) * reps
     has_head = any(t.name == "final_norm.weight" for t, _ in tensors)
     if has_head and arch.tie_word_embeddings:
-        elements += _elements(_rank_shape(embedding_tensors(arch)[0], setup.tensor_parallel, 0))
+        elements += math.prod(embedding_tensors(arch)[0].shape_on_rank(setup.tensor_parallel, 0))
     return tensor_bytes(elements, setup.precision.bits("activations"))
 
 
@@ -464,10 +437,9 @@ def _states_tuple(states: _ModelStates) -> tuple[int, int, int, int]:
 
 
 def _unsharded_states(arch: Architecture, training: Training) -> _ModelStates:
-    whole = _Stage(0, tuple((tensor, 1) for tensor in embedding_tensors(arch) + head_tensors(arch))
-                   + tuple((tensor, arch.num_hidden_layers) for tensor in layer_tensors(arch)),
-                   arch.num_hidden_layers, True, True)
-    return _rank_model_states(whole.tensors, training, 1)
+    tensors = tuple((tensor, 1) for tensor in embedding_tensors(arch) + head_tensors(arch))
+    tensors += tuple((tensor, arch.num_hidden_layers) for tensor in layer_tensors(arch))
+    return _rank_model_states(tensors, training, 1)
 
 
 def _count_states(params: int, training: Training) -> _ModelStates:

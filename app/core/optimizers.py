@@ -7,6 +7,7 @@ bitsandbytes keeps them as Python integers, so they take no GPU memory.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
@@ -63,13 +64,6 @@ def check_optimizer(optimizer: str) -> None:
         raise DomainError("training.optimizer", f"unknown optimizer {optimizer!r}; use one of {', '.join(OPTIMIZERS)}")
 
 
-def _elements(shape: tuple[int, ...]) -> int:
-    count = 1
-    for dim in shape:
-        count *= dim
-    return count
-
-
 def adafactor_state_elements(shape: tuple[int, ...]) -> int:
     """Second-moment elements Adafactor keeps for one tensor: rows + columns for a matrix, all for a vector.
 
@@ -79,8 +73,8 @@ def adafactor_state_elements(shape: tuple[int, ...]) -> int:
     ``col_var`` of shape[:-2] + shape[-1:]).
     """
     if len(shape) < 2:
-        return _elements(shape)
-    leading = _elements(shape[:-2])
+        return math.prod(shape)
+    leading = math.prod(shape[:-2])
     return leading * (shape[-2] + shape[-1])
 
 
@@ -108,7 +102,7 @@ def optimizer_state_bytes(
     """
     check_optimizer(optimizer)
     shapes = tuple(shapes)
-    params = sum(_elements(shape) for shape in shapes)
+    params = sum(math.prod(shape) for shape in shapes)
     if optimizer in ("adam", "adamw"):
         return 2 * tensor_bytes(params, state_bits)
     if optimizer == "sgd":
@@ -118,7 +112,7 @@ def optimizer_state_bytes(
     if optimizer == "adafactor":
         factored = sum(tensor_bytes(adafactor_state_elements(shape), state_bits) for shape in shapes)
         return factored + (tensor_bytes(params, state_bits) if adafactor_momentum else 0)
-    return sum(bnb_8bit_state_bytes(_elements(shape)) for shape in shapes)
+    return sum(bnb_8bit_state_bytes(math.prod(shape)) for shape in shapes)
 
 
 def optimizer_state_bytes_from_count(optimizer: str, *, param_count: int, state_bits: int) -> int:

@@ -28,6 +28,3 @@ def ceil_div(numerator: int, denominator: int) -> int:
     """The share of the most-loaded of `denominator` ranks when `numerator` items are split."""
     return -(-numerator // denominator)
 
-
-def dtype_bits(name: str) -> int:
-    return DTYPE_BITS[name]

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from app.core import Architecture, DomainError, Parallelism, Training, estimate, get_gpu, get_preset, precision_preset
+from app.core import DomainError, Parallelism, Training, estimate, get_gpu, get_preset, precision_preset
 from app.core.activations import checkpointed_layer_activations, embedding_activations, head_activations, total_bytes
 from app.core.memory import activation_setup
 
