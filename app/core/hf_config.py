@@ -16,6 +16,12 @@ from app.core.errors import DomainError
 SUPPORTED_MODEL_TYPES: Final = ("gpt2", "llama", "mistral", "qwen2", "gemma", "gemma2", "phi3")
 FIELD_PREFIX: Final = "model.hf_config"
 
+# max_position_embeddings when config.json omits it: each configuration class's default in
+# transformers (LlamaConfig 2048, MistralConfig 4096 * 32, Qwen2Config 32768, GemmaConfig and
+# Gemma2Config 8192, Phi3Config 4096). It shapes no parameter of these rotary models; it only
+# decides when a sequence is longer than the model supports.
+DEFAULT_MAX_POSITIONS: Final = {"llama": 2048, "mistral": 131072, "qwen2": 32768, "gemma": 8192, "gemma2": 8192, "phi3": 4096}
+
 # Activation names Hugging Face uses (transformers/activations.py ACT2FN) mapped to our MLP kinds
 # for the two-matrix MLP of GPT-2; gated models use them inside SwiGLU/GeGLU.
 GELU_NAMES: Final = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_accurate", "quick_gelu")
@@ -139,7 +145,7 @@ def _llama_family(reader: _Reader, model_type: str) -> Architecture:
         head_dim=head_dim,
         intermediate_size=reader.int("intermediate_size"),
         vocab_size=reader.int("vocab_size"),
-        max_position_embeddings=reader.int("max_position_embeddings", 4096 if model_type != "gemma" else 8192),
+        max_position_embeddings=reader.int("max_position_embeddings", DEFAULT_MAX_POSITIONS[model_type]),
         tie_word_embeddings=reader.bool("tie_word_embeddings", gemma),
         attention_bias=reader.bool("attention_bias", False),
         qkv_bias=True if model_type == "qwen2" else None,

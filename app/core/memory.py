@@ -40,6 +40,11 @@ MAX_SEQ_LEN: Final = 1 << 24
 MAX_DEGREE: Final = 1 << 20
 MAX_OVERHEAD_BYTES: Final = 1 << 40
 MAX_PARAM_COUNT: Final = 10**15
+# Beyond these a batch shape is accepted but called out: published long-context training stops at
+# about 1M tokens per sequence, and micro-batches beyond a few thousand sequences per GPU do not fit
+# any model worth estimating.
+UNUSUAL_SEQ_LEN: Final = 1 << 20
+UNUSUAL_MICRO_BATCH: Final = 4096
 
 CATEGORIES: Final = ("weights", "gradients", "master_weights", "optimizer_states", "activations", "temporary")
 
@@ -641,6 +646,6 @@ def _warnings(arch: Architecture, training: Training, parallelism: Parallelism, 
                         "the first stage then holds that many micro-batches of activations.")
         if arch.tie_word_embeddings:
             warnings.append("Tied embeddings are duplicated on the last pipeline stage for the output layer.")
-    if training.seq_len > 1 << 20 or training.micro_batch_size > 4096:
+    if training.seq_len > UNUSUAL_SEQ_LEN or training.micro_batch_size > UNUSUAL_MICRO_BATCH:
         warnings.append("This batch shape is far outside what is trained in practice; check the inputs.")
     return warnings
