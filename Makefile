@@ -1,6 +1,7 @@
 # Every target does its own set-up: a fresh clone needs nothing but python3 (3.11+).
 PYTHON ?= python3
 VENV   ?= .venv
+PEERS  ?= .venv-peers
 BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
@@ -39,8 +40,17 @@ test: $(VENV)/.test $(VENV)/.validate
 test-fast: $(VENV)/.test $(VENV)/.validate
 	$(BIN)/python -m pytest -m "not browser" $(PYTEST_ARGS)
 
+# Peer calculators that `make bench` times the core against (bench/peers.txt), in a virtual environment of
+# their own so that they never enter the project's locks.
+$(PEERS)/.installed: bench/peers.txt
+	$(PYTHON) -m venv $(PEERS)
+	$(PEERS)/bin/pip install -q -r bench/peers.txt
+	touch $@
+
+# Without PyPI the peers cannot be installed: the bench then says so and skips their comparison.
 bench: $(VENV)/.test
-	$(BIN)/python -m bench
+	@$(MAKE) --no-print-directory $(PEERS)/.installed || echo "bench: could not install bench/peers.txt into $(PEERS); the comparison with llm-analysis will be skipped"
+	BENCH_PEERS=$(PEERS) $(BIN)/python -m bench
 
 # The full measurement sweep against PyTorch (CPU build); writes docs/VALIDATION.md and docs/validation.json.
 validate: $(VENV)/.validate
@@ -54,4 +64,4 @@ lock: | $(BIN)/python
 	$(BIN)/uv pip compile --python-version 3.11 --generate-hashes -q requirements-validate.in -o requirements-validate.lock
 
 clean:
-	rm -rf $(VENV) .pytest_cache test-artifacts
+	rm -rf $(VENV) $(PEERS) .pytest_cache test-artifacts

@@ -1,26 +1,43 @@
-"""Latency of the memory model and of the HTTP edges, against targets that keep the page feeling instant.
+"""Latency of the memory model and of the HTTP edges, against targets that keep the page feeling instant,
+and the core's cost per estimate beside llm-analysis's, a peer calculator, timed in the same run.
 
 Targets (95th percentile, one request at a time, on the 2-core development machine):
 - the core's estimate for any preset and parallel layout: 10 ms;
 - POST /api/v1/estimate through the ASGI stack: 30 ms;
 - the page, whole and as the htmx update it swaps on each change: 50 ms.
+Targets per call (medians, in microseconds):
+- the core's Llama-3-8B estimate (sequence 4,096, micro-batch 1, bf16 with an fp32 master copy, AdamW,
+  flash attention, no recomputation, one H100 80GB) in at most a quarter of llm-analysis 0.2.2's
+  training analysis of the same setup;
+- Llama-3.1-405B (126 layers) at pipeline degree 63 (2 layers a stage) within 1.5x of pipeline degree 1.
+llm-analysis runs in its own virtual environment (`make bench` creates it, BENCH_PEERS names it) through
+bench/peer_llm_analysis.py; where that environment is missing or the script fails, the comparison is
+reported as skipped and its target is not counted.
 Exits 1 when a target is missed.
 """
 
 from __future__ import annotations
 
-import statistics
+import json
+import os
+import subprocess
 import sys
-import time
 from collections.abc import Callable
+from pathlib import Path
 
 from fastapi.testclient import TestClient
 
 from app import core
 from app.main import app
+from bench.timing import RUNS, median_p95, samples_s
 
-RUNS = 200
 TARGETS_MS = {"core": 10.0, "api": 30.0, "page": 50.0}
+PEER_RATIO_TARGET = 0.25  # trainmem's median per call over llm-analysis's
+PIPELINE_RATIO_TARGET = 1.5  # llama-3.1-405b: median at pipeline 63 over median at pipeline 1
+
+ROOT = Path(__file__).resolve().parent.parent
+PEER_SCRIPT = Path(__file__).resolve().parent / "peer_llm_analysis.py"
+PEER_TIMEOUT_S = 600
 
 CASES = [
     ("gpt2, 1 GPU", "gpt2", core.Parallelism()),
@@ -30,19 +47,48 @@ CASES = [
      core.Parallelism(data=64, tensor=8, pipeline=18, zero_stage=1, sequence_parallel=True)),
 ]
 
+# The setups timed against llm-analysis: (case id shared with bench/peer_llm_analysis.py, label, preset, pipeline).
+PEER_CASES = [
+    ("llama-3-8b/pp1", "llama-3-8b, 1 GPU", "llama-3-8b", 1),
+    ("llama-3.1-405b/pp1", "llama-3.1-405b, pp1", "llama-3.1-405b", 1),
+    ("llama-3.1-405b/pp63", "llama-3.1-405b, pp63", "llama-3.1-405b", 63),
+]
+PEER_TRAINING = core.Training(micro_batch_size=1, seq_len=4096, precision=core.precision_preset("bf16-fp32-master"),
+                              optimizer="adamw", activation_checkpointing="none", attention="flash")
+PEER_GPU = "h100-80gb"
 
-def p95_ms(fn: Callable[[], object]) -> tuple[float, float]:
-    fn()
-    samples = []
-    for _ in range(RUNS):
-        start = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - start) * 1000)
-    samples.sort()
-    return statistics.median(samples), samples[int(0.95 * len(samples)) - 1]
+
+def median_p95_ms(fn: Callable[[], object]) -> tuple[float, float]:
+    median, p95 = median_p95(samples_s(fn))
+    return median * 1e3, p95 * 1e3
 
 
-def main() -> int:
+def peer_timings() -> tuple[dict | None, str]:
+    """llm-analysis's timings from its own environment, or None and why they are missing."""
+    venv = Path(os.environ.get("BENCH_PEERS", ROOT / ".venv-peers"))
+    if not venv.is_absolute():
+        venv = ROOT / venv
+    python = venv / "bin" / "python"
+    if not (venv / ".installed").exists() or not python.exists():
+        return None, f"{venv.name}/ is not installed (`make bench` installs it; it needs PyPI)"
+    try:
+        done = subprocess.run([str(python), str(PEER_SCRIPT), "--runs", str(RUNS)], capture_output=True, text=True,
+                              timeout=PEER_TIMEOUT_S, cwd=ROOT)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"{PEER_SCRIPT.name} did not run: {exc}"
+    if done.returncode != 0:
+        tail = " | ".join(done.stderr.strip().splitlines()[-3:])
+        return None, f"{PEER_SCRIPT.name} exited {done.returncode}: {tail}"
+    try:
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        for case, *_ in PEER_CASES:
+            float(result["cases"][case]["median_us"])
+    except (IndexError, KeyError, TypeError, ValueError) as exc:
+        return None, f"{PEER_SCRIPT.name} printed no usable result ({exc!r})"
+    return result, ""
+
+
+def latency_targets() -> int:
     client = TestClient(app)
     failures = 0
     print(f"{'case':<48} {'median ms':>10} {'p95 ms':>10} {'target':>8}")
@@ -58,11 +104,66 @@ def main() -> int:
     rows.append(("page", "GET / (htmx update)", lambda: client.get("/", params=params, headers={"HX-Request": "true"})))
     rows.append(("page", "GET / (whole page)", lambda: client.get("/", params=params)))
     for kind, label, fn in rows:
-        median, p95 = p95_ms(fn)
+        median, p95 = median_p95_ms(fn)
         target = TARGETS_MS[kind]
         ok = p95 <= target
         failures += not ok
         print(f"{kind + ': ' + label:<48} {median:>10.2f} {p95:>10.2f} {target:>8.0f} {'ok' if ok else 'MISSED'}")
+    return failures
+
+
+def peer_targets() -> int:
+    # The peer first, so that the two never share the CPU.
+    peer, why_not = peer_timings()
+    gpu = core.get_gpu(PEER_GPU)
+    ours = {}
+    for case, _, preset, pipeline in PEER_CASES:
+        arch = core.get_preset(preset).architecture
+        parallelism = core.Parallelism(data=1, tensor=1, pipeline=pipeline)
+        median, p95 = median_p95(samples_s(lambda a=arch, p=parallelism: core.estimate(
+            architecture=a, training=PEER_TRAINING, parallelism=p, gpu=gpu)))
+        ours[case] = (median * 1e6, p95 * 1e6)
+
+    failures = 0
+    peer_name = f"llm-analysis {peer['version']}" if peer else "llm-analysis"
+    print()
+    print(f"core estimate per call, µs (seq 4096, micro-batch 1, bf16 + fp32 master, AdamW, flash, {PEER_GPU}), "
+          f"beside {peer_name}")
+    print(f"{'case (medians; ratio = trainmem / llm-analysis)':<48} {'trainmem':>10} {'p95':>10} {'llm-an.':>10} "
+          f"{'p95':>10} {'ratio':>7} {'target':>8}")
+    for case, label, _, _ in PEER_CASES:
+        median, p95 = ours[case]
+        if peer is None:
+            print(f"{label:<48} {median:>10.1f} {p95:>10.1f} {'-':>10} {'-':>10} {'-':>7}")
+            continue
+        theirs = peer["cases"][case]
+        ratio = median / theirs["median_us"]
+        verdict = ""
+        if case == PEER_CASES[0][0]:
+            ok = ratio <= PEER_RATIO_TARGET
+            failures += not ok
+            verdict = f"{'<= ' + format(PEER_RATIO_TARGET, '.2f'):>8} {'ok' if ok else 'MISSED'}"
+        print(f"{label:<48} {median:>10.1f} {p95:>10.1f} {theirs['median_us']:>10.1f} {theirs['p95_us']:>10.1f} "
+              f"{ratio:>7.2f} {verdict}".rstrip())
+    if peer is None:
+        print(f"llm-analysis comparison skipped: {why_not}")
+
+    pp1, pp63 = ours["llama-3.1-405b/pp1"][0], ours["llama-3.1-405b/pp63"][0]
+    ratio = pp63 / pp1
+    ok = ratio <= PIPELINE_RATIO_TARGET
+    failures += not ok
+    theirs = "-"
+    if peer is not None:
+        cases = peer["cases"]
+        theirs = f"{cases['llama-3.1-405b/pp63']['median_us'] / cases['llama-3.1-405b/pp1']['median_us']:.2f}x"
+    target = "<= " + format(PIPELINE_RATIO_TARGET, ".2f")
+    print(f"{'llama-3.1-405b, pipeline 63 / pipeline 1':<48} {ratio:>9.2f}x {'':>10} {theirs:>10} {'':>10} {'':>7} "
+          f"{target:>8} {'ok' if ok else 'MISSED'}")
+    return failures
+
+
+def main() -> int:
+    failures = latency_targets() + peer_targets()
     print("all targets met" if not failures else f"{failures} target(s) missed")
     return 1 if failures else 0
 
