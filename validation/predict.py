@@ -8,8 +8,6 @@ from typing import Any
 
 from app.core import Architecture, Parallelism, Training, architecture_from_hf_config, estimate, precision_preset
 from app.core import activations as act
-from app.core.architecture import embedding_tensors, head_tensors, layer_tensors
-from app.core.memory import autocast_weight_copies_bytes
 
 # The harness's attention implementations and the kernel trainmem models for each.
 ATTENTION_MODEL = {"eager": "eager", "sdpa": "flash"}
@@ -62,17 +60,27 @@ def activation_setup(*, micro_batch_size: int, seq_len: int, precision: str, att
 
 
 def activations(arch: Architecture, setup: act.ActivationSetup, checkpointing: str) -> ActivationPrediction:
-    model_tensors = tuple((tensor, 1) for tensor in embedding_tensors(arch) + head_tensors(arch)) + tuple(
-        (tensor, arch.num_hidden_layers) for tensor in layer_tensors(arch)
-    )
     return ActivationPrediction(
         layer=act.checkpointed_layer_activations(arch, setup, checkpointing),
         embedding=act.embedding_activations(arch, setup) + act.checkpoint_held_activations(arch, setup, checkpointing),
         head=act.head_activations(arch, setup),
         logits=act.logits_workspace(arch, setup),
-        autocast_weight_copies=autocast_weight_copies_bytes(model_tensors, arch, setup, checkpointing=checkpointing),
+        autocast_weight_copies=autocast_weight_copies(arch, setup, checkpointing),
         layers=arch.num_hidden_layers,
     )
+
+
+def autocast_weight_copies(arch: Architecture, setup: act.ActivationSetup, checkpointing: str) -> int:
+    """Autocast's half-precision weight copies that matmuls keep for backward, plus one recomputed layer's.
+
+    Read off the ledger: the output layer's copy, and either every layer's copies (kept by the
+    matmuls) or, under full recomputation, the one layer rebuilt at a time in backward.
+    """
+    training = Training(micro_batch_size=setup.micro_batch_size, seq_len=setup.seq_len, precision=setup.precision,
+                        attention=setup.attention, activation_checkpointing=checkpointing)
+    result = estimate(architecture=arch, training=training, device="cpu")
+    kept = {"autocast.head", "autocast.recompute" if checkpointing == "full" else "autocast.layers"}
+    return sum(buffer.bytes for buffer in result.ledger if buffer.key in kept)
 
 
 def model_states(arch: Architecture, *, precision: str, optimizer: str) -> dict[str, int]:
@@ -82,10 +90,4 @@ def model_states(arch: Architecture, *, precision: str, optimizer: str) -> dict[
         training=Training(micro_batch_size=1, seq_len=8, precision=precision_preset(precision), optimizer=optimizer),
         parallelism=Parallelism(),
     )
-    per_gpu = result.per_gpu
-    return {
-        "weights": per_gpu.weights_bytes,
-        "gradients": per_gpu.gradients_bytes,
-        "master_weights": per_gpu.master_weights_bytes,
-        "optimizer_states": per_gpu.optimizer_states_bytes,
-    }
+    return {category: result.per_gpu[category] for category in ("weights", "gradients", "master_weights", "optimizer_states")}

@@ -14,13 +14,18 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app import core
 from app.core import architecture as arch_limits
-from app.core import memory as limits
+from app.core import setup as limits
+from app.core.units import DTYPE_BITS
 
-DtypeName = Literal["fp32", "fp16", "bf16", "fp8", "int8"]
-OptimizerName = Literal["adam", "adamw", "sgd", "sgd-momentum", "adafactor", "adamw-8bit", "lion"]
-PrecisionPresetName = Literal[
-    "fp32", "autocast-bf16", "autocast-fp16", "fp16-fp32-master", "bf16-fp32-master", "megatron-bf16", "bf16"
-]
+# Allowed values come from the core's registries (tests/api/test_registries.py checks they stay in step).
+DtypeName = Literal[tuple(DTYPE_BITS)]  # type: ignore[valid-type]
+OptimizerName = Literal[core.OPTIMIZERS]  # type: ignore[valid-type]
+OptimizerImplementationName = Literal[tuple(core.OPTIMIZER_IMPLEMENTATIONS)]  # type: ignore[valid-type]
+PrecisionPresetName = Literal[tuple(core.PRECISION_PRESETS)]  # type: ignore[valid-type]
+CheckpointingName = Literal[tuple(core.CHECKPOINTING_CHOICES)]  # type: ignore[valid-type]
+AttentionName = Literal[tuple(core.ATTENTION_CHOICES)]  # type: ignore[valid-type]
+ImplementationName = Literal[tuple(core.IMPLEMENTATION_CHOICES)]  # type: ignore[valid-type]
+LoopName = Literal[tuple(core.LOOPS)]  # type: ignore[valid-type]
 
 ARCHITECTURE_FIELDS = (
     "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
@@ -113,16 +118,34 @@ class TrainingIn(BaseModel):
         description="A precision preset id (see GET /api/v1/presets) or an explicit dtype per tensor class.",
     )
     optimizer: OptimizerName = Field(default="adamw", description="Optimizer whose state is counted.")
+    optimizer_implementation: OptimizerImplementationName = Field(
+        default="foreach",
+        description="How optimizer.step() runs, which decides its scratch: foreach (torch's default on CUDA: a "
+        "state-dtype copy of every parameter for Adam), fused (none), for-loop (two copies of the largest tensor).",
+    )
     adafactor_momentum: bool = Field(default=False, description="Adafactor keeps a first moment (beta1) as well.")
-    activation_checkpointing: Literal["none", "selective", "full"] = Field(
+    activation_checkpointing: CheckpointingName = Field(
         default="none", description="none; selective: recompute the attention core; full: keep only each layer's input."
     )
-    attention: Literal["eager", "flash"] = Field(
-        default="flash", description="eager stores the s × s score matrix; flash is a fused kernel that does not."
+    attention: AttentionName = Field(
+        default="sdpa",
+        description="eager stores the s × s score matrix; flash is a fused kernel that does not; sdpa is the kernel "
+        "PyTorch's scaled_dot_product_attention picks on CUDA (flash for fp16/bf16 and head size ≤ 256, else "
+        "memory-efficient unless K/V heads are grouped, else math). The answer's attention_kernel says which.",
     )
-    implementation: Literal["transformers", "megatron"] = Field(
+    implementation: ImplementationName = Field(
         default="transformers",
         description="Whose code runs the model: Hugging Face transformers modules, or Megatron-LM's fused kernels.",
+    )
+    loop: LoopName = Field(
+        default="plain",
+        description="plain: the loop keeps the model's output (and so the logits) until the next forward replaces "
+        "it; hf-trainer: only the loss is kept, the logits are freed before backward.",
+    )
+    gradient_accumulation_steps: int = Field(
+        default=1, ge=1, le=limits.MAX_ACCUMULATION_STEPS,
+        description="Micro-batches per optimizer step. From the second on, the gradients are alive through forward "
+        "and backward; with pipeline parallelism it is also the number of micro-batches in flight (1F1B).",
     )
     framework_overhead_bytes: int = Field(
         default=limits.DEFAULT_FRAMEWORK_OVERHEAD_BYTES, ge=0, le=limits.MAX_OVERHEAD_BYTES,
@@ -158,7 +181,7 @@ class EstimateRequest(BaseModel):
 
 
 Bytes = Annotated[int, Field(description="Bytes.")]
-MaybeBytes = Annotated[int | None, Field(description="Bytes; null when the architecture is unknown.")]
+MaybeBytes = Annotated[int | None, Field(description="Bytes; activations are null when the architecture is unknown.")]
 
 
 class BreakdownOut(BaseModel):
@@ -171,12 +194,36 @@ class BreakdownOut(BaseModel):
     total: Bytes = Field(description="Bytes: the sum of the categories above.")
 
 
+class PeakOut(BaseModel):
+    bytes: int = Field(description="The most memory alive at once on the most-loaded GPU, in bytes.")
+    event: str = Field(description="The event of the step where it happens, e.g. 'backward: loss gradients'.")
+    step: int = Field(description="1: the first step (no optimizer state before its optimizer.step); 2: every later step.")
+    breakdown: dict[str, int] = Field(description="Bytes alive at the peak, by category.")
+
+
+class TimelinePointOut(BaseModel):
+    event: str = Field(description="What happens: 'forward: layer 1', 'backward: loss gradients', 'optimizer.step'...")
+    step: int = Field(description="1 or 2 (2 stands for every later step).")
+    bytes: int = Field(description="Bytes alive at this event (the most during it), on the most-loaded GPU.")
+    breakdown: dict[str, int] = Field(description="The same bytes by category.")
+
+
+class BufferOut(BaseModel):
+    category: str = Field(description="The per_gpu category it counts in.")
+    label: str = Field(description="What the buffer is, in words.")
+    formula: str = Field(description="Its bytes as a formula with this request's numbers.")
+    bytes: int = Field(description="Bytes on the most-loaded GPU.")
+    cluster_bytes: int = Field(description="Bytes summed over every GPU that holds it.")
+    allocated: str = Field(description="The event at which it is allocated.")
+    freed: str = Field(description="The event after which it is freed.")
+
+
 class GpuFitOut(BaseModel):
     id: str = Field(description="GPU id from GET /api/v1/gpus.")
     name: str = Field(description="Marketing name.")
     capacity: int = Field(description="Usable memory in bytes, as the driver reports it.")
-    fits: bool = Field(description="Whether the per-GPU total fits in capacity.")
-    headroom: int = Field(description="capacity - per-GPU total, in bytes; negative when it does not fit.")
+    fits: bool = Field(description="Whether the peak on the most-loaded GPU fits in capacity.")
+    headroom: int = Field(description="capacity - peak, in bytes; negative when it does not fit.")
 
 
 class TermOut(BaseModel):
@@ -193,13 +240,22 @@ class SavedTensorOut(BaseModel):
 
 class EstimateResponse(BaseModel):
     param_count: int = Field(description="Exact number of parameters.")
-    per_gpu: BreakdownOut = Field(description="Bytes on the most-loaded GPU.")
+    per_gpu: BreakdownOut = Field(
+        description="Bytes on the most-loaded GPU, every buffer of the ledger summed by category (an upper bound: "
+        "not everything is alive at once; see peak)."
+    )
     cluster: BreakdownOut = Field(description="Bytes summed over every GPU.")
     gpu: GpuFitOut | None = Field(description="Fit check against the requested GPU; null when none was given.")
     warnings: list[str] = Field(description="Assumptions that bite for this request, in words.")
     bytes_per_param: dict[str, float] = Field(description="Unsharded bytes per parameter for each model-state category.")
     pipeline_stage: int = Field(description="Index of the most-loaded pipeline stage (the per_gpu figures).")
-    explanation: list[TermOut] = Field(description="Per-GPU figures, line by line, with their formulas.")
+    explanation: list[TermOut] = Field(description="Per-GPU figures, line by line, with their formulas (the ledger's buffers).")
+    peak: PeakOut = Field(description="The most alive at once through two training steps; gpu.fits follows it.")
+    timeline: list[TimelinePointOut] = Field(description="Live memory at each event of two training steps.")
+    ledger: list[BufferOut] = Field(description="Every buffer on the most-loaded GPU, with when it lives.")
+    attention_kernel: str | None = Field(
+        description="The attention kernel assumed (eager, flash, memory-efficient or math); null without an architecture."
+    )
     layer_activations: list[SavedTensorOut] = Field(
         description="The tensors one decoder layer keeps for backward under the chosen recomputation, for one "
         "micro-batch; empty when the architecture is unknown."
@@ -268,10 +324,13 @@ def to_training(training: TrainingIn) -> core.Training:
         seq_len=training.seq_len,
         precision=precision,
         optimizer=training.optimizer,
+        optimizer_implementation=training.optimizer_implementation,
         adafactor_momentum=training.adafactor_momentum,
         activation_checkpointing=training.activation_checkpointing,
         attention=training.attention,
         implementation=training.implementation,
+        loop=training.loop,
+        gradient_accumulation_steps=training.gradient_accumulation_steps,
         framework_overhead_bytes=training.framework_overhead_bytes,
     )
 
@@ -305,6 +364,13 @@ def estimate_response(result: core.Estimate) -> EstimateResponse:
         warnings=list(result.warnings),
         bytes_per_param=result.bytes_per_param,
         pipeline_stage=result.pipeline_stage,
-        explanation=[TermOut(category=t.category, label=t.label, formula=t.formula, bytes=t.bytes) for t in result.terms],
+        explanation=[TermOut(category=b.category, label=b.label, formula=b.formula, bytes=b.bytes) for b in result.ledger],
         layer_activations=[SavedTensorOut(name=t.name, bytes=t.bytes) for t in result.layer_activations],
+        peak=PeakOut(bytes=result.peak.bytes, event=result.peak.event, step=result.peak.step,
+                     breakdown=dict(result.peak.breakdown)),
+        timeline=[TimelinePointOut(event=p.event, step=p.step, bytes=p.bytes, breakdown=dict(p.breakdown))
+                  for p in result.timeline],
+        ledger=[BufferOut(category=b.category, label=b.label, formula=b.formula, bytes=b.bytes,
+                          cluster_bytes=b.cluster_bytes, allocated=b.allocated, freed=b.freed) for b in result.ledger],
+        attention_kernel=result.attention_kernel,
     )

@@ -39,14 +39,62 @@ from app.core.precision import Precision
 from app.core.units import ceil_div
 
 Implementation = Literal["megatron", "transformers"]
-Attention = Literal["eager", "flash"]
+Attention = Literal["eager", "sdpa", "flash"]
+Kernel = Literal["eager", "flash", "memory-efficient", "math"]
 Checkpointing = Literal["none", "selective", "full"]
 Device = Literal["cuda", "cpu"]
 Split = Literal["tensor", "sequence", "none"]
 
-IMPLEMENTATIONS: Final = ("transformers", "megatron")
-ATTENTIONS: Final = ("eager", "flash")
-CHECKPOINTING: Final = ("none", "selective", "full")
+
+@dataclass(frozen=True)
+class Choice:
+    """One value of a choice input: its id (the API's value), a short label and what it means."""
+
+    id: str
+    label: str
+    about: str
+
+
+def _registry(*choices: Choice) -> dict[str, Choice]:
+    return {choice.id: choice for choice in choices}
+
+
+IMPLEMENTATION_CHOICES: Final = _registry(
+    Choice("transformers", "Hugging Face transformers", "The Hugging Face modules as written (modeling_llama.py, ...)."),
+    Choice("megatron", "Megatron-LM", "Megatron-LM's fused kernels (Korthikanti et al. 2022, Table 2)."),
+)
+ATTENTION_CHOICES: Final = _registry(
+    Choice("eager", "Eager (stores scores)", "Two matmuls around an explicit softmax: the s × s scores are stored."),
+    Choice("sdpa", "SDPA (PyTorch picks)", "torch's scaled_dot_product_attention: the kernel it picks on the device for "
+           "this setup (flash, memory-efficient or math)."),
+    Choice("flash", "Flash (fused)", "A fused kernel that keeps its output and an fp32 log-sum-exp instead of the scores."),
+)
+KERNELS: Final = _registry(
+    Choice("eager", "eager", "explicit softmax; the s × s probabilities are saved"),
+    Choice("flash", "flash", "fused; saves Q, K, V, the output and an fp32 log-sum-exp per query"),
+    Choice("memory-efficient", "memory-efficient", "fused; saves Q, K, V, the output and an fp32 log-sum-exp per query "
+           "(padded to 32 queries)"),
+    Choice("math", "math", "torch's reference sdpa: scaled Q and K, an fp32-or-wider softmax of s × s per head"),
+)
+CHECKPOINTING_CHOICES: Final = _registry(
+    Choice("none", "None", "every tensor saved for backward"),
+    Choice("selective", "Selective (attention core)", "attention core recomputed"),
+    Choice("full", "Full (layer inputs only)", "only each layer's input kept"),
+)
+
+IMPLEMENTATIONS: Final = tuple(IMPLEMENTATION_CHOICES)
+ATTENTIONS: Final = tuple(ATTENTION_CHOICES)
+CHECKPOINTING: Final = tuple(CHECKPOINTING_CHOICES)
+
+# Flash attention in PyTorch handles head sizes up to 256 in fp16/bf16 only
+# (aten/src/ATen/native/transformers/sdp_utils_cpp.h and cuda/sdp_utils.cpp: check_head_dim_size_flash,
+# check_flash_attention_dtype); the memory-efficient kernel takes fp32 too but not grouped K/V heads
+# (check_for_grouped_query_attention / enable_gqa is refused by mem-efficient in torch 2.13).
+FLASH_MAX_HEAD_DIM: Final = 256
+HALF_DTYPES: Final = ("fp16", "bf16")
+# The memory-efficient kernel pads its log-sum-exp to a multiple of 32 queries
+# (aten/src/ATen/native/transformers/cuda/attention.cu, _efficient_attention_forward: kAlignLSE = 32).
+MEM_EFFICIENT_LSE_ALIGN: Final = 32
 
 FP32_BYTES: Final = 4
 INDEX_BYTES: Final = 8  # int64 token ids and labels
@@ -64,7 +112,7 @@ class ActivationSetup:
     micro_batch_size: int
     seq_len: int
     precision: Precision
-    attention: Attention = "eager"
+    attention: Attention | Kernel = "eager"
     implementation: Implementation = "transformers"
     tensor_parallel: int = 1
     sequence_parallel: bool = False
@@ -157,7 +205,7 @@ def _megatron_layer(arch: Architecture, setup: ActivationSetup) -> list[SavedTen
     saved.add("attn.query", n * a * d, w, "tensor")
     saved.add("attn.key", n * g * d, w, "tensor")
     saved.add("attn.value", n * g * d, w, "tensor")
-    if setup.attention == "eager":
+    if attention_kernel(arch, setup) == "eager":
         saved.add("attn.softmax", b * a * s * s, w, "tensor", core=True)
         if arch.attn_dropout > 0:
             saved.mask("attn.softmax_dropout_mask", b * a * s * s, w, "tensor", core=True)
@@ -257,10 +305,34 @@ def _hf_linear_input(saved: _Saved, name: str, consumers: int, arch: Architectur
         saved.add(name, n * h, setup.stream_bytes, "sequence")
 
 
+def attention_kernel(arch: Architecture, setup: ActivationSetup) -> Kernel:
+    """The attention kernel that runs for this choice, model and device.
+
+    * ``eager``: eager; ``flash``: the fused kernel (on CPU, the math path when attention dropout is
+      on, see `_cpu_sdpa_falls_back_to_math`).
+    * ``sdpa`` on CPU: as ``flash`` (CPU sdpa runs its flash-style kernel without dropout).
+    * ``sdpa`` on CUDA, torch's dispatch order (sdp_utils.cpp, select_sdp_backend): flash when the
+      activations are fp16 or bf16 and the head size is at most 256; otherwise memory-efficient,
+      unless K/V heads are grouped, which it refuses; otherwise math. Megatron-LM has no math path:
+      where flash cannot run it uses its unfused softmax, modelled as eager.
+    """
+    choice = setup.attention
+    if choice in ("eager", "memory-efficient", "math"):
+        return choice  # an already resolved kernel
+    if setup.device == "cpu" or choice == "flash":
+        return "math" if _cpu_sdpa_falls_back_to_math(arch, setup) else "flash"
+    if setup.precision.activations in HALF_DTYPES and arch.head_size <= FLASH_MAX_HEAD_DIM:
+        return "flash"
+    if setup.implementation == "megatron":
+        return "eager"
+    return "memory-efficient" if arch.kv_heads == arch.num_attention_heads else "math"
+
+
 def _hf_attention(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
-    if setup.attention == "eager":
+    kernel = attention_kernel(arch, setup)
+    if kernel == "eager":
         _hf_eager_attention(saved, arch, setup)
-    elif _cpu_sdpa_falls_back_to_math(arch, setup):
+    elif kernel == "math":
         _hf_sdpa_math_attention(saved, arch, setup)
     else:
         # A fused kernel keeps Q, K, V, its output (also the output projection's input) and the
@@ -274,7 +346,8 @@ def _hf_attention(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> 
         saved.add("attn.key", n * g * d, wa, "tensor")
         saved.add("attn.value", n * g * d, wa, "tensor")
         saved.add("attn.output", n * a * d, wa, "tensor")
-        saved.add("attn.logsumexp", b * a * s, FP32_BYTES, "tensor")
+        queries = s if kernel == "flash" else ceil_div(s, MEM_EFFICIENT_LSE_ALIGN) * MEM_EFFICIENT_LSE_ALIGN
+        saved.add("attn.logsumexp", b * a * queries, FP32_BYTES, "tensor")
     if arch.dropout > 0:
         saved.mask("attn.residual_dropout_mask", setup.tokens * arch.hidden_size, setup.half_bytes, "sequence")
 
@@ -527,7 +600,7 @@ def checkpoint_held_activations(
     b, s = setup.micro_batch_size, setup.seq_len
     if arch.position_embedding == "rope":
         saved.add("checkpoint.position_ids", s, INDEX_BYTES, "none")
-    if setup.attention == "eager":
+    if attention_kernel(arch, setup) == "eager":
         saved.add("checkpoint.causal_mask", b * s * s, setup.stream_bytes, "none")
     return tuple(saved.items)
 

@@ -8,14 +8,12 @@ bitsandbytes keeps them as Python integers, so they take no GPU memory.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Literal
 
 from app.core.errors import DomainError
 from app.core.units import ceil_div, tensor_bytes
-
-OPTIMIZERS: Final = ("adam", "adamw", "sgd", "sgd-momentum", "adafactor", "adamw-8bit", "lion")
 
 # bitsandbytes 8-bit optimizers (Dettmers et al. 2021, arXiv:2110.02861): tensors with fewer than
 # `min_8bit_size` elements keep fp32 states; larger ones keep uint8 states with one fp32 absmax
@@ -29,34 +27,126 @@ FP32_BITS: Final = 32
 
 
 @dataclass(frozen=True)
+class Scratch:
+    """What optimizer.step() allocates for itself, in the optimizer state's dtype.
+
+    ``copies`` copies of either every parameter on the GPU (``of="all"``) or of its largest tensor
+    (``of="largest"``, for implementations that loop over tensors one at a time).
+    """
+
+    copies: int
+    of: Literal["all", "largest"]
+    source: str
+
+    def elements(self, *, param_elements: int, largest_elements: int) -> int:
+        return self.copies * (param_elements if self.of == "all" else largest_elements)
+
+    def formula(self, *, param_elements: int, largest_elements: int, bits: int) -> str:
+        if not self.copies:
+            return "0"
+        what = f"{param_elements:,} params" if self.of == "all" else f"the largest tensor's {largest_elements:,} elements"
+        copies = f"{self.copies} × " if self.copies > 1 else ""
+        return f"{copies}{what} × {bits} bit ÷ 8"
+
+
+NO_SCRATCH_IN_PLACE: Final = "updates states and weights in place"
+
+
+def _none(source: str) -> Scratch:
+    return Scratch(0, "all", source)
+
+
+@dataclass(frozen=True)
 class OptimizerInfo:
+    """One optimizer: its id, name, what it keeps, its state's formula, and each implementation's scratch."""
+
     id: str
     name: str
     states: str
+    label: str
+    scratch: dict[str, Scratch]
+    formula: Callable[[str, int, bool], str]  # (share, state bits, Adafactor momentum) -> the state's formula
 
+
+def _two_moments(share: str, bits: int, momentum: bool) -> str:
+    return f"2 × {share} × {bits} bit ÷ 8"
+
+
+def _one_moment(share: str, bits: int, momentum: bool) -> str:
+    return f"{share} × {bits} bit ÷ 8"
+
+
+def _factored(share: str, bits: int, momentum: bool) -> str:
+    first = f" + {share} × {bits} bit ÷ 8 (momentum)" if momentum else ""
+    return f"Σ over matrices (rows + columns) + Σ over vectors (length), × {bits} bit ÷ 8{first}"
+
+
+OPTIMIZER_IMPLEMENTATIONS: Final[dict[str, str]] = {
+    "foreach": "torch's default on CUDA: one kernel over all tensors at once (torch/optim/*.py, _multi_tensor_*)",
+    "fused": "one fused kernel per group that updates in place (fused=True)",
+    "for-loop": "one tensor at a time (foreach=False, _single_tensor_*)",
+}
+
+_ADAM_SCRATCH: Final = {
+    "foreach": Scratch(1, "all", "_multi_tensor_adam: exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs), a copy of v "
+                       "for every parameter at once (torch/optim/adam.py)"),
+    "fused": _none("torch._fused_adam_ / _fused_adamw_ " + NO_SCRATCH_IN_PLACE),
+    "for-loop": Scratch(2, "largest", "_single_tensor_adam: denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt), the "
+                        "square root and the quotient of one tensor alive together (torch/optim/adam.py)"),
+}
 
 OPTIMIZER_INFO: Final[dict[str, OptimizerInfo]] = {
     info.id: info
     for info in (
-        OptimizerInfo("adam", "Adam", "two moments (m, v) per parameter (Kingma & Ba 2014)"),
-        OptimizerInfo("adamw", "AdamW", "two moments (m, v) per parameter (Loshchilov & Hutter 2017)"),
-        OptimizerInfo("sgd", "SGD", "no state"),
-        OptimizerInfo("sgd-momentum", "SGD with momentum", "one momentum buffer per parameter"),
+        OptimizerInfo("adam", "Adam", "two moments (m, v) per parameter (Kingma & Ba 2014)", "Adam moments m and v",
+                      _ADAM_SCRATCH, _two_moments),
+        OptimizerInfo("adamw", "AdamW", "two moments (m, v) per parameter (Loshchilov & Hutter 2017)",
+                      "AdamW moments m and v", _ADAM_SCRATCH, _two_moments),
+        OptimizerInfo("sgd", "SGD", "no state", "SGD keeps no state", {
+            "foreach": _none("_multi_tensor_sgd: torch._foreach_add_(params, grads) " + NO_SCRATCH_IN_PLACE),
+            "fused": _none("torch._fused_sgd_ " + NO_SCRATCH_IN_PLACE),
+            "for-loop": _none("_single_tensor_sgd: param.add_(grad) " + NO_SCRATCH_IN_PLACE),
+        }, lambda share, bits, momentum: "0"),
+        OptimizerInfo("sgd-momentum", "SGD with momentum", "one momentum buffer per parameter", "Momentum buffer", {
+            "foreach": _none("_multi_tensor_sgd: the first step clones the gradients into the buffers (the state); "
+                             "later steps update in place"),
+            "fused": _none("torch._fused_sgd_ " + NO_SCRATCH_IN_PLACE),
+            "for-loop": _none("_single_tensor_sgd: buf.mul_(momentum).add_(grad) " + NO_SCRATCH_IN_PLACE),
+        }, _one_moment),
         OptimizerInfo(
             "adafactor",
             "Adafactor",
             "factored second moment: row and column statistics per matrix, full for vectors; optional momentum "
             "(Shazeer & Stern 2018, arXiv:1804.04235, section 3)",
+            "Adafactor factored second moment",
+            {
+                "foreach": Scratch(1, "all", "_multi_tensor_adafactor: var_estimates = row_var @ col_var for every "
+                                   "matrix at once, then the update in place (torch/optim/_adafactor.py)"),
+                "fused": Scratch(1, "all", "torch has no fused Adafactor; torch.optim.Adafactor runs its foreach "
+                                 "implementation"),
+                "for-loop": Scratch(1, "largest", "_single_tensor_adafactor: var_estimate = row_var @ col_var for one "
+                                    "tensor at a time (torch/optim/_adafactor.py)"),
+            },
+            _factored,
         ),
         OptimizerInfo(
             "adamw-8bit",
             "AdamW 8-bit (bitsandbytes)",
             "two uint8 moments with an fp32 scale per 256-element block; tensors under 4,096 elements keep fp32 "
             "moments (Dettmers et al. 2021, arXiv:2110.02861)",
+            "8-bit AdamW moments with block scales",
+            {name: _none("bitsandbytes' 8-bit kernel " + NO_SCRATCH_IN_PLACE + " (it has one implementation)")
+             for name in OPTIMIZER_IMPLEMENTATIONS},
+            lambda share, bits, momentum: (f"2 × ({share} × 1 B + ⌈params ÷ 256⌉ × 4 B) for tensors of 4,096+ "
+                                           "elements, 2 × 4 B per element below"),
         ),
-        OptimizerInfo("lion", "Lion", "one momentum per parameter (Chen et al. 2023, arXiv:2302.06675)"),
+        OptimizerInfo("lion", "Lion", "one momentum per parameter (Chen et al. 2023, arXiv:2302.06675)", "Lion momentum",
+                      {name: Scratch(2, "largest", "lion-pytorch's step: exp_avg.clone().mul_(beta1).add(grad, ...) "
+                                     "holds two copies of one tensor (it has one implementation)")
+                       for name in OPTIMIZER_IMPLEMENTATIONS}, _one_moment),
     )
 }
+OPTIMIZERS: Final = tuple(OPTIMIZER_INFO)
 
 
 def check_optimizer(optimizer: str) -> None:
@@ -131,3 +221,13 @@ def optimizer_state_bytes_from_count(optimizer: str, *, param_count: int, state_
     if optimizer == "adamw-8bit":
         return 2 * (tensor_bytes(param_count, BNB_STATE_BITS) + tensor_bytes(ceil_div(param_count, BNB_BLOCK_SIZE), BNB_ABSMAX_BITS))
     return optimizer_state_bytes(optimizer, shapes=[(param_count,)], state_bits=state_bits)
+
+
+def optimizer_label(optimizer: str, *, adafactor_momentum: bool = False) -> str:
+    label = OPTIMIZER_INFO[optimizer].label
+    return label + (" and momentum" if optimizer == "adafactor" and adafactor_momentum else "")
+
+
+def optimizer_formula(optimizer: str, *, share: str, bits: int, adafactor_momentum: bool = False) -> str:
+    """The optimizer state's formula with the numbers in it, for `share` (e.g. ``8,030,261,248 params``)."""
+    return OPTIMIZER_INFO[optimizer].formula(share, bits, adafactor_momentum)

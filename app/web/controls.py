@@ -24,6 +24,9 @@ LABELS: Final[dict[str, str]] = {
     "seq_len": "Sequence length",
     "precision": "Precision",
     "optimizer": "Optimizer",
+    "optimizer_implementation": "Optimizer implementation",
+    "loop": "Training loop",
+    "gradient_accumulation_steps": "Gradient accumulation steps",
     "adafactor_momentum": "Adafactor keeps momentum",
     "activation_checkpointing": "Activation checkpointing",
     "attention": "Attention kernel",
@@ -75,9 +78,11 @@ EXTRA_HELP: Final[dict[str, str]] = {
 
 CHOICE_LABELS: Final[dict[str, dict[str, str]]] = {
     "source": {"preset": "Preset", "custom": "Architecture", "params": "Parameter count", "config": "config.json"},
-    "activation_checkpointing": {"none": "None", "selective": "Selective (attention core)", "full": "Full (layer inputs only)"},
-    "attention": {"eager": "Eager (stores scores)", "flash": "Flash (fused)"},
-    "implementation": {"transformers": "Hugging Face transformers", "megatron": "Megatron-LM"},
+    "activation_checkpointing": {c.id: c.label for c in core.CHECKPOINTING_CHOICES.values()},
+    "attention": {c.id: c.label for c in core.ATTENTION_CHOICES.values()},
+    "implementation": {c.id: c.label for c in core.IMPLEMENTATION_CHOICES.values()},
+    "loop": {loop.id: loop.label for loop in core.LOOPS.values()},
+    "optimizer_implementation": {"foreach": "foreach (torch's default)", "fused": "fused", "for-loop": "for-loop"},
     "zero_stage": {"0": "0: none", "1": "1: optimizer state", "2": "2: + gradients", "3": "3: + weights"},
     "mlp": {"gelu": "GeLU (2 matrices)", "relu": "ReLU (2 matrices)", "swiglu": "SwiGLU (3 matrices)", "geglu": "GeGLU (3 matrices)"},
     "norm": {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm"},
@@ -140,7 +145,7 @@ def options() -> dict[str, tuple[Option, ...]]:
     }
     for name in ("weights", "gradients", "optimizer_states", "activations"):
         result[name] = tuple(Option(d, d) for d in dtypes)
-    for name in ("activation_checkpointing", "attention", "implementation"):
+    for name in ("activation_checkpointing", "attention", "implementation", "loop", "optimizer_implementation"):
         result[name] = _labelled(name, _literal_values(TrainingIn.model_fields[name].annotation))
     for name in ("mlp", "norm", "position_embedding"):
         result[name] = _labelled(name, _literal_values(ModelIn.model_fields[name].annotation))

@@ -44,9 +44,10 @@ CUSTOM_PRECISION: Final = "custom"
 NO_MASTER: Final = "none"
 TRUE: Final = "true"
 
-TRAINING_INTS: Final = ("micro_batch_size", "seq_len")
+TRAINING_INTS: Final = ("micro_batch_size", "seq_len", "gradient_accumulation_steps")
 PARALLEL_INTS: Final = ("data", "tensor", "pipeline", "zero_stage")
-TRAINING_CHOICES: Final = ("optimizer", "activation_checkpointing", "attention", "implementation")
+TRAINING_CHOICES: Final = ("optimizer", "optimizer_implementation", "activation_checkpointing", "attention",
+                           "implementation", "loop")
 DTYPE_FIELDS: Final = core.precision.TENSOR_CLASSES
 ARCH_INTS: Final = tuple(
     name for name in ARCHITECTURE_FIELDS if ModelIn.model_fields[name].annotation in (int | None,)

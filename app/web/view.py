@@ -16,26 +16,9 @@ from app.web.form import Unit
 UNIT_BYTES: Final[dict[str, int]] = {"GB": 10**9, "GiB": 1 << 30}
 UNIT_NAMES: Final[dict[str, str]] = {"GB": "gigabytes (10⁹ bytes)", "GiB": "gibibytes (2³⁰ bytes)"}
 
-CATEGORY_LABELS: Final[dict[str, str]] = {
-    "weights": "Weights",
-    "gradients": "Gradients",
-    "master_weights": "Master weights",
-    "optimizer_states": "Optimizer state",
-    "activations": "Activations",
-    "temporary": "Temporary",
-}
-CATEGORY_SHORT: Final[dict[str, str]] = {
-    "weights": "W", "gradients": "G", "master_weights": "M", "optimizer_states": "O", "activations": "A", "temporary": "T",
-}
-CATEGORY_ABOUT: Final[dict[str, str]] = {
-    "weights": "The parameters the forward and backward passes read, in the training dtype.",
-    "gradients": "One gradient per parameter, written by the backward pass and read by the optimizer step.",
-    "master_weights": "A higher-precision copy of the weights that the optimizer updates, so small updates are not lost.",
-    "optimizer_states": "What the optimizer keeps between steps (Adam: two moments per parameter).",
-    "activations": "Tensors the forward pass saves for the backward pass; they grow with batch size and sequence length.",
-    "temporary": "Short-lived buffers at the peak: logits and their gradients, recomputation, autocast copies, "
-    "and the framework's own overhead.",
-}
+CATEGORY_LABELS: Final[dict[str, str]] = {c.id: c.label for c in core.CATEGORY_TABLE.values()}
+CATEGORY_SHORT: Final[dict[str, str]] = {c.id: c.short for c in core.CATEGORY_TABLE.values()}
+CATEGORY_ABOUT: Final[dict[str, str]] = {c.id: c.about for c in core.CATEGORY_TABLE.values()}
 # A segment narrower than this (percent of the bar) has no room for text; the legend names it.
 LABEL_MIN_PERCENT: Final = 14.0
 SHORT_LABEL_MIN_PERCENT: Final = 3.0
@@ -180,7 +163,7 @@ def _bar(title: str, breakdown: core.Breakdown, capacity: int | None, unit: Unit
     scale = max(total, capacity or 0)
     segments = []
     for category in core.CATEGORIES:
-        value = getattr(breakdown, f"{category}_bytes")
+        value = breakdown[category]
         if value is None:
             continue
         share = 100 * value / scale if scale else 0.0
@@ -203,23 +186,25 @@ def _bar(title: str, breakdown: core.Breakdown, capacity: int | None, unit: Unit
 
 
 def verdict(fit: core.GpuFit | None, total_bytes: int, unit: Unit, *, gpus: int) -> Verdict:
-    """In words: fits with N to spare, or does not fit by N, on the chosen GPU."""
+    """In words: fits with N to spare, or does not fit by N, on the chosen GPU; `total_bytes` is the peak."""
     total = format_bytes(total_bytes, unit)
     if fit is None:
-        return Verdict("none", f"{total} per GPU", "Choose a GPU to see whether it fits.")
+        return Verdict("none", f"{total} at the peak per GPU", "Choose a GPU to see whether it fits.")
     name, capacity = fit.gpu.name, format_bytes(fit.gpu.capacity_bytes, unit)
     where = f"each of {gpus:,} × {name}" if gpus > 1 else f"one {name}"
     if fit.fits:
         return Verdict("fits", f"Fits, with {format_bytes(fit.headroom_bytes, unit)} to spare",
-                       f"{total} of the {capacity} on {where} ({_share(total_bytes, fit.gpu.capacity_bytes)} used).")
+                       f"{total} at the peak of the {capacity} on {where} "
+                       f"({_share(total_bytes, fit.gpu.capacity_bytes)} used).")
     return Verdict("over", f"Does not fit, by {format_bytes(-fit.headroom_bytes, unit)}",
-                   f"{total} needed on {where}, which has {capacity}.")
+                   f"{total} needed at the peak on {where}, which has {capacity}.")
 
 
 def result_view(result: core.Estimate, parallelism: core.Parallelism, unit: Unit) -> ResultView:
     capacity = result.gpu.gpu.capacity_bytes if result.gpu else None
     world = parallelism.world_size
     per_gpu_total = result.per_gpu.total_bytes
+    peak_bytes = result.peak.bytes
     gpus_word = "GPU" if world == 1 else "GPUs"
     per_param = result.bytes_per_param
     legend = tuple(
@@ -227,9 +212,9 @@ def result_view(result: core.Estimate, parallelism: core.Parallelism, unit: Unit
             category=category,
             label=CATEGORY_LABELS[category],
             short=CATEGORY_SHORT[category],
-            per_gpu=_maybe_bytes(getattr(result.per_gpu, f"{category}_bytes"), unit),
-            cluster=_maybe_bytes(getattr(result.cluster, f"{category}_bytes"), unit),
-            share=_share(getattr(result.per_gpu, f"{category}_bytes"), per_gpu_total),
+            per_gpu=_maybe_bytes(result.per_gpu[category], unit),
+            cluster=_maybe_bytes(result.cluster[category], unit),
+            share=_share(result.per_gpu[category], per_gpu_total),
             bytes_per_param=format_bytes_per_param(per_param[category]) if category in per_param else None,
         )
         for category in core.CATEGORIES
@@ -241,14 +226,14 @@ def result_view(result: core.Estimate, parallelism: core.Parallelism, unit: Unit
     return ResultView(
         unit=unit,
         unit_name=UNIT_NAMES[unit],
-        verdict=verdict(result.gpu, per_gpu_total, unit, gpus=world),
+        verdict=verdict(result.gpu, peak_bytes, unit, gpus=world),
         per_gpu_total=format_bytes(per_gpu_total, unit),
         per_gpu_total_exact=format_exact_bytes(per_gpu_total),
         param_count=format_count(result.param_count),
         world_size=world,
         layout=f"{world:,} {gpus_word}: data {parallelism.data} × tensor {parallelism.tensor} × pipeline {parallelism.pipeline}",
         stage_note=stage_note,
-        model_states_only=result.per_gpu.activations_bytes is None,
+        model_states_only=result.per_gpu["activations"] is None,
         per_gpu_bar=_bar("Per GPU (most-loaded rank)", result.per_gpu, capacity, unit),
         cluster_bar=_bar(f"Cluster total, {world:,} {gpus_word}", result.cluster, capacity * world if capacity else None, unit),
         legend=legend,
@@ -270,7 +255,7 @@ def _share(value: int | None, total: int) -> str:
 def _explanations(result: core.Estimate, unit: Unit) -> tuple[Explanation, ...]:
     groups = []
     for category in core.CATEGORIES:
-        terms = [term for term in result.terms if term.category == category]
+        terms = [buffer for buffer in result.ledger if buffer.category == category]
         if not terms:
             continue
         groups.append(Explanation(
@@ -278,7 +263,7 @@ def _explanations(result: core.Estimate, unit: Unit) -> tuple[Explanation, ...]:
             label=CATEGORY_LABELS[category],
             short=CATEGORY_SHORT[category],
             about=CATEGORY_ABOUT[category],
-            size=format_bytes(getattr(result.per_gpu, f"{category}_bytes") or 0, unit),
+            size=format_bytes(result.per_gpu[category] or 0, unit),
             lines=tuple(TermLine(t.label, t.formula, format_bytes(t.bytes, unit), format_exact_bytes(t.bytes)) for t in terms),
             details=_layer_details(result, unit) if category == "activations" else (),
         ))

@@ -31,7 +31,12 @@ def test_estimate_contract_for_llama_3_8b_adamw():
     assert [body["per_gpu"][c] for c in CATEGORIES[:4]] == [2 * p, 2 * p, 4 * p, 8 * p]
     assert set(body["gpu"]) == {"id", "name", "capacity", "fits", "headroom"}
     assert body["gpu"]["capacity"] == 81559 * 1024**2  # nvidia-smi total for an H100 80GB HBM3
-    assert body["gpu"]["headroom"] == body["gpu"]["capacity"] - body["per_gpu"]["total"]
+    assert body["gpu"]["headroom"] == body["gpu"]["capacity"] - body["peak"]["bytes"]
+    # The peak is what is alive at once: less than the sum of every buffer, and it names its event.
+    assert body["peak"]["bytes"] < body["per_gpu"]["total"]
+    assert body["peak"]["bytes"] == max(point["bytes"] for point in body["timeline"])
+    assert sum(body["peak"]["breakdown"].values()) == body["peak"]["bytes"]
+    assert body["attention_kernel"] == "flash"  # sdpa with bf16 and head size 128 picks flash
     assert body["gpu"]["fits"] is False
     assert all(isinstance(w, str) for w in body["warnings"])
 
@@ -44,8 +49,15 @@ def test_every_field_but_model_has_a_default():
 
 def test_num_params_only_reports_null_activations():
     body = post({"model": {"num_params": 7_500_000_000}}).json()
-    assert body["per_gpu"]["activations"] is None and body["per_gpu"]["temporary"] is None
-    assert body["per_gpu"]["total"] == 16 * 7_500_000_000
+    assert body["per_gpu"]["activations"] is None and body["attention_kernel"] is None
+    model_states = sum(body["per_gpu"][c] for c in ("weights", "gradients", "master_weights", "optimizer_states"))
+    assert model_states == 16 * 7_500_000_000  # 2 + 2 + 4 + 8 bytes per parameter (ZeRO, section 3.1)
+    # torch's foreach AdamW adds sqrt(v), one fp32 copy of every parameter, during optimizer.step()
+    assert body["per_gpu"]["temporary"] == 4 * 7_500_000_000
+    assert body["peak"] == {"bytes": 20 * 7_500_000_000, "event": "optimizer.step", "step": 1,
+                            "breakdown": {"weights": 2 * 7_500_000_000, "gradients": 2 * 7_500_000_000,
+                                          "master_weights": 4 * 7_500_000_000, "optimizer_states": 8 * 7_500_000_000,
+                                          "activations": 0, "temporary": 4 * 7_500_000_000}}
 
 
 def test_architecture_fields_and_hf_config_agree_with_the_preset():
@@ -128,7 +140,7 @@ def test_openapi_describes_every_request_field():
 def test_layer_activations_add_up_to_the_layers_term():
     body = post({"model": {"preset": "llama-3-8b"}, "training": {"seq_len": 4096}}).json()
     one_layer = sum(tensor["bytes"] for tensor in body["layer_activations"])
-    layers_term = next(t for t in body["explanation"] if t["category"] == "activations" and t["label"].startswith("Per layer"))
+    layers_term = next(t for t in body["explanation"] if t["category"] == "activations" and t["label"].startswith("32 layers"))
     assert layers_term["bytes"] == 32 * one_layer
     names = {tensor["name"] for tensor in body["layer_activations"]}
     assert {"attn.query", "attn.logsumexp", "mlp.gate"} <= names  # flash attention: no s x s tensor

@@ -29,7 +29,7 @@ def test_query_parameters_feed_the_api_fields_of_the_same_name():
     assert (training.attention, training.activation_checkpointing) == ("eager", "full")
     assert (parallelism.data, parallelism.zero_stage, parallelism.tensor, parallelism.pipeline) == (8, 3, 2, 4)
     assert parallelism.sequence_parallel is True
-    assert form.estimate.per_gpu.optimizer_states_bytes == 0
+    assert form.estimate.per_gpu["optimizer_states"] == 0
 
 
 def test_parameter_count_accepts_separators_and_suffixes():
@@ -105,14 +105,14 @@ def test_a_pasted_config_json_is_used():
               '"num_attention_heads": 32, "num_key_value_heads": 4, "vocab_size": 32000}')
     form = parse_form({"source": "config", "hf_config": config})
     assert form.ok, form.errors
-    assert form.estimate.per_gpu.activations_bytes is not None
+    assert form.estimate.per_gpu["activations"] is not None
 
 
 def test_parameter_count_only_leaves_activations_uncomputed():
     form = parse_form({"source": "params", "num_params": "7B"})
     assert form.ok
     assert form.estimate.param_count == 7 * 10**9
-    assert form.estimate.per_gpu.activations_bytes is None
+    assert form.estimate.per_gpu["activations"] is None
 
 
 def test_custom_precision_reads_the_dtype_fields():
@@ -121,7 +121,7 @@ def test_custom_precision_reads_the_dtype_fields():
     assert form.ok, form.errors
     precision = form.request.training.precision
     assert (precision.weights, precision.gradients, precision.master_weights) == ("bf16", "fp32", None)
-    assert form.estimate.per_gpu.master_weights_bytes == 0
+    assert form.estimate.per_gpu["master_weights"] == 0
 
 
 def test_preset_precision_shows_its_dtypes_in_the_dtype_fields():

@@ -37,7 +37,7 @@ def test_segments_scale_to_the_larger_of_total_and_capacity():
     scale = max(result.per_gpu.total_bytes, gpu.capacity_bytes)
     assert [s.category for s in bar.segments] == list(core.CATEGORIES)
     for segment in bar.segments:
-        assert segment.bytes == getattr(result.per_gpu, f"{segment.category}_bytes")
+        assert segment.bytes == result.per_gpu[segment.category]
         assert float(segment.width) == round(100 * segment.bytes / scale, 3)
     assert float(bar.capacity_at) == round(100 * gpu.capacity_bytes / scale, 3)
     assert not bar.over
@@ -51,7 +51,7 @@ def test_cluster_bar_keeps_sharded_bytes():
     cluster = {s.category: s.bytes for s in view.cluster_bar.segments}
     unsharded = _estimate()
     # ZeRO-3 over 8 ranks: each holds an eighth of the optimizer state; the cluster still holds all of it.
-    assert per_gpu["optimizer_states"] * 8 >= cluster["optimizer_states"] == unsharded.per_gpu.optimizer_states_bytes
+    assert per_gpu["optimizer_states"] * 8 >= cluster["optimizer_states"] == unsharded.per_gpu["optimizer_states"]
     assert view.world_size == 8
 
 

@@ -1,0 +1,83 @@
+"""The categories memory is reported in, and a breakdown keyed by them.
+
+One table holds each category's label, its one-letter mark and what it means; the API, the page and
+the command line all read it from here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Final
+
+
+@dataclass(frozen=True)
+class Category:
+    id: str
+    label: str
+    short: str
+    about: str
+
+
+CATEGORY_TABLE: Final[dict[str, Category]] = {
+    category.id: category
+    for category in (
+        Category("weights", "Weights", "W",
+                 "The parameters the forward and backward passes read, in the training dtype (with ZeRO-3, also "
+                 "the layers gathered whole while they compute)."),
+        Category("gradients", "Gradients", "G",
+                 "One gradient per parameter, written by the backward pass and read by the optimizer step (with "
+                 "ZeRO-2/3, also a layer's unsharded gradient until it is reduce-scattered)."),
+        Category("master_weights", "Master weights", "M",
+                 "A higher-precision copy of the weights that the optimizer updates, so small updates are not lost."),
+        Category("optimizer_states", "Optimizer state", "O",
+                 "What the optimizer keeps between steps (Adam: two moments per parameter). It is created by the "
+                 "first optimizer.step()."),
+        Category("activations", "Activations", "A",
+                 "Tensors the forward pass saves for the backward pass; they grow with batch size and sequence "
+                 "length, and are freed layer by layer in backward."),
+        Category("temporary", "Temporary", "T",
+                 "Short-lived buffers: logits and their gradients, recomputation, autocast copies, the optimizer "
+                 "step's own scratch, and the framework's own overhead."),
+    )
+}
+CATEGORIES: Final = tuple(CATEGORY_TABLE)
+MODEL_STATE_CATEGORIES: Final = ("weights", "gradients", "master_weights", "optimizer_states")
+
+
+class Breakdown(Mapping[str, int | None]):
+    """Bytes per category, in table order. Activations and temporary are None when the architecture is unknown."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self, values: Mapping[str, int | None]) -> None:
+        unknown = set(values) - set(CATEGORIES)
+        if unknown:
+            raise KeyError(f"not a category: {', '.join(sorted(unknown))}")
+        self._values = {category: values.get(category, 0) for category in CATEGORIES}
+
+    def __getitem__(self, category: str) -> int | None:
+        return self._values[category]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return f"Breakdown({self._values!r})"
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(value or 0 for value in self._values.values())
+
+    def as_dict(self) -> dict[str, int | None]:
+        """Every category, then ``total``: the sum of the categories."""
+        return dict(self._values) | {"total": self.total_bytes}
+
+    def __add__(self, other: Breakdown) -> Breakdown:
+        def plus(x: int | None, y: int | None) -> int | None:
+            return None if x is None or y is None else x + y
+
+        return Breakdown({category: plus(self[category], other[category]) for category in CATEGORIES})

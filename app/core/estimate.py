@@ -1,0 +1,205 @@
+"""The whole estimate: the ledger of the most-loaded GPU, its timeline through two steps, and the peak.
+
+Per-GPU figures are those of the most-loaded GPU: the stage kind whose peak is highest, tensor and
+data-parallel rank 0. `per_gpu` is the sum of every buffer of its ledger by category (an upper bound:
+not everything is alive at once); `peak` is the most that is alive at once, and the fit check
+follows the peak.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from app.core import activations as act
+from app.core import states
+from app.core.architecture import Architecture, embedding_tensors, head_tensors, layer_tensors, param_count
+from app.core.categories import CATEGORIES, MODEL_STATE_CATEGORIES, Breakdown
+from app.core.errors import DomainError
+from app.core.gpus import Gpu, GpuFit, fit
+from app.core.ledger import ACTS, FORWARDED, GRADS, Buffer, stage_ledger
+from app.core.optimizers import OPTIMIZER_INFO, optimizer_formula, optimizer_label
+from app.core.setup import MAX_PARAM_COUNT, Parallelism, Training, activation_setup, check_int, validate_setup
+from app.core.stages import stage_kinds
+from app.core.timeline import OPTIMIZER_STEP, START, Life, Peak, Phase, Point, events, sweep
+from app.core.units import ceil_div, tensor_bytes
+from app.core.warnings import count_warnings, estimate_warnings
+
+COUNT_FORWARD: Final = "fwd.model"
+COUNT_BACKWARD: Final = "bwd.model"
+
+
+@dataclass(frozen=True)
+class Estimate:
+    param_count: int
+    per_gpu: Breakdown  # the sum of the ledger by category
+    cluster: Breakdown
+    gpu: GpuFit | None  # follows the peak
+    warnings: tuple[str, ...]
+    pipeline_stage: int
+    ledger: tuple[Buffer, ...]
+    bytes_per_param: dict[str, float]
+    peak: Peak
+    timeline: tuple[Point, ...]
+    attention_kernel: str | None = None
+    layer_activations: tuple[act.SavedTensor, ...] = ()  # what one layer keeps per micro-batch on one rank
+
+
+def estimate(
+    *,
+    architecture: Architecture | None = None,
+    num_params: int | None = None,
+    training: Training | None = None,
+    parallelism: Parallelism | None = None,
+    gpu: Gpu | None = None,
+    device: act.Device = "cuda",
+) -> Estimate:
+    """Memory for training, per GPU (most-loaded rank) and for the whole cluster, with its timeline and peak.
+
+    Give either `architecture` (everything is computed) or `num_params` (model states only:
+    activations and temporaries need the shapes and are reported as None). `device` chooses whose
+    kernels decide what is saved: ``cuda`` (the product) or ``cpu`` (to compare with CPU runs).
+    """
+    training = training or Training()
+    parallelism = parallelism or Parallelism()
+    if (architecture is None) == (num_params is None):
+        raise DomainError("model", "give either an architecture or num_params")
+    validate_setup(training, parallelism, architecture)
+    if architecture is None:
+        return _from_count(num_params, training, parallelism, gpu)
+    return _from_architecture(architecture, training, parallelism, gpu, device)
+
+
+def _from_architecture(arch: Architecture, training: Training, parallelism: Parallelism, gpu: Gpu | None,
+                       device: act.Device) -> Estimate:
+    setup = activation_setup(training, parallelism, device=device)
+    m = training.gradient_accumulation_steps
+    best = None
+    cluster = dict.fromkeys(CATEGORIES, 0)
+    cluster_by_key: dict[str, int] = {}
+    for kind in stage_kinds(arch, pipeline=parallelism.pipeline, micro_batches=m):
+        ledger, phases = stage_ledger(arch, training, parallelism, kind, setup)
+        for buffer in ledger:
+            cluster[buffer.category] += buffer.cluster_bytes
+            cluster_by_key[buffer.key] = cluster_by_key.get(buffer.key, 0) + buffer.cluster_bytes
+        totals = {ACTS: kind.layers, FORWARDED: kind.layers, GRADS: kind.layers}
+        timeline = events(phases, micro_batches=m, carried={GRADS: kind.layers})
+        points, peak = sweep([(b.category, b.bytes, b.life) for b in ledger], timeline, phases, totals)
+        if best is None or peak.bytes > best[3].bytes:
+            best = (kind, ledger, points, peak)
+    assert best is not None
+    kind, ledger, points, peak = best
+    ledger = tuple(_with_cluster(buffer, cluster_by_key[buffer.key]) for buffer in ledger)
+    per_gpu = _sum_by_category(ledger)
+    count = param_count(arch)
+    whole = tuple((tensor, 1) for tensor in embedding_tensors(arch) + head_tensors(arch))
+    whole += tuple((tensor, arch.num_hidden_layers) for tensor in layer_tensors(arch))
+    kernel = act.attention_kernel(arch, setup)
+    return Estimate(
+        param_count=count,
+        per_gpu=per_gpu,
+        cluster=Breakdown(cluster),
+        gpu=fit(gpu, total_bytes=peak.bytes) if gpu else None,
+        warnings=tuple(estimate_warnings(arch, training, parallelism, kernel=kernel, peak=peak, per_gpu=per_gpu)),
+        pipeline_stage=kind.index,
+        ledger=ledger,
+        bytes_per_param=_bytes_per_param(count, states.states_bytes(states.rank_shapes(whole, 1), training)),
+        peak=peak,
+        timeline=points,
+        attention_kernel=kernel,
+        layer_activations=act.checkpointed_layer_activations(arch, setup, training.activation_checkpointing),
+    )
+
+
+def _with_cluster(buffer: Buffer, cluster_bytes: int) -> Buffer:
+    return Buffer(buffer.key, buffer.category, buffer.label, buffer.formula, buffer.bytes, cluster_bytes,
+                  buffer.life, buffer.allocated, buffer.freed)
+
+
+def _sum_by_category(ledger: tuple[Buffer, ...], *, unknown: tuple[str, ...] = ()) -> Breakdown:
+    sums: dict[str, int | None] = dict.fromkeys(CATEGORIES, 0)
+    for buffer in ledger:
+        sums[buffer.category] = (sums[buffer.category] or 0) + buffer.bytes
+    for category in unknown:
+        sums[category] = None
+    return Breakdown(sums)
+
+
+def _from_count(num_params: int, training: Training, parallelism: Parallelism, gpu: Gpu | None) -> Estimate:
+    """Model states of a bare parameter count; tensor and pipeline parallelism split it evenly."""
+    check_int("model.num_params", num_params, low=1, high=MAX_PARAM_COUNT)
+    p = parallelism
+    share = ceil_div(num_params, p.tensor * p.pipeline)
+    rank = states.count_states_bytes(share, training)
+    whole = states.count_states_bytes(num_params, training)
+    precision = training.precision
+    model_parallel = p.tensor * p.pipeline
+    share_text = f"{num_params:,} params" + (f" ÷ {model_parallel} (tensor × pipeline)" if model_parallel > 1 else "")
+    lives = {
+        "weights": Life("run", START), "master_weights": Life("run", START),
+        "gradients": Life("step", COUNT_BACKWARD, OPTIMIZER_STEP), "optimizer_states": Life("run", OPTIMIZER_STEP),
+    }
+    labels = {
+        "weights": f"Weights in {precision.weights}", "gradients": f"Gradients in {precision.gradients}",
+        "master_weights": f"Master copy in {precision.master_weights}",
+        "optimizer_states": optimizer_label(training.optimizer, adafactor_momentum=training.adafactor_momentum),
+    }
+    allocated = {"weights": ("before step 1", "never (kept across steps)"),
+                 "master_weights": ("before step 1", "never (kept across steps)"),
+                 "gradients": ("backward, each step", "after optimizer.step"),
+                 "optimizer_states": ("optimizer.step, step 1", "never (kept across steps)")}
+    buffers = []
+    for category in MODEL_STATE_CATEGORIES:
+        if category == "master_weights" and not precision.master_weights:
+            continue
+        note = ""
+        if states.is_sharded(category, p) and p.data > 1:
+            note = f" ÷ {p.data} (ZeRO-{p.zero_stage} over the data-parallel group)"
+        if category == "optimizer_states":
+            formula = optimizer_formula(training.optimizer, share=share_text, bits=precision.bits("optimizer_states"),
+                                        adafactor_momentum=training.adafactor_momentum)
+        else:
+            formula = f"{share_text} × {precision.bits(category)} bit ÷ 8"
+        buffers.append(Buffer(category, category, labels[category], formula + note,
+                              states.on_rank(rank[category], category, p), states.over_group(whole[category], category, p),
+                              lives[category], *allocated[category]))
+    scratch = OPTIMIZER_INFO[training.optimizer].scratch[training.optimizer_implementation]
+    if scratch.of == "all" and scratch.copies:
+        params = states.on_rank(share, "optimizer_states", p) if p.data > 1 and p.zero_stage else share
+        bits = precision.bits("optimizer_states")
+        size = tensor_bytes(scratch.copies * params, bits)
+        buffers.append(Buffer("optimizer.scratch", "temporary", f"optimizer.step() scratch, {training.optimizer_implementation}",
+                              f"{scratch.formula(param_elements=params, largest_elements=0, bits=bits)}: {scratch.source}",
+                              size, size * p.world_size, Life("step", OPTIMIZER_STEP, OPTIMIZER_STEP),
+                              "optimizer.step, each step", "after optimizer.step"))
+    ledger = tuple(buffers)
+    phases = (Phase(COUNT_FORWARD, "forward"), Phase(COUNT_BACKWARD, "backward"))
+    timeline = events(phases, micro_batches=training.gradient_accumulation_steps, carried={})
+    points, peak = sweep([(b.category, b.bytes, b.life) for b in ledger], timeline, phases, {})
+    per_gpu = _sum_by_category(ledger, unknown=("activations",))
+    cluster = _sum_cluster(ledger)
+    return Estimate(
+        param_count=num_params,
+        per_gpu=per_gpu,
+        cluster=cluster,
+        gpu=fit(gpu, total_bytes=peak.bytes) if gpu else None,
+        warnings=tuple(count_warnings(training, parallelism, scratch_known=scratch.of == "all" or not scratch.copies)),
+        pipeline_stage=0,
+        ledger=ledger,
+        bytes_per_param=_bytes_per_param(num_params, whole),
+        peak=peak,
+        timeline=points,
+    )
+
+
+def _sum_cluster(ledger: tuple[Buffer, ...]) -> Breakdown:
+    sums: dict[str, int | None] = dict.fromkeys(CATEGORIES, 0)
+    for buffer in ledger:
+        sums[buffer.category] = (sums[buffer.category] or 0) + buffer.cluster_bytes
+    sums["activations"] = None
+    return Breakdown(sums)
+
+
+def _bytes_per_param(count: int, whole: dict[str, int]) -> dict[str, float]:
+    """Unsharded bytes per parameter for each model-state category (the 2 + 2 + 4 + 8 of the classic rule)."""
+    return {category: whole[category] / count for category in MODEL_STATE_CATEGORIES}

@@ -1,0 +1,424 @@
+"""The ledger: every buffer of a training step on the most-loaded GPU of a stage, with its lifetime.
+
+Each buffer has its category, a label, a formula written with the request's numbers, its bytes on
+the most-loaded GPU and over the cluster, and when it is alive (`timeline.Life`). Per-category
+sums, the explanation, the timeline and the peak are all read off this one list.
+
+What lives when (one micro-batch; PyTorch's autograd frees what a node saved once the node has
+run, and `zero_grad(set_to_none=True)` frees the gradients):
+
+* weights, the master copy and the framework's overhead live for the whole run; the optimizer's
+  state from the first `optimizer.step()` on (torch creates it lazily, torch/optim/adam.py
+  ``_init_group``);
+* activations: each layer's saved tensors from its forward to its backward; the loss's fp32
+  log-probabilities until the loss's backward; the output layer's input until its backward;
+* gradients appear as backward reaches each parameter and live until `zero_grad`, so they never
+  coexist with the full activations of the first micro-batch (Megatron-LM keeps a persistent
+  gradient buffer instead);
+* around the loss: the logits, their fp32 upcast in forward, and two fp32 tokens × vocabulary
+  gradients in backward (nll_loss's and log_softmax's);
+* `optimizer.step()`'s own scratch (see `optimizers.OPTIMIZER_INFO`);
+* under ZeRO-3 the layer being computed and the next (prefetched) are gathered whole in the
+  16-bit dtype (Rajbhandari et al. 2019, section 5.3), and under ZeRO-2/3 a layer's unsharded
+  gradient lives until it is reduce-scattered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from app.core import activations as act
+from app.core import states
+from app.core.architecture import Architecture, ParamTensor, embedding_tensors, head_tensors, layer_tensors
+from app.core.optimizers import OPTIMIZER_INFO, optimizer_formula, optimizer_label
+from app.core.setup import LOOPS, Parallelism, Training
+from app.core.stages import StageKind, stage_tensors
+from app.core.timeline import OPTIMIZER_STEP, START, STEP_PHASE_NAMES, Life, Phase
+from app.core.units import ceil_div, tensor_bytes
+
+FP32_BITS: Final = 32
+
+# Phase ids of one micro-batch.
+FWD_EMBEDDING: Final = "fwd.embedding"
+FWD_LAYER_FIRST: Final = "fwd.layer_first"
+FWD_LAYER_LAST: Final = "fwd.layer_last"
+FWD_LOSS: Final = "fwd.loss"
+BWD_LOSS: Final = "bwd.loss"
+BWD_HEAD: Final = "bwd.head"
+BWD_LAYER_LAST: Final = "bwd.layer_last"
+BWD_LAYER_FIRST: Final = "bwd.layer_first"
+BWD_EMBEDDING: Final = "bwd.embedding"
+
+ACTS: Final = "acts"  # layers whose saved tensors are alive
+FORWARDED: Final = "forwarded"  # layers run forward in this micro-batch
+GRADS: Final = "grads"  # layers whose gradients exist
+
+
+@dataclass(frozen=True)
+class Buffer:
+    key: str
+    category: str
+    label: str
+    formula: str
+    bytes: int  # on the most-loaded GPU of the stage
+    cluster_bytes: int  # over every GPU of the stages of this kind
+    life: Life
+    allocated: str
+    freed: str
+
+
+def stage_phases(kind: StageKind) -> tuple[Phase, ...]:
+    """The events of one micro-batch on a stage of this kind, with the layer counts at each."""
+    n, low = kind.layers, kind.first_layer
+    high = low + n - 1
+    phases = []
+    if kind.first:
+        phases.append(Phase(FWD_EMBEDDING, "forward: embedding", {ACTS: 0, FORWARDED: 0}))
+    phases.append(Phase(FWD_LAYER_FIRST, f"forward: layer {low}", {ACTS: 1, FORWARDED: 1}))
+    if n > 1:
+        phases.append(Phase(FWD_LAYER_LAST, f"forward: layer {high}", {ACTS: n, FORWARDED: n}))
+    if kind.last:
+        phases += [
+            Phase(FWD_LOSS, "forward: loss", {ACTS: n, FORWARDED: n}),
+            Phase(BWD_LOSS, "backward: loss gradients", {ACTS: n}),
+            Phase(BWD_HEAD, "backward: output layer", {ACTS: n}),
+        ]
+    phases.append(Phase(BWD_LAYER_LAST, f"backward: layer {high}", {ACTS: n, GRADS: 1}))
+    if n > 1:
+        phases.append(Phase(BWD_LAYER_FIRST, f"backward: layer {low}", {ACTS: 1, GRADS: n}))
+    if kind.first:
+        phases.append(Phase(BWD_EMBEDDING, "backward: embedding", {ACTS: 0, GRADS: n}))
+    return tuple(phases)
+
+
+class _Stage:
+    """What one stage kind's buffers are computed from, and the ledger being written."""
+
+    def __init__(self, arch: Architecture, training: Training, parallelism: Parallelism, kind: StageKind,
+                 setup: act.ActivationSetup) -> None:
+        self.arch, self.training, self.parallelism, self.kind, self.setup = arch, training, parallelism, kind, setup
+        self.phases = stage_phases(kind)
+        self.names = {phase.id: phase.name for phase in self.phases} | STEP_PHASE_NAMES
+        n = kind.layers
+        self.fwd_end = FWD_LAYER_LAST if n > 1 else FWD_LAYER_FIRST
+        self.bwd_end = BWD_LAYER_FIRST if n > 1 else BWD_LAYER_LAST
+        self.buffers: list[Buffer] = []
+        t = parallelism.tensor
+        self.ranks = t * parallelism.data  # GPUs of one stage
+        layer = tuple((tensor, 1) for tensor in layer_tensors(arch))
+        self.parts: dict[str, tuple[tuple[ParamTensor, int], ...]] = {"layers": tuple((x, n) for x, _ in layer)}
+        self.one_layer = layer
+        if kind.first:
+            self.parts["embedding"] = tuple((tensor, 1) for tensor in embedding_tensors(arch))
+        if kind.last:
+            head = [(tensor, 1) for tensor in head_tensors(arch)]
+            if arch.tie_word_embeddings and not kind.first:
+                head.append((embedding_tensors(arch)[0], 1))
+            self.parts["head"] = tuple(head)
+        self.all_tensors = stage_tensors(arch, kind)
+
+    # --- writing ---------------------------------------------------------------------------------
+
+    def add(self, key: str, category: str, label: str, formula: str, size: int, cluster: int, life: Life) -> None:
+        allocated, freed = self._describe(life)
+        self.buffers.append(Buffer(key, category, label, formula, size, cluster, life, allocated, freed))
+
+    def _describe(self, life: Life) -> tuple[str, str]:
+        if life.scope == "run":
+            start = "before step 1" if life.first == START else f"{self.names[life.first]}, step 1"
+            return start, "never (kept across steps)"
+        if life.scope == "step":
+            return f"{self.names[life.first]}, each step", f"after {self.names[life.last]}"
+        first = life.only[0] if life.only else life.first
+        last = life.only[-1] if life.only else life.last
+        when = "each later micro-batch" if life.later else "each micro-batch"
+        return f"{self.names[first]}, {when}", f"after {self.names[last]}"
+
+    def per_stage(self, size: int) -> int:
+        """Cluster bytes of a buffer every GPU of every stage of this kind holds once."""
+        return size * self.ranks * self.kind.count
+
+    # --- model states ------------------------------------------------------------------------------
+
+    def _share_text(self, part_names: tuple[str, ...]) -> tuple[int, str]:
+        """Elements on the most-loaded rank for these parts, and how they add up."""
+        t = self.parallelism.tensor
+        terms, total = [], 0
+        for name in part_names:
+            if name not in self.parts:
+                continue
+            if name == "layers":
+                per_layer = states.elements(states.rank_shapes(self.one_layer, t))
+                total += per_layer * self.kind.layers
+                terms.append(f"{self.kind.layers} layers × {per_layer:,}")
+            else:
+                count = states.elements(states.rank_shapes(self.parts[name], t))
+                total += count
+                terms.append(f"{name} {count:,}")
+        text = f"{total:,} params"
+        if len(terms) > 1 or self.kind.layers > 1 and terms:
+            text = f"({' + '.join(terms)}) = {text}"
+        if t > 1:
+            text += f" on tensor rank 1 of {t}"
+        return total, text
+
+    def _shard_note(self, category: str) -> str:
+        p = self.parallelism
+        if states.is_sharded(category, p) and p.data > 1:
+            return f" ÷ {p.data} (ZeRO-{p.zero_stage} over the data-parallel group)"
+        return ""
+
+    def model_states(self) -> None:
+        training, p, t = self.training, self.parallelism, self.parallelism.tensor
+        precision = training.precision
+        rank = states.states_bytes(states.rank_shapes(self.all_tensors, t), training)
+        cluster = states.states_bytes(states.all_rank_shapes(self.all_tensors, t), training)
+        _, share = self._share_text(("layers", "embedding", "head"))
+        always = Life("run", START)
+
+        def state(category: str, label: str, formula: str, life: Life) -> None:
+            self.add(category, category, label, formula + self._shard_note(category),
+                     states.on_rank(rank[category], category, p),
+                     states.over_group(cluster[category], category, p) * self.kind.count, life)
+
+        state("weights", f"Weights in {precision.weights}", f"{share} × {precision.bits('weights')} bit ÷ 8", always)
+        if precision.master_weights:
+            state("master_weights", f"Master copy in {precision.master_weights}",
+                  f"{share} × {precision.bits('master_weights')} bit ÷ 8", always)
+        bits = precision.bits("optimizer_states")
+        state("optimizer_states", optimizer_label(training.optimizer, adafactor_momentum=training.adafactor_momentum),
+              optimizer_formula(training.optimizer, share=share, bits=bits, adafactor_momentum=training.adafactor_momentum),
+              Life("run", OPTIMIZER_STEP))
+        self._gradients(precision.bits("gradients"))
+        self._optimizer_scratch(bits)
+
+    def _gradients(self, bits: int) -> None:
+        p, t = self.parallelism, self.parallelism.tensor
+        dtype = self.training.precision.gradients
+        if self.training.implementation == "megatron":
+            elements_rank, share = self._share_text(("layers", "embedding", "head"))
+            cluster = states.elements(states.all_rank_shapes(self.all_tensors, t))
+            self.add("gradients", "gradients", f"Gradient buffer in {dtype} (Megatron-LM keeps it allocated)",
+                     f"{share} × {bits} bit ÷ 8{self._shard_note('gradients')}",
+                     states.on_rank(tensor_bytes(elements_rank, bits), "gradients", p),
+                     states.over_group(tensor_bytes(cluster, bits), "gradients", p) * self.kind.count,
+                     Life("run", START))
+            return
+        lives = {
+            "head": ("of the final norm and output layer", Life("step", BWD_HEAD, OPTIMIZER_STEP)),
+            "layers": (f"of {self.kind.layers} layers, written layer by layer in backward",
+                       Life("step", BWD_LAYER_LAST, OPTIMIZER_STEP, ramp=GRADS)),
+            "embedding": ("of the embedding", Life("step", BWD_EMBEDDING, OPTIMIZER_STEP)),
+        }
+        for part, (what, life) in lives.items():
+            if part not in self.parts:
+                continue
+            elements_rank, share = self._share_text((part,))
+            tensors = self.parts[part]
+            cluster = states.elements(states.all_rank_shapes(tensors, t))
+            self.add(f"gradients.{part}", "gradients", f"Gradients {what}, in {dtype}",
+                     f"{share} × {bits} bit ÷ 8{self._shard_note('gradients')}",
+                     states.on_rank(tensor_bytes(elements_rank, bits), "gradients", p),
+                     states.over_group(tensor_bytes(cluster, bits), "gradients", p) * self.kind.count, life)
+
+    def _optimizer_scratch(self, bits: int) -> None:
+        training, p, t = self.training, self.parallelism, self.parallelism.tensor
+        scratch = OPTIMIZER_INFO[training.optimizer].scratch[training.optimizer_implementation]
+        shapes = states.rank_shapes(self.all_tensors, t)
+        params, largest = states.elements(shapes), states.largest_elements(shapes)
+        note = ""
+        if states.is_sharded("optimizer_states", p) and p.data > 1:
+            params, largest = ceil_div(params, p.data), ceil_div(largest, p.data)
+            note = f" (this rank's 1/{p.data} shard)"
+        elements_scratch = scratch.elements(param_elements=params, largest_elements=largest)
+        formula = scratch.formula(param_elements=params, largest_elements=largest, bits=bits)
+        size = tensor_bytes(elements_scratch, bits)
+        self.add("optimizer.scratch", "temporary",
+                 f"optimizer.step() scratch, {training.optimizer_implementation}{note}",
+                 f"{formula}: {scratch.source}", size, self.per_stage(size), Life("step", OPTIMIZER_STEP, OPTIMIZER_STEP))
+
+    # --- activations ---------------------------------------------------------------------------------
+
+    def activations(self) -> None:
+        arch, setup, kind, training = self.arch, self.setup, self.kind, self.training
+        checkpointing = training.activation_checkpointing
+        per_layer = act.total_bytes(act.checkpointed_layer_activations(arch, setup, checkpointing))
+        n = kind.layers
+        b, s, h = setup.micro_batch_size, setup.seq_len, arch.hidden_size
+        policy = act.CHECKPOINTING_CHOICES[checkpointing].about
+        current = kind.count  # one micro-batch per stage in the most-loaded position
+        self.add("activations.layers", "activations", f"{n} layers' saved tensors ({policy}), b={b}, s={s:,}, h={h:,}",
+                 f"{n} layers × {per_layer:,} B", n * per_layer, n * per_layer * self.ranks * current,
+                 Life("micro-batch", FWD_LAYER_FIRST, self.bwd_end, ramp=ACTS))
+        embedding = 0
+        if kind.first:
+            first = act.embedding_activations(arch, setup) + act.checkpoint_held_activations(arch, setup, checkpointing)
+            embedding = act.total_bytes(first)
+            self.add("activations.embedding", "activations",
+                     "Embedding: token ids, positions or rotary cos/sin, dropout mask, tensors recomputation keeps",
+                     _listed(first), embedding, embedding * self.ranks,
+                     Life("micro-batch", FWD_EMBEDDING, BWD_EMBEDDING))
+        others = kind.in_flight - 1
+        if others > 0:
+            held = n * per_layer + embedding
+            others_total = kind.in_flight_total - kind.count
+            self.add("activations.in_flight", "activations",
+                     f"{others} more micro-batches in flight on this stage (1F1B)",
+                     f"{others} × {held:,} B", others * held, held * others_total * self.ranks,
+                     Life("micro-batch", self.phases[0].id, self.phases[-1].id))
+        if kind.last:
+            head = act.head_activations(arch, setup)
+            loss = tuple(item for item in head if item.name.startswith(("loss.", "logits.")))
+            rest = tuple(item for item in head if item not in loss)
+            loss_end = BWD_HEAD if training.implementation == "megatron" else BWD_LOSS
+            self.add("activations.head", "activations", "Final norm and the output layer's input", _listed(rest),
+                     act.total_bytes(rest), act.total_bytes(rest) * self.ranks, Life("micro-batch", FWD_LOSS, BWD_HEAD))
+            self.add("activations.loss", "activations",
+                     f"The loss's saved tensors: fp32 softmax or log-probabilities (4 B × {b} × {s:,} × "
+                     f"{arch.vocab_size:,}) and the labels", _listed(loss), act.total_bytes(loss),
+                     act.total_bytes(loss) * self.ranks, Life("micro-batch", FWD_LOSS, loss_end))
+
+    # --- temporaries -----------------------------------------------------------------------------------
+
+    def temporaries(self) -> None:
+        self._loss_buffers()
+        self._recomputation()
+        self._autocast_copies()
+        self._zero_buffers()
+        size = self.training.framework_overhead_bytes
+        self.add("overhead", "temporary", "Framework overhead (CUDA context, allocator reserve)", "set by you",
+                 size, self.per_stage(size), Life("run", START))
+
+    def _loss_buffers(self) -> None:
+        if not self.kind.last:
+            return
+        arch, setup, training = self.arch, self.setup, self.training
+        n_v = setup.tokens * arch.vocab_size
+        v_rank = ceil_div(n_v, self.parallelism.tensor)
+        half = setup.half_bytes
+        dims = f"{setup.micro_batch_size} × {setup.seq_len:,} × {arch.vocab_size:,}"
+        logits = v_rank * half
+        if training.implementation == "megatron":
+            self.add("loss.logits", "temporary", "Logits before the fused cross entropy", f"{half} B × {dims}",
+                     logits, self.per_stage(logits), Life("micro-batch", FWD_LOSS, only=(FWD_LOSS,)))
+            return
+        loop = LOOPS[training.loop]
+        if loop.keeps_output:
+            self.add("loss.logits", "temporary", "Logits in the model's output, which the loop keeps",
+                     f"{half} B × {dims}", logits, self.per_stage(logits), Life("run", FWD_LOSS))
+            self.add("loss.logits_previous", "temporary",
+                     "The previous micro-batch's logits, until the loop's output variable is reassigned",
+                     f"{half} B × {dims}", logits, self.per_stage(logits),
+                     Life("micro-batch", FWD_LOSS, only=(FWD_LOSS,), later=True))
+        else:
+            self.add("loss.logits", "temporary", "Logits, freed when the loss is computed (only the loss is kept)",
+                     f"{half} B × {dims}", logits, self.per_stage(logits),
+                     Life("micro-batch", FWD_LOSS, only=(FWD_LOSS,)))
+        fp32 = v_rank * act.FP32_BYTES
+        if half != act.FP32_BYTES:
+            self.add("loss.upcast", "temporary", "fp32 upcast of the logits inside the loss (logits.float())",
+                     f"4 B × {dims}", fp32, self.per_stage(fp32), Life("micro-batch", FWD_LOSS, only=(FWD_LOSS,)))
+        self.add("loss.grad_log_probs", "temporary", "Gradient of the log-probabilities (nll_loss backward, fp32)",
+                 f"4 B × {dims}", fp32, self.per_stage(fp32), Life("micro-batch", BWD_LOSS, only=(BWD_LOSS,)))
+        if half == act.FP32_BYTES:
+            self.add("loss.grad_logits", "temporary", "Gradient of the logits (log_softmax backward, fp32)",
+                     f"4 B × {dims}", fp32, self.per_stage(fp32), Life("micro-batch", BWD_LOSS, BWD_HEAD))
+            return
+        self.add("loss.grad_logits", "temporary", "Gradient of the logits (log_softmax backward, fp32)",
+                 f"4 B × {dims}", fp32, self.per_stage(fp32), Life("micro-batch", BWD_LOSS, only=(BWD_LOSS,)))
+        self.add("loss.grad_logits_half", "temporary", "Gradient of the logits cast back for the output layer",
+                 f"{half} B × {dims}", logits, self.per_stage(logits), Life("micro-batch", BWD_HEAD, only=(BWD_HEAD,)))
+
+    def _recomputation(self) -> None:
+        checkpointing = self.training.activation_checkpointing
+        rebuilt = act.recompute_workspace(self.arch, self.setup, checkpointing)
+        if not rebuilt:
+            return
+        size = act.total_bytes(rebuilt)
+        self.add("recompute", "temporary", "One layer rebuilt during backward (recomputation)",
+                 f"{_listed(rebuilt)}", size, self.per_stage(size),
+                 Life("micro-batch", BWD_LAYER_LAST, self.bwd_end))
+
+    def _autocast_copies(self) -> None:
+        setup = self.setup
+        if not setup.autocast:
+            return
+        t, bits = self.parallelism.tensor, setup.precision.bits("activations")
+        per_layer_elements = states.elements(states.rank_shapes(((x, 1) for x, _ in self.one_layer if x.matmul), t))
+        n = self.kind.layers
+        layers = tensor_bytes(per_layer_elements * n, bits)
+        one = tensor_bytes(per_layer_elements, bits)
+        dtype = setup.precision.activations
+        if self.training.activation_checkpointing == "full":
+            self.add("autocast.layers", "temporary", f"{dtype} copies of the layers' matmul weights in autocast's "
+                     "cache, until the forward's autocast region ends", f"{n} × {per_layer_elements:,} × {bits} bit ÷ 8",
+                     layers, self.per_stage(layers),
+                     Life("micro-batch", FWD_LAYER_FIRST, FWD_LOSS if self.kind.last else self.fwd_end, ramp=FORWARDED))
+            self.add("autocast.recompute", "temporary", f"{dtype} copies one recomputed layer makes again in backward",
+                     f"{per_layer_elements:,} × {bits} bit ÷ 8", one, self.per_stage(one),
+                     Life("micro-batch", BWD_LAYER_LAST, self.bwd_end))
+        else:
+            self.add("autocast.layers", "temporary", f"{dtype} copies of the layers' matmul weights, kept by the "
+                     "matmuls until each layer's backward", f"{n} × {per_layer_elements:,} × {bits} bit ÷ 8",
+                     layers, self.per_stage(layers), Life("micro-batch", FWD_LAYER_FIRST, self.bwd_end, ramp=ACTS))
+        if self.kind.last:
+            arch = self.arch
+            output = (embedding_tensors(arch)[0] if arch.tie_word_embeddings
+                      else next(x for x in head_tensors(arch) if x.matmul))
+            elements = states.elements(states.rank_shapes(((output, 1),), t))
+            size = tensor_bytes(elements, bits)
+            self.add("autocast.head", "temporary", f"{dtype} copy of the output layer's weight, kept for its backward",
+                     f"{elements:,} × {bits} bit ÷ 8", size, self.per_stage(size), Life("micro-batch", FWD_LOSS, BWD_HEAD))
+
+    def _zero_buffers(self) -> None:
+        p, t, precision = self.parallelism, self.parallelism.tensor, self.training.precision
+        if p.data == 1 or p.zero_stage < 2:
+            return
+        gbits, wbits = precision.bits("gradients"), precision.bits("weights")
+        layer_elements = states.elements(states.rank_shapes(self.one_layer, t))
+        ends = {"layers": (BWD_LAYER_LAST, self.bwd_end), "head": (BWD_HEAD, BWD_HEAD),
+                "embedding": (BWD_EMBEDDING, BWD_EMBEDDING)}
+        for part, (first, last) in ends.items():
+            if part not in self.parts:
+                continue
+            count = layer_elements if part == "layers" else states.elements(states.rank_shapes(self.parts[part], t))
+            size = tensor_bytes(count, gbits)
+            what = "one layer" if part == "layers" else f"the {part}"
+            self.add(f"zero.unsharded_grad.{part}", "gradients",
+                     f"Unsharded gradient of {what} until it is reduce-scattered (ZeRO-{p.zero_stage})",
+                     f"{count:,} params × {gbits} bit ÷ 8", size, self.per_stage(size), Life("micro-batch", first, last))
+        if p.zero_stage < 3:
+            return
+        gathered = tensor_bytes(2 * layer_elements, wbits) if self.kind.layers > 1 else tensor_bytes(layer_elements, wbits)
+        layers_gathered = 2 if self.kind.layers > 1 else 1
+        self.add("zero.gathered.layers", "weights",
+                 "Weights of the layer computing and the next, prefetched, gathered whole (ZeRO-3)",
+                 f"{layers_gathered} × {layer_elements:,} params × {wbits} bit ÷ 8", gathered, self.per_stage(gathered),
+                 Life("micro-batch", only=tuple(x for x in (FWD_LAYER_FIRST, FWD_LAYER_LAST, BWD_LAYER_LAST, BWD_LAYER_FIRST)
+                                                if x in self.names), first=FWD_LAYER_FIRST))
+        for part, phases in (("embedding", (FWD_EMBEDDING, BWD_EMBEDDING)), ("head", (FWD_LOSS, BWD_LOSS, BWD_HEAD))):
+            if part not in self.parts:
+                continue
+            count = states.elements(states.rank_shapes(self.parts[part], t))
+            size = tensor_bytes(count, wbits)
+            self.add(f"zero.gathered.{part}", "weights", f"Weights of the {part} gathered whole while it computes (ZeRO-3)",
+                     f"{count:,} params × {wbits} bit ÷ 8", size, self.per_stage(size),
+                     Life("micro-batch", phases[0], only=phases))
+
+
+def _listed(items: tuple[act.SavedTensor, ...]) -> str:
+    """The tensors and their bytes, e.g. ``embed.token_ids 32,768 B + rope.cos_sin 2,097,152 B``."""
+    if not items:
+        return "0"
+    return " + ".join(f"{item.name} {item.bytes:,} B" for item in items)
+
+
+def stage_ledger(arch: Architecture, training: Training, parallelism: Parallelism, kind: StageKind,
+                 setup: act.ActivationSetup) -> tuple[tuple[Buffer, ...], tuple[Phase, ...]]:
+    """Every buffer on the most-loaded GPU of a stage of this kind, and the stage's micro-batch events."""
+    stage = _Stage(arch, training, parallelism, kind, setup)
+    stage.model_states()
+    stage.activations()
+    stage.temporaries()
+    return tuple(stage.buffers), stage.phases

@@ -1,0 +1,147 @@
+"""What a training run is: its inputs, their limits, and the cross-field rules the schema cannot see."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+from app.core import activations as act
+from app.core.architecture import Architecture
+from app.core.errors import DomainError
+from app.core.optimizers import OPTIMIZER_IMPLEMENTATIONS, check_optimizer
+from app.core.precision import DEFAULT_PRECISION_PRESET, Precision, precision_preset
+
+GIB: Final = 1 << 30
+
+# CUDA context plus the caching allocator's reserve beyond live tensors. An empty PyTorch process
+# holds about 0.5 GiB on recent data-centre GPUs (CUDA context and kernels, as nvidia-smi shows for
+# a process that has only called torch.cuda.init()); fragmentation in the caching allocator adds a
+# few hundred MiB more in a training loop. 1 GiB is a round default; set it to your measurement.
+DEFAULT_FRAMEWORK_OVERHEAD_BYTES: Final = 1 * GIB
+
+MAX_MICRO_BATCH: Final = 1 << 16
+MAX_SEQ_LEN: Final = 1 << 24
+MAX_DEGREE: Final = 1 << 20
+MAX_ACCUMULATION_STEPS: Final = 1 << 20
+MAX_OVERHEAD_BYTES: Final = 1 << 40
+MAX_PARAM_COUNT: Final = 10**15
+# Beyond these a batch shape is accepted but called out: published long-context training stops at
+# about 1M tokens per sequence, and micro-batches beyond a few thousand sequences per GPU do not fit
+# any model worth estimating.
+UNUSUAL_SEQ_LEN: Final = 1 << 20
+UNUSUAL_MICRO_BATCH: Final = 4096
+
+LoopId = Literal["plain", "hf-trainer"]
+
+
+@dataclass(frozen=True)
+class Loop:
+    """How the training loop holds the model's output, which decides how long the logits live."""
+
+    id: str
+    label: str
+    about: str
+    keeps_output: bool
+
+
+LOOPS: Final[dict[str, Loop]] = {
+    loop.id: loop
+    for loop in (
+        Loop("plain", "Plain loop (keeps the output)",
+             "outputs = model(...); outputs.loss.backward(): the output, and so the logits, stays alive until "
+             "the next forward replaces it.", keeps_output=True),
+        Loop("hf-trainer", "Hugging Face Trainer (keeps only the loss)",
+             "Trainer.compute_loss returns the loss alone, so the logits are freed before backward.",
+             keeps_output=False),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Training:
+    micro_batch_size: int = 1
+    seq_len: int = 2048
+    precision: Precision = field(default_factory=lambda: precision_preset(DEFAULT_PRECISION_PRESET))
+    optimizer: str = "adamw"
+    optimizer_implementation: str = "foreach"
+    adafactor_momentum: bool = False
+    activation_checkpointing: act.Checkpointing = "none"
+    attention: act.Attention = "sdpa"
+    implementation: act.Implementation = "transformers"
+    loop: LoopId = "plain"
+    gradient_accumulation_steps: int = 1
+    framework_overhead_bytes: int = DEFAULT_FRAMEWORK_OVERHEAD_BYTES
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    data: int = 1
+    tensor: int = 1
+    pipeline: int = 1
+    sequence_parallel: bool = False
+    zero_stage: int = 0
+
+    @property
+    def world_size(self) -> int:
+        return self.data * self.tensor * self.pipeline
+
+
+def check_int(field_name: str, value: int, *, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise DomainError(field_name, f"must be an integer, got {value!r}")
+    if not low <= value <= high:
+        raise DomainError(field_name, f"must be between {low:,} and {high:,}, got {value:,}")
+
+
+def check_choice(field_name: str, value: str, choices: tuple[str, ...] | dict[str, object]) -> None:
+    if value not in choices:
+        raise DomainError(field_name, f"must be one of {', '.join(choices)}, got {value!r}")
+
+
+def validate_setup(training: Training, parallelism: Parallelism, arch: Architecture | None) -> None:
+    """Cross-field rules the schema cannot see, each naming the field to change."""
+    check_int("training.micro_batch_size", training.micro_batch_size, low=1, high=MAX_MICRO_BATCH)
+    check_int("training.seq_len", training.seq_len, low=1, high=MAX_SEQ_LEN)
+    check_int("training.gradient_accumulation_steps", training.gradient_accumulation_steps, low=1,
+              high=MAX_ACCUMULATION_STEPS)
+    check_int("training.framework_overhead_bytes", training.framework_overhead_bytes, low=0, high=MAX_OVERHEAD_BYTES)
+    check_optimizer(training.optimizer)
+    check_choice("training.optimizer_implementation", training.optimizer_implementation, OPTIMIZER_IMPLEMENTATIONS)
+    check_choice("training.activation_checkpointing", training.activation_checkpointing, act.CHECKPOINTING_CHOICES)
+    check_choice("training.attention", training.attention, act.ATTENTION_CHOICES)
+    check_choice("training.implementation", training.implementation, act.IMPLEMENTATION_CHOICES)
+    check_choice("training.loop", training.loop, LOOPS)
+    for name in ("data", "tensor", "pipeline"):
+        check_int(f"parallelism.{name}", getattr(parallelism, name), low=1, high=MAX_DEGREE)
+    check_int("parallelism.zero_stage", parallelism.zero_stage, low=0, high=3)
+    if arch is None:
+        return
+    t, p = parallelism.tensor, parallelism.pipeline
+    if arch.num_attention_heads % t:
+        raise DomainError(
+            "parallelism.tensor",
+            f"num_attention_heads ({arch.num_attention_heads}) must be divisible by the tensor-parallel degree ({t})",
+        )
+    if arch.kv_heads % t:
+        raise DomainError(
+            "parallelism.tensor",
+            f"num_key_value_heads ({arch.kv_heads}) must be divisible by the tensor-parallel degree ({t})",
+        )
+    if arch.num_hidden_layers % p:
+        raise DomainError(
+            "parallelism.pipeline",
+            f"num_hidden_layers ({arch.num_hidden_layers}) must be divisible by the pipeline degree ({p})",
+        )
+
+
+def activation_setup(training: Training, parallelism: Parallelism, *, device: act.Device = "cuda") -> act.ActivationSetup:
+    return act.ActivationSetup(
+        micro_batch_size=training.micro_batch_size,
+        seq_len=training.seq_len,
+        precision=training.precision,
+        attention=training.attention,
+        implementation=training.implementation,
+        tensor_parallel=parallelism.tensor,
+        sequence_parallel=parallelism.sequence_parallel,
+        device=device,
+    )

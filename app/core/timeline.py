@@ -1,0 +1,165 @@
+"""One training step as a sequence of events, and the memory live at each: the timeline and its peak.
+
+A step on one GPU runs: ``step start``; for each micro-batch a forward (embedding, the layers,
+the loss) and a backward (the loss's gradients, the output layer, the layers in reverse, the
+embedding); then ``optimizer.step`` and ``zero_grad``. Two steps are modelled: step 1, in which the
+optimizer creates its state, and step 2, which stands for every later step. With gradient
+accumulation the first micro-batch runs without gradients and the second stands for every later
+one, with all gradients alive.
+
+Each buffer of the ledger says when it is alive (`Life`); the live bytes at an event are the sum of
+the buffers alive there. A buffer that a stack of layers builds one layer at a time (activations,
+gradients) is a *ramp*: alive in proportion to a per-event count of layers. Between two events
+live memory changes monotonically (each layer adds or frees the same bytes), so the maximum over
+the events is the peak of the step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+from app.core.categories import CATEGORIES, Breakdown
+
+STEPS: Final = 2
+START: Final = "start"
+OPTIMIZER_STEP: Final = "optimizer"
+ZERO_GRAD: Final = "zero_grad"
+STEP_PHASE_NAMES: Final = {START: "step start", OPTIMIZER_STEP: "optimizer.step", ZERO_GRAD: "zero_grad"}
+
+Scope = Literal["run", "step", "micro-batch"]
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One event of a micro-batch: its id, its name on the timeline, and the layer counts there."""
+
+    id: str
+    name: str
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Life:
+    """When a buffer is alive.
+
+    * ``run``: from the first time `first` happens to the end (weights, optimizer state).
+    * ``step``: in every step, from `first` (a step-level phase or one of the first micro-batch's)
+      to `last` (a step-level phase), both included (gradients: first backward to optimizer.step).
+    * ``micro-batch``: in every micro-batch, at the phases from `first` to `last` in order, or at
+      `only` (e.g. the loss's forward alone); `later` leaves out the run's very first micro-batch.
+    ``ramp`` names a layer count: the buffer's bytes are for the full count, and at an event it
+    holds that share of them.
+    """
+
+    scope: Scope
+    first: str
+    last: str = ""
+    only: tuple[str, ...] = ()
+    ramp: str | None = None
+    later: bool = False
+
+
+@dataclass(frozen=True)
+class Event:
+    name: str
+    step: int
+    micro_batch: int  # 0 for step-level events
+    phase: str
+    counts: dict[str, int]
+
+
+@dataclass(frozen=True)
+class Point:
+    event: str
+    step: int
+    bytes: int
+    breakdown: Breakdown
+
+
+@dataclass(frozen=True)
+class Peak:
+    bytes: int
+    event: str
+    step: int
+    breakdown: Breakdown
+
+
+def events(phases: Sequence[Phase], *, micro_batches: int, carried: dict[str, int]) -> tuple[Event, ...]:
+    """Both steps' events. Micro-batches beyond the second behave as the second, so at most two are listed.
+
+    From the second micro-batch on, and at the step-level events after them, every ramp that
+    persists across micro-batches (gradients) is full: `carried` gives those counts.
+    """
+    cycles = min(micro_batches, 2)
+    out: list[Event] = []
+    for step in range(1, STEPS + 1):
+        out.append(Event(STEP_PHASE_NAMES[START], step, 0, START, {}))
+        for cycle in range(1, cycles + 1):
+            prefix = f"micro-batch {cycle}: " if cycles > 1 else ""
+            for phase in phases:
+                counts = phase.counts if cycle == 1 else phase.counts | carried
+                out.append(Event(prefix + phase.name, step, cycle, phase.id, counts))
+        for phase_id in (OPTIMIZER_STEP, ZERO_GRAD):
+            out.append(Event(STEP_PHASE_NAMES[phase_id], step, 0, phase_id, dict(carried)))
+    return tuple(out)
+
+
+def _alive_indices(life: Life, timeline: Sequence[Event], phase_order: dict[str, int]) -> list[int]:
+    if life.scope == "run":
+        for index, event in enumerate(timeline):
+            if event.phase == life.first and event.micro_batch <= 1:
+                return list(range(index, len(timeline)))
+        return []
+    if life.scope == "step":
+        alive, on = [], False
+        for index, event in enumerate(timeline):
+            if event.phase == START:
+                on = False
+            if event.phase == life.first and event.micro_batch <= 1:
+                on = True
+            if on:
+                alive.append(index)
+            if event.micro_batch == 0 and event.phase == life.last:
+                on = False
+        return alive
+    if life.only:
+        wanted = set(life.only)
+    else:
+        low, high = phase_order[life.first], phase_order[life.last]
+        wanted = {phase for phase, order in phase_order.items() if low <= order <= high}
+    return [
+        index for index, event in enumerate(timeline)
+        if event.micro_batch and event.phase in wanted and not (life.later and event.step == 1 and event.micro_batch == 1)
+    ]
+
+
+def sweep(
+    buffers: Sequence[tuple[str, int, Life]],
+    timeline: Sequence[Event],
+    phases: Sequence[Phase],
+    ramp_totals: dict[str, int],
+) -> tuple[tuple[Point, ...], Peak]:
+    """Live bytes by category at every event, and the first event where the total is highest.
+
+    `buffers` are (category, bytes, life). A ramp's share at an event is bytes × count ÷ total,
+    rounded down.
+    """
+    phase_order = {phase.id: order for order, phase in enumerate(phases)}
+    live = [dict.fromkeys(CATEGORIES, 0) for _ in timeline]
+    for category, size, life in buffers:
+        if not size:
+            continue
+        for index in _alive_indices(life, timeline, phase_order):
+            if life.ramp is None:
+                live[index][category] += size
+            else:
+                live[index][category] += size * timeline[index].counts.get(life.ramp, 0) // ramp_totals[life.ramp]
+    points = tuple(
+        Point(event.name, event.step, sum(values.values()), Breakdown(values))
+        for event, values in zip(timeline, live, strict=True)
+    )
+    top = max(range(len(points)), key=lambda index: (points[index].bytes, -index))
+    peak = Peak(points[top].bytes, points[top].event, points[top].step, points[top].breakdown)
+    return points, peak

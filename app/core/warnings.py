@@ -1,0 +1,85 @@
+"""Assumptions that bite for a request, in words."""
+
+from __future__ import annotations
+
+from app.core.architecture import Architecture
+from app.core.categories import Breakdown
+from app.core.setup import UNUSUAL_MICRO_BATCH, UNUSUAL_SEQ_LEN, Parallelism, Training
+from app.core.timeline import Peak
+
+
+def _state_warnings(training: Training, parallelism: Parallelism) -> list[str]:
+    precision = training.precision
+    warnings = []
+    if training.optimizer in ("adam", "adamw"):
+        per_param = (precision.bits("weights") + precision.bits("gradients") + precision.bits("master_weights")
+                     + 2 * precision.bits("optimizer_states")) // 8
+        warnings.append(
+            f"The often-quoted 16 bytes per parameter for Adam assume mixed precision with an fp32 master copy "
+            f"(2 + 2 + 4 + 8); this precision gives {per_param} bytes per parameter before sharding."
+        )
+    if parallelism.zero_stage and parallelism.data == 1:
+        warnings.append("ZeRO shards over the data-parallel group; with a data-parallel degree of 1 it saves nothing.")
+    if parallelism.zero_stage == 0 and parallelism.data > 1:
+        warnings.append("Each data-parallel rank holds a full replica of the model states; ZeRO stage 1-3 would shard them.")
+    if "fp8" in (precision.weights, precision.activations):
+        warnings.append("fp8 training keeps higher-precision copies and scaling factors that vary by recipe; "
+                        "treat fp8 figures as a lower bound.")
+    return warnings
+
+
+def count_warnings(training: Training, parallelism: Parallelism, *, scratch_known: bool) -> list[str]:
+    warnings = [
+        "Activations and temporary buffers depend on the architecture (layers, hidden size, heads, vocabulary); "
+        "with only a parameter count the peak covers model states and the optimizer step alone. Choose a preset, "
+        "give the architecture or paste a config.json to include them."
+    ]
+    if not scratch_known:
+        warnings.append("The for-loop optimizer's scratch is two copies of the largest tensor, which a bare "
+                        "parameter count does not give; it is left out.")
+    return warnings + _state_warnings(training, parallelism)
+
+
+def estimate_warnings(arch: Architecture, training: Training, parallelism: Parallelism, *, kernel: str,
+                      peak: Peak, per_gpu: Breakdown) -> list[str]:
+    warnings = _state_warnings(training, parallelism)
+    if per_gpu.total_bytes != peak.bytes:
+        warnings.append(
+            f"The peak is at '{peak.event}' in step {peak.step}; the sum of every buffer is an upper bound that "
+            "never happens, because gradients appear as backward frees the activations and the loss's buffers "
+            "come and go."
+        )
+    if training.seq_len > arch.max_position_embeddings:
+        warnings.append(f"seq_len ({training.seq_len:,}) exceeds the model's max_position_embeddings "
+                        f"({arch.max_position_embeddings:,}).")
+    if training.activation_checkpointing != "none":
+        warnings.append("Recomputation replays the forward pass in backward: it needs deterministic operations "
+                        "(dropout restores its RNG state) and costs about one extra forward of compute.")
+    if training.activation_checkpointing == "selective" and training.implementation == "transformers":
+        warnings.append("Hugging Face transformers has no selective recomputation of its own; this models "
+                        "Megatron-style recomputation of the attention core.")
+    if kernel == "eager" and training.seq_len >= 8192:
+        warnings.append("Eager attention stores the s × s score matrix per head; at this length it dominates. "
+                        "A fused (flash) kernel avoids it.")
+    if kernel == "math":
+        warnings.append("PyTorch's scaled_dot_product_attention runs its math kernel here (flash needs fp16 or bf16, "
+                        "the memory-efficient kernel refuses grouped K/V heads), which stores the s × s "
+                        "probabilities as eager attention does.")
+    if training.attention == "flash" and training.precision.activations == "fp32":
+        warnings.append("Flash attention kernels need fp16 or bf16 activations; in fp32 PyTorch falls back to a "
+                        "kernel that may store the score matrix (choose sdpa to model the fallback).")
+    if parallelism.sequence_parallel and parallelism.tensor == 1:
+        warnings.append("Sequence parallelism splits activations over the tensor-parallel group; with tensor=1 it has no effect.")
+    if parallelism.tensor > 1 and training.implementation == "transformers":
+        warnings.append("Tensor-parallel activations follow Megatron's split of attention heads and MLP columns.")
+    if parallelism.pipeline > 1:
+        m, p = training.gradient_accumulation_steps, parallelism.pipeline
+        if m < p:
+            warnings.append(f"With {m} micro-batch{'es' if m > 1 else ''} per step and {p} pipeline stages the "
+                            f"pipeline idles; 1F1B needs at least {p} (gradient_accumulation_steps).")
+        warnings.append(f"Pipeline figures assume 1F1B: stage k holds min({m}, {p} - k) micro-batches of activations.")
+        if arch.tie_word_embeddings:
+            warnings.append("Tied embeddings are duplicated on the last pipeline stage for the output layer.")
+    if training.seq_len > UNUSUAL_SEQ_LEN or training.micro_batch_size > UNUSUAL_MICRO_BATCH:
+        warnings.append("This batch shape is far outside what is trained in practice; check the inputs.")
+    return warnings
