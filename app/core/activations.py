@@ -563,7 +563,8 @@ def layer_activations(arch: Architecture, setup: ActivationSetup) -> tuple[Saved
 
 
 def checkpointed_layer_activations(
-    arch: Architecture, setup: ActivationSetup, checkpointing: Checkpointing
+    arch: Architecture, setup: ActivationSetup, checkpointing: Checkpointing,
+    *, full: tuple[SavedTensor, ...] | None = None,
 ) -> tuple[SavedTensor, ...]:
     """What one layer keeps under a recomputation policy.
 
@@ -573,9 +574,10 @@ def checkpointed_layer_activations(
     * ``full``: only the layer's input, 2sbh at 16 bits (/t with SP), the whole layer is recomputed.
     """
     if checkpointing == "none":
-        return layer_activations(arch, setup)
+        return full if full is not None else layer_activations(arch, setup)
     if checkpointing == "selective":
-        return tuple(item for item in layer_activations(arch, setup) if not item.core_attention)
+        full = full if full is not None else layer_activations(arch, setup)
+        return tuple(item for item in full if not item.core_attention)
     saved = _Saved(setup)
     saved.add("layer.input", setup.tokens * arch.hidden_size, setup.stream_bytes, "sequence")
     return tuple(saved.items)
@@ -605,11 +607,12 @@ def checkpoint_held_activations(
     return tuple(saved.items)
 
 
-def recompute_workspace(arch: Architecture, setup: ActivationSetup, checkpointing: Checkpointing) -> tuple[SavedTensor, ...]:
+def recompute_workspace(arch: Architecture, setup: ActivationSetup, checkpointing: Checkpointing,
+                        *, full: tuple[SavedTensor, ...] | None = None) -> tuple[SavedTensor, ...]:
     """Transient during backward under recomputation: the tensors one layer rebuilds at a time."""
     if checkpointing == "none":
         return ()
-    full = layer_activations(arch, setup)
+    full = full if full is not None else layer_activations(arch, setup)
     if checkpointing == "selective":
         return tuple(item for item in full if item.core_attention)
     return full

@@ -56,6 +56,13 @@ class Breakdown(Mapping[str, int | None]):
             raise KeyError(f"not a category: {', '.join(sorted(unknown))}")
         self._values = {category: values.get(category, 0) for category in CATEGORIES}
 
+    @classmethod
+    def of(cls, values: list[int]) -> Breakdown:
+        """From one value per category, in table order."""
+        breakdown = cls.__new__(cls)
+        breakdown._values = dict(zip(CATEGORIES, values, strict=True))
+        return breakdown
+
     def __getitem__(self, category: str) -> int | None:
         return self._values[category]
 

@@ -13,7 +13,7 @@ from typing import Final
 
 from app.core import activations as act
 from app.core import states
-from app.core.architecture import Architecture, embedding_tensors, head_tensors, layer_tensors, param_count
+from app.core.architecture import Architecture
 from app.core.categories import CATEGORIES, MODEL_STATE_CATEGORIES, Breakdown
 from app.core.errors import DomainError
 from app.core.gpus import Gpu, GpuFit, fit
@@ -21,7 +21,7 @@ from app.core.ledger import ACTS, FORWARDED, GRADS, Buffer, stage_ledger
 from app.core.optimizers import OPTIMIZER_INFO, optimizer_formula, optimizer_label
 from app.core.setup import MAX_PARAM_COUNT, Parallelism, Training, activation_setup, check_int, validate_setup
 from app.core.stages import stage_kinds
-from app.core.timeline import OPTIMIZER_STEP, START, Life, Peak, Phase, Point, events, sweep
+from app.core.timeline import OPTIMIZER_STEP, START, Life, Peak, Phase, Point, plan, sweep
 from app.core.units import ceil_div, tensor_bytes
 from app.core.warnings import count_warnings, estimate_warnings
 
@@ -73,27 +73,27 @@ def estimate(
 def _from_architecture(arch: Architecture, training: Training, parallelism: Parallelism, gpu: Gpu | None,
                        device: act.Device) -> Estimate:
     setup = activation_setup(training, parallelism, device=device)
+    layer_saved = act.layer_activations(arch, setup)
     m = training.gradient_accumulation_steps
     best = None
     cluster = dict.fromkeys(CATEGORIES, 0)
     cluster_by_key: dict[str, int] = {}
     for kind in stage_kinds(arch, pipeline=parallelism.pipeline, micro_batches=m):
-        ledger, phases = stage_ledger(arch, training, parallelism, kind, setup)
+        ledger, phases = stage_ledger(arch, training, parallelism, kind, setup, layer_saved=layer_saved)
         for buffer in ledger:
             cluster[buffer.category] += buffer.cluster_bytes
             cluster_by_key[buffer.key] = cluster_by_key.get(buffer.key, 0) + buffer.cluster_bytes
         totals = {ACTS: kind.layers, FORWARDED: kind.layers, GRADS: kind.layers}
-        timeline = events(phases, micro_batches=m, carried={GRADS: kind.layers})
-        points, peak = sweep([(b.category, b.bytes, b.life) for b in ledger], timeline, phases, totals)
+        steps = plan(phases, micro_batches=m, carried={GRADS: kind.layers})
+        points, peak = sweep([(b.category, b.bytes, b.life) for b in ledger], steps, totals)
         if best is None or peak.bytes > best[3].bytes:
             best = (kind, ledger, points, peak)
     assert best is not None
     kind, ledger, points, peak = best
     ledger = tuple(_with_cluster(buffer, cluster_by_key[buffer.key]) for buffer in ledger)
     per_gpu = _sum_by_category(ledger)
-    count = param_count(arch)
-    whole = tuple((tensor, 1) for tensor in embedding_tensors(arch) + head_tensors(arch))
-    whole += tuple((tensor, arch.num_hidden_layers) for tensor in layer_tensors(arch))
+    whole = states.stage_shapes(arch, 1, layers=arch.num_hidden_layers, first=True, last=True)
+    count = whole.rank_total
     kernel = act.attention_kernel(arch, setup)
     return Estimate(
         param_count=count,
@@ -103,11 +103,12 @@ def _from_architecture(arch: Architecture, training: Training, parallelism: Para
         warnings=tuple(estimate_warnings(arch, training, parallelism, kernel=kernel, peak=peak, per_gpu=per_gpu)),
         pipeline_stage=kind.index,
         ledger=ledger,
-        bytes_per_param=_bytes_per_param(count, states.states_bytes(states.rank_shapes(whole, 1), training)),
+        bytes_per_param=_bytes_per_param(count, states.states_bytes(list(whole.rank_shapes), training, count=count)),
         peak=peak,
         timeline=points,
         attention_kernel=kernel,
-        layer_activations=act.checkpointed_layer_activations(arch, setup, training.activation_checkpointing),
+        layer_activations=act.checkpointed_layer_activations(arch, setup, training.activation_checkpointing,
+                                                             full=layer_saved),
     )
 
 
@@ -174,8 +175,8 @@ def _from_count(num_params: int, training: Training, parallelism: Parallelism, g
                               "optimizer.step, each step", "after optimizer.step"))
     ledger = tuple(buffers)
     phases = (Phase(COUNT_FORWARD, "forward"), Phase(COUNT_BACKWARD, "backward"))
-    timeline = events(phases, micro_batches=training.gradient_accumulation_steps, carried={})
-    points, peak = sweep([(b.category, b.bytes, b.life) for b in ledger], timeline, phases, {})
+    steps = plan(phases, micro_batches=training.gradient_accumulation_steps, carried={})
+    points, peak = sweep([(b.category, b.bytes, b.life) for b in ledger], steps, {})
     per_gpu = _sum_by_category(ledger, unknown=("activations",))
     cluster = _sum_cluster(ledger)
     return Estimate(

@@ -30,10 +30,10 @@ from typing import Final
 
 from app.core import activations as act
 from app.core import states
-from app.core.architecture import Architecture, ParamTensor, embedding_tensors, head_tensors, layer_tensors
+from app.core.architecture import Architecture
 from app.core.optimizers import OPTIMIZER_INFO, optimizer_formula, optimizer_label
 from app.core.setup import LOOPS, Parallelism, Training
-from app.core.stages import StageKind, stage_tensors
+from app.core.stages import StageKind
 from app.core.timeline import OPTIMIZER_STEP, START, STEP_PHASE_NAMES, Life, Phase
 from app.core.units import ceil_div, tensor_bytes
 
@@ -96,27 +96,18 @@ class _Stage:
     """What one stage kind's buffers are computed from, and the ledger being written."""
 
     def __init__(self, arch: Architecture, training: Training, parallelism: Parallelism, kind: StageKind,
-                 setup: act.ActivationSetup) -> None:
+                 setup: act.ActivationSetup, layer_saved: tuple[act.SavedTensor, ...]) -> None:
         self.arch, self.training, self.parallelism, self.kind, self.setup = arch, training, parallelism, kind, setup
+        self.layer_saved = layer_saved  # what one layer saves without recomputation
         self.phases = stage_phases(kind)
         self.names = {phase.id: phase.name for phase in self.phases} | STEP_PHASE_NAMES
         n = kind.layers
         self.fwd_end = FWD_LAYER_LAST if n > 1 else FWD_LAYER_FIRST
         self.bwd_end = BWD_LAYER_FIRST if n > 1 else BWD_LAYER_LAST
         self.buffers: list[Buffer] = []
-        t = parallelism.tensor
-        self.ranks = t * parallelism.data  # GPUs of one stage
-        layer = tuple((tensor, 1) for tensor in layer_tensors(arch))
-        self.parts: dict[str, tuple[tuple[ParamTensor, int], ...]] = {"layers": tuple((x, n) for x, _ in layer)}
-        self.one_layer = layer
-        if kind.first:
-            self.parts["embedding"] = tuple((tensor, 1) for tensor in embedding_tensors(arch))
-        if kind.last:
-            head = [(tensor, 1) for tensor in head_tensors(arch)]
-            if arch.tie_word_embeddings and not kind.first:
-                head.append((embedding_tensors(arch)[0], 1))
-            self.parts["head"] = tuple(head)
-        self.all_tensors = stage_tensors(arch, kind)
+        self.ranks = parallelism.tensor * parallelism.data  # GPUs of one stage
+        self.shapes = states.stage_shapes(arch, parallelism.tensor, layers=n, first=kind.first, last=kind.last)
+        self.parts = self.shapes.rank
 
     # --- writing ---------------------------------------------------------------------------------
 
@@ -143,22 +134,19 @@ class _Stage:
 
     def _share_text(self, part_names: tuple[str, ...]) -> tuple[int, str]:
         """Elements on the most-loaded rank for these parts, and how they add up."""
-        t = self.parallelism.tensor
         terms, total = [], 0
         for name in part_names:
             if name not in self.parts:
                 continue
+            total += self.parts[name]
             if name == "layers":
-                per_layer = states.elements(states.rank_shapes(self.one_layer, t))
-                total += per_layer * self.kind.layers
-                terms.append(f"{self.kind.layers} layers × {per_layer:,}")
+                terms.append(f"{self.kind.layers} layers × {self.shapes.layer_rank:,}")
             else:
-                count = states.elements(states.rank_shapes(self.parts[name], t))
-                total += count
-                terms.append(f"{name} {count:,}")
+                terms.append(f"{name} {self.parts[name]:,}")
         text = f"{total:,} params"
         if len(terms) > 1 or self.kind.layers > 1 and terms:
             text = f"({' + '.join(terms)}) = {text}"
+        t = self.parallelism.tensor
         if t > 1:
             text += f" on tensor rank 1 of {t}"
         return total, text
@@ -170,10 +158,10 @@ class _Stage:
         return ""
 
     def model_states(self) -> None:
-        training, p, t = self.training, self.parallelism, self.parallelism.tensor
+        training, p, shapes = self.training, self.parallelism, self.shapes
         precision = training.precision
-        rank = states.states_bytes(states.rank_shapes(self.all_tensors, t), training)
-        cluster = states.states_bytes(states.all_rank_shapes(self.all_tensors, t), training)
+        rank = states.states_bytes(list(shapes.rank_shapes), training, count=shapes.rank_total)
+        cluster = states.states_bytes(list(shapes.cluster_shapes), training, count=shapes.cluster_total)
         _, share = self._share_text(("layers", "embedding", "head"))
         always = Life("run", START)
 
@@ -194,11 +182,11 @@ class _Stage:
         self._optimizer_scratch(bits)
 
     def _gradients(self, bits: int) -> None:
-        p, t = self.parallelism, self.parallelism.tensor
+        p = self.parallelism
         dtype = self.training.precision.gradients
         if self.training.implementation == "megatron":
             elements_rank, share = self._share_text(("layers", "embedding", "head"))
-            cluster = states.elements(states.all_rank_shapes(self.all_tensors, t))
+            cluster = self.shapes.cluster_total
             self.add("gradients", "gradients", f"Gradient buffer in {dtype} (Megatron-LM keeps it allocated)",
                      f"{share} × {bits} bit ÷ 8{self._shard_note('gradients')}",
                      states.on_rank(tensor_bytes(elements_rank, bits), "gradients", p),
@@ -215,18 +203,16 @@ class _Stage:
             if part not in self.parts:
                 continue
             elements_rank, share = self._share_text((part,))
-            tensors = self.parts[part]
-            cluster = states.elements(states.all_rank_shapes(tensors, t))
+            cluster = self.shapes.cluster[part]
             self.add(f"gradients.{part}", "gradients", f"Gradients {what}, in {dtype}",
                      f"{share} × {bits} bit ÷ 8{self._shard_note('gradients')}",
                      states.on_rank(tensor_bytes(elements_rank, bits), "gradients", p),
                      states.over_group(tensor_bytes(cluster, bits), "gradients", p) * self.kind.count, life)
 
     def _optimizer_scratch(self, bits: int) -> None:
-        training, p, t = self.training, self.parallelism, self.parallelism.tensor
+        training, p = self.training, self.parallelism
         scratch = OPTIMIZER_INFO[training.optimizer].scratch[training.optimizer_implementation]
-        shapes = states.rank_shapes(self.all_tensors, t)
-        params, largest = states.elements(shapes), states.largest_elements(shapes)
+        params, largest = self.shapes.rank_total, self.shapes.largest_rank
         note = ""
         if states.is_sharded("optimizer_states", p) and p.data > 1:
             params, largest = ceil_div(params, p.data), ceil_div(largest, p.data)
@@ -243,7 +229,7 @@ class _Stage:
     def activations(self) -> None:
         arch, setup, kind, training = self.arch, self.setup, self.kind, self.training
         checkpointing = training.activation_checkpointing
-        per_layer = act.total_bytes(act.checkpointed_layer_activations(arch, setup, checkpointing))
+        per_layer = act.total_bytes(act.checkpointed_layer_activations(arch, setup, checkpointing, full=self.layer_saved))
         n = kind.layers
         b, s, h = setup.micro_batch_size, setup.seq_len, arch.hidden_size
         policy = act.CHECKPOINTING_CHOICES[checkpointing].about
@@ -332,7 +318,7 @@ class _Stage:
 
     def _recomputation(self) -> None:
         checkpointing = self.training.activation_checkpointing
-        rebuilt = act.recompute_workspace(self.arch, self.setup, checkpointing)
+        rebuilt = act.recompute_workspace(self.arch, self.setup, checkpointing, full=self.layer_saved)
         if not rebuilt:
             return
         size = act.total_bytes(rebuilt)
@@ -344,8 +330,8 @@ class _Stage:
         setup = self.setup
         if not setup.autocast:
             return
-        t, bits = self.parallelism.tensor, setup.precision.bits("activations")
-        per_layer_elements = states.elements(states.rank_shapes(((x, 1) for x, _ in self.one_layer if x.matmul), t))
+        bits = setup.precision.bits("activations")
+        per_layer_elements = self.shapes.layer_matmul_rank
         n = self.kind.layers
         layers = tensor_bytes(per_layer_elements * n, bits)
         one = tensor_bytes(per_layer_elements, bits)
@@ -363,26 +349,23 @@ class _Stage:
                      "matmuls until each layer's backward", f"{n} × {per_layer_elements:,} × {bits} bit ÷ 8",
                      layers, self.per_stage(layers), Life("micro-batch", FWD_LAYER_FIRST, self.bwd_end, ramp=ACTS))
         if self.kind.last:
-            arch = self.arch
-            output = (embedding_tensors(arch)[0] if arch.tie_word_embeddings
-                      else next(x for x in head_tensors(arch) if x.matmul))
-            elements = states.elements(states.rank_shapes(((output, 1),), t))
+            elements = self.shapes.output_rank
             size = tensor_bytes(elements, bits)
             self.add("autocast.head", "temporary", f"{dtype} copy of the output layer's weight, kept for its backward",
                      f"{elements:,} × {bits} bit ÷ 8", size, self.per_stage(size), Life("micro-batch", FWD_LOSS, BWD_HEAD))
 
     def _zero_buffers(self) -> None:
-        p, t, precision = self.parallelism, self.parallelism.tensor, self.training.precision
+        p, precision = self.parallelism, self.training.precision
         if p.data == 1 or p.zero_stage < 2:
             return
         gbits, wbits = precision.bits("gradients"), precision.bits("weights")
-        layer_elements = states.elements(states.rank_shapes(self.one_layer, t))
+        layer_elements = self.shapes.layer_rank
         ends = {"layers": (BWD_LAYER_LAST, self.bwd_end), "head": (BWD_HEAD, BWD_HEAD),
                 "embedding": (BWD_EMBEDDING, BWD_EMBEDDING)}
         for part, (first, last) in ends.items():
             if part not in self.parts:
                 continue
-            count = layer_elements if part == "layers" else states.elements(states.rank_shapes(self.parts[part], t))
+            count = layer_elements if part == "layers" else self.parts[part]
             size = tensor_bytes(count, gbits)
             what = "one layer" if part == "layers" else f"the {part}"
             self.add(f"zero.unsharded_grad.{part}", "gradients",
@@ -400,7 +383,7 @@ class _Stage:
         for part, phases in (("embedding", (FWD_EMBEDDING, BWD_EMBEDDING)), ("head", (FWD_LOSS, BWD_LOSS, BWD_HEAD))):
             if part not in self.parts:
                 continue
-            count = states.elements(states.rank_shapes(self.parts[part], t))
+            count = self.parts[part]
             size = tensor_bytes(count, wbits)
             self.add(f"zero.gathered.{part}", "weights", f"Weights of the {part} gathered whole while it computes (ZeRO-3)",
                      f"{count:,} params × {wbits} bit ÷ 8", size, self.per_stage(size),
@@ -415,9 +398,15 @@ def _listed(items: tuple[act.SavedTensor, ...]) -> str:
 
 
 def stage_ledger(arch: Architecture, training: Training, parallelism: Parallelism, kind: StageKind,
-                 setup: act.ActivationSetup) -> tuple[tuple[Buffer, ...], tuple[Phase, ...]]:
-    """Every buffer on the most-loaded GPU of a stage of this kind, and the stage's micro-batch events."""
-    stage = _Stage(arch, training, parallelism, kind, setup)
+                 setup: act.ActivationSetup, *, layer_saved: tuple[act.SavedTensor, ...] | None = None,
+                 ) -> tuple[tuple[Buffer, ...], tuple[Phase, ...]]:
+    """Every buffer on the most-loaded GPU of a stage of this kind, and the stage's micro-batch events.
+
+    `layer_saved` is what one layer saves without recomputation, if already worked out.
+    """
+    if layer_saved is None:
+        layer_saved = act.layer_activations(arch, setup)
+    stage = _Stage(arch, training, parallelism, kind, setup, layer_saved)
     stage.model_states()
     stage.activations()
     stage.temporaries()

@@ -66,7 +66,7 @@ class OptimizerInfo:
     label: str
     scratch: dict[str, Scratch]
     formula: Callable[[str, int, bool], str]  # (share, state bits, Adafactor momentum) -> the state's formula
-
+    states_per_element: int | None = None  # state elements per parameter when shapes do not matter
 
 def _two_moments(share: str, bits: int, momentum: bool) -> str:
     return f"2 × {share} × {bits} bit ÷ 8"
@@ -99,20 +99,20 @@ OPTIMIZER_INFO: Final[dict[str, OptimizerInfo]] = {
     info.id: info
     for info in (
         OptimizerInfo("adam", "Adam", "two moments (m, v) per parameter (Kingma & Ba 2014)", "Adam moments m and v",
-                      _ADAM_SCRATCH, _two_moments),
+                      _ADAM_SCRATCH, _two_moments, 2),
         OptimizerInfo("adamw", "AdamW", "two moments (m, v) per parameter (Loshchilov & Hutter 2017)",
-                      "AdamW moments m and v", _ADAM_SCRATCH, _two_moments),
+                      "AdamW moments m and v", _ADAM_SCRATCH, _two_moments, 2),
         OptimizerInfo("sgd", "SGD", "no state", "SGD keeps no state", {
             "foreach": _none("_multi_tensor_sgd: torch._foreach_add_(params, grads) " + NO_SCRATCH_IN_PLACE),
             "fused": _none("torch._fused_sgd_ " + NO_SCRATCH_IN_PLACE),
             "for-loop": _none("_single_tensor_sgd: param.add_(grad) " + NO_SCRATCH_IN_PLACE),
-        }, lambda share, bits, momentum: "0"),
+        }, lambda share, bits, momentum: "0", 0),
         OptimizerInfo("sgd-momentum", "SGD with momentum", "one momentum buffer per parameter", "Momentum buffer", {
             "foreach": _none("_multi_tensor_sgd: the first step clones the gradients into the buffers (the state); "
                              "later steps update in place"),
             "fused": _none("torch._fused_sgd_ " + NO_SCRATCH_IN_PLACE),
             "for-loop": _none("_single_tensor_sgd: buf.mul_(momentum).add_(grad) " + NO_SCRATCH_IN_PLACE),
-        }, _one_moment),
+        }, _one_moment, 1),
         OptimizerInfo(
             "adafactor",
             "Adafactor",
@@ -143,7 +143,7 @@ OPTIMIZER_INFO: Final[dict[str, OptimizerInfo]] = {
         OptimizerInfo("lion", "Lion", "one momentum per parameter (Chen et al. 2023, arXiv:2302.06675)", "Lion momentum",
                       {name: Scratch(2, "largest", "lion-pytorch's step: exp_avg.clone().mul_(beta1).add(grad, ...) "
                                      "holds two copies of one tensor (it has one implementation)")
-                       for name in OPTIMIZER_IMPLEMENTATIONS}, _one_moment),
+                       for name in OPTIMIZER_IMPLEMENTATIONS}, _one_moment, 1),
     )
 }
 OPTIMIZERS: Final = tuple(OPTIMIZER_INFO)

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from app.core.architecture import ParamTensor
-from app.core.optimizers import optimizer_state_bytes, optimizer_state_bytes_from_count
+from app.core.architecture import Architecture, ParamTensor, embedding_tensors, head_tensors, layer_tensors
+from app.core.optimizers import OPTIMIZER_INFO, optimizer_state_bytes, optimizer_state_bytes_from_count
 from app.core.units import ceil_div, tensor_bytes
 
 if TYPE_CHECKING:
@@ -68,17 +70,20 @@ def largest_elements(shapes: Shapes) -> int:
     return max((math.prod(shape) for shape, _ in shapes), default=0)
 
 
-def states_bytes(shapes: Shapes, training: Training) -> dict[str, int]:
-    """Unsharded model states for parameters of the given shapes."""
+def states_bytes(shapes: Shapes, training: Training, *, count: int | None = None) -> dict[str, int]:
+    """Unsharded model states for parameters of the given shapes (`count`: their elements, if known)."""
     precision = training.precision
-    count = elements(shapes)
-    optimizer_bytes = sum(
-        reps * optimizer_state_bytes(
-            training.optimizer, shapes=[shape], state_bits=precision.bits("optimizer_states"),
-            adafactor_momentum=training.adafactor_momentum,
+    count = elements(shapes) if count is None else count
+    bits = precision.bits("optimizer_states")
+    per_element = OPTIMIZER_INFO[training.optimizer].states_per_element
+    if per_element is not None:
+        optimizer_bytes = per_element * tensor_bytes(count, bits)
+    else:
+        optimizer_bytes = sum(
+            reps * optimizer_state_bytes(training.optimizer, shapes=[shape], state_bits=bits,
+                                         adafactor_momentum=training.adafactor_momentum)
+            for shape, reps in shapes
         )
-        for shape, reps in shapes
-    )
     return {
         "weights": tensor_bytes(count, precision.bits("weights")),
         "gradients": tensor_bytes(count, precision.bits("gradients")),
@@ -98,3 +103,58 @@ def count_states_bytes(params: int, training: Training) -> dict[str, int]:
             training.optimizer, param_count=params, state_bits=precision.bits("optimizer_states")
         ),
     }
+
+
+@dataclass(frozen=True)
+class StageShapes:
+    """Parameter counts of one stage's parts on tensor-parallel rank 0 and over every rank (worked out once)."""
+
+    rank: dict[str, int]  # part ("layers", "embedding", "head") -> elements on rank 0
+    cluster: dict[str, int]  # part -> elements summed over the tensor-parallel ranks
+    layer_rank: int  # one layer's elements on rank 0
+    layer_matmul_rank: int  # one layer's matmul weights' elements on rank 0
+    output_rank: int  # the output layer's matmul weight on rank 0 (0 off the last stage)
+    rank_shapes: tuple[tuple[tuple[int, ...], int], ...]
+    cluster_shapes: tuple[tuple[tuple[int, ...], int], ...]
+    largest_rank: int
+
+    @property
+    def rank_total(self) -> int:
+        return sum(self.rank.values())
+
+    @property
+    def cluster_total(self) -> int:
+        return sum(self.cluster.values())
+
+
+@lru_cache(maxsize=256)
+def stage_shapes(arch: Architecture, tensor_parallel: int, *, layers: int, first: bool, last: bool) -> StageShapes:
+    """The parameter shapes of a stage with `layers` layers, the embedding if `first`, the head if `last`.
+
+    With tied embeddings and more than one stage the last stage keeps its own copy of the
+    embedding matrix for the output layer (Megatron-LM keeps and all-reduces the two copies).
+    """
+    t = tensor_parallel
+    one_layer = tuple((tensor, 1) for tensor in layer_tensors(arch))
+    parts: dict[str, tuple[tuple[ParamTensor, int], ...]] = {"layers": tuple((x, layers) for x, _ in one_layer)}
+    if first:
+        parts["embedding"] = tuple((tensor, 1) for tensor in embedding_tensors(arch))
+    output: ParamTensor | None = None
+    if last:
+        head = [(tensor, 1) for tensor in head_tensors(arch)]
+        if arch.tie_word_embeddings and not first:
+            head.append((embedding_tensors(arch)[0], 1))
+        parts["head"] = tuple(head)
+        output = embedding_tensors(arch)[0] if arch.tie_word_embeddings else next(x for x in head_tensors(arch) if x.matmul)
+    everything = tuple(item for part in parts.values() for item in part)
+    rank = rank_shapes(everything, t)
+    return StageShapes(
+        rank={name: elements(rank_shapes(part, t)) for name, part in parts.items()},
+        cluster={name: elements(all_rank_shapes(part, t)) for name, part in parts.items()},
+        layer_rank=elements(rank_shapes(one_layer, t)),
+        layer_matmul_rank=elements(rank_shapes(((x, 1) for x, _ in one_layer if x.matmul), t)),
+        output_rank=elements(rank_shapes(((output, 1),), t)) if output is not None else 0,
+        rank_shapes=tuple(rank),
+        cluster_shapes=tuple(all_rank_shapes(everything, t)),
+        largest_rank=largest_elements(rank),
+    )

@@ -106,6 +106,41 @@ def events(phases: Sequence[Phase], *, micro_batches: int, carried: dict[str, in
     return tuple(out)
 
 
+@dataclass
+class Plan:
+    """The events of a stage's two steps, and where each kind of lifetime is alive in them (worked out once)."""
+
+    timeline: tuple[Event, ...]
+    phase_order: dict[str, int]
+    alive: dict[Life, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+
+    def alive_at(self, life: Life) -> tuple[tuple[int, int], ...]:
+        """(event index, ramp count) where `life` is alive; the count is 1 for a buffer that is not a ramp."""
+        found = self.alive.get(life)
+        if found is None:
+            indices = _alive_indices(life, self.timeline, self.phase_order)
+            found = tuple((index, self.timeline[index].counts.get(life.ramp, 0) if life.ramp else 1) for index in indices)
+            self.alive[life] = found
+        return found
+
+
+_PLANS: dict[tuple, Plan] = {}
+_MAX_PLANS: Final = 512
+
+
+def plan(phases: Sequence[Phase], *, micro_batches: int, carried: dict[str, int]) -> Plan:
+    """The events for these phases, shared by every estimate whose stage has the same phases."""
+    key = (tuple((phase.id, phase.name, tuple(phase.counts.items())) for phase in phases), min(micro_batches, 2),
+           tuple(carried.items()))
+    found = _PLANS.get(key)
+    if found is None:
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.clear()
+        timeline = events(phases, micro_batches=micro_batches, carried=carried)
+        found = _PLANS[key] = Plan(timeline, {phase.id: order for order, phase in enumerate(phases)})
+    return found
+
+
 def _alive_indices(life: Life, timeline: Sequence[Event], phase_order: dict[str, int]) -> list[int]:
     if life.scope == "run":
         for index, event in enumerate(timeline):
@@ -137,8 +172,7 @@ def _alive_indices(life: Life, timeline: Sequence[Event], phase_order: dict[str,
 
 def sweep(
     buffers: Sequence[tuple[str, int, Life]],
-    timeline: Sequence[Event],
-    phases: Sequence[Phase],
+    timeline_plan: Plan,
     ramp_totals: dict[str, int],
 ) -> tuple[tuple[Point, ...], Peak]:
     """Live bytes by category at every event, and the first event where the total is highest.
@@ -146,18 +180,22 @@ def sweep(
     `buffers` are (category, bytes, life). A ramp's share at an event is bytes × count ÷ total,
     rounded down.
     """
-    phase_order = {phase.id: order for order, phase in enumerate(phases)}
-    live = [dict.fromkeys(CATEGORIES, 0) for _ in timeline]
+    timeline = timeline_plan.timeline
+    column = {category: index for index, category in enumerate(CATEGORIES)}
+    live = [[0] * len(CATEGORIES) for _ in timeline]
     for category, size, life in buffers:
         if not size:
             continue
-        for index in _alive_indices(life, timeline, phase_order):
-            if life.ramp is None:
-                live[index][category] += size
-            else:
-                live[index][category] += size * timeline[index].counts.get(life.ramp, 0) // ramp_totals[life.ramp]
+        slot = column[category]
+        if life.ramp is None:
+            for index, _ in timeline_plan.alive_at(life):
+                live[index][slot] += size
+        else:
+            total = ramp_totals[life.ramp]
+            for index, count in timeline_plan.alive_at(life):
+                live[index][slot] += size * count // total
     points = tuple(
-        Point(event.name, event.step, sum(values.values()), Breakdown(values))
+        Point(event.name, event.step, sum(values), Breakdown.of(values))
         for event, values in zip(timeline, live, strict=True)
     )
     top = max(range(len(points)), key=lambda index: (points[index].bytes, -index))
