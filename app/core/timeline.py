@@ -112,15 +112,16 @@ class Plan:
 
     timeline: tuple[Event, ...]
     phase_order: dict[str, int]
-    alive: dict[Life, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+    alive: dict[tuple, tuple[tuple[int, int], ...]] = field(default_factory=dict)
 
     def alive_at(self, life: Life) -> tuple[tuple[int, int], ...]:
         """(event index, ramp count) where `life` is alive; the count is 1 for a buffer that is not a ramp."""
-        found = self.alive.get(life)
+        key = (life.scope, life.first, life.last, life.only, life.ramp, life.later)  # plain tuples hash fastest
+        found = self.alive.get(key)
         if found is None:
             indices = _alive_indices(life, self.timeline, self.phase_order)
             found = tuple((index, self.timeline[index].counts.get(life.ramp, 0) if life.ramp else 1) for index in indices)
-            self.alive[life] = found
+            self.alive[key] = found
         return found
 
 
