@@ -1,0 +1,279 @@
+"""The timeline chart: live memory at each event of the training steps, as inline-SVG geometry.
+
+Pure functions from the core's timeline to coordinates and strings; templates/partials/timeline.html
+only places them. The x axis is the event's index, the y axis the bytes alive there, stacked by
+category (bottom to top in the table's order); the highest point is marked and named, the GPU's
+capacity is a dashed line, and a divider separates the steps. Coordinates are in the SVG's own
+units (its viewBox), rounded to one decimal so the markup stays small.
+
+Text inside an SVG scales with it, so label widths are estimated from an average glyph width to
+keep every label inside the box.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from app import core
+
+WIDTH: Final = 400
+HEIGHT: Final = 230
+FONT: Final = 12  # label size in SVG units (the template's CSS uses the same)
+LINE: Final = 14  # distance between the two lines of the peak label
+CHAR_WIDTH: Final = 7.2  # advance of a FONT-sized glyph of a wide bold sans-serif (DejaVu Sans Bold): an upper estimate
+PAD: Final = 4.0
+TOP: Final = 40.0  # room above the plot for the two-line peak label
+BOTTOM_GAP: Final = 20.0  # room below the plot for the step names
+RIGHT_GAP: Final = 8.0
+TICKS_WANTED: Final = 4  # at most this many gridlines above zero
+NICE_MANTISSAS: Final = (1, 2, 5)
+LETTER_MIN_THICKNESS: Final = 11.0  # a band this thick (SVG units) has room for its letter
+MARKER_GAP: Final = 6.0  # between the peak label's leader and the marker
+
+
+@dataclass(frozen=True)
+class Tick:
+    y: float
+    label: str
+    label_y: float  # its baseline, centred on the gridline
+
+
+@dataclass(frozen=True)
+class Band:
+    """One category's part of the stack, drawn as the area under its cumulative top (painted top first)."""
+
+    category: str
+    points: str
+    letter: str
+    letter_x: float | None  # where its letter fits, at the band's thickest point; None when nowhere
+    letter_y: float | None
+
+
+@dataclass(frozen=True)
+class StepMark:
+    step: int
+    label_x: float  # the middle of the step's events
+    divider_x: float | None  # the line before the step's first event; None for the first step
+
+
+@dataclass(frozen=True)
+class PeakMark:
+    index: int
+    x: float
+    y: float
+    label_x: float  # where the label's lines start (text-anchor start)
+    label_y: float  # the first line's baseline; the second is LINE below
+    leader_top: float  # a line from under the label down to the marker
+    leader_bottom: float
+    lines: tuple[str, str]
+    text: str  # the label as one line: "peak: 151.06 GiB at optimizer.step, step 1"
+
+
+@dataclass(frozen=True)
+class CapacityMark:
+    y: float
+    label: str
+    label_x: float
+    label_y: float
+    anchor: str  # "start" or "end"
+    over: bool  # the peak is above it
+
+
+@dataclass(frozen=True)
+class Row:
+    """One timeline point as the text alternative lists it."""
+
+    event: str
+    step: int
+    size: str
+    exact: str
+    peak: bool
+
+
+@dataclass(frozen=True)
+class Chart:
+    width: int
+    height: int
+    left: float
+    top: float
+    right: float
+    bottom: float
+    tick_label_x: float  # the right end of the tick labels
+    step_label_y: float  # the baseline of the step names
+    divider_bottom: float  # step dividers run from the plot's top to here
+    line_gap: int  # between the peak label's lines
+    xs: tuple[float, ...]  # one per timeline point, in order
+    ys: tuple[float, ...]  # the total alive at each point
+    line: str  # the total as polyline points
+    bands: tuple[Band, ...]  # in painting order: the top category first
+    ticks: tuple[Tick, ...]  # from zero up
+    steps: tuple[StepMark, ...]
+    peak: PeakMark
+    capacity: CapacityMark | None
+    title: str
+    desc: str
+    rows: tuple[Row, ...]
+
+    @property
+    def view_box(self) -> str:
+        return f"0 0 {self.width} {self.height}"
+
+
+def nice_step(value: float, *, ticks: int = TICKS_WANTED) -> float:
+    """The smallest 1, 2 or 5 × 10^k that covers `value` in at most `ticks` steps (value > 0)."""
+    rough = value / ticks
+    exponent = math.floor(math.log10(rough))
+    for power in (exponent, exponent + 1):
+        for mantissa in NICE_MANTISSAS:
+            step = mantissa * 10.0**power
+            if step * ticks >= value * (1 - 1e-12):
+                return step
+    raise AssertionError("unreachable: 10^(k+1) always covers")
+
+
+def _decimals(step: float) -> int:
+    return max(0, -math.floor(math.log10(step) + 1e-9))
+
+
+def _r(value: float) -> float:
+    return round(value, 1)
+
+
+def _num(value: float) -> str:
+    """A coordinate as the markup writes it: one decimal at most, no trailing ``.0``."""
+    return f"{_r(value):g}"
+
+
+def _points(xs: Sequence[float], ys: Sequence[float]) -> str:
+    return " ".join(f"{_num(x)},{_num(y)}" for x, y in zip(xs, ys, strict=True))
+
+
+def text_width(text: str) -> float:
+    return len(text) * CHAR_WIDTH
+
+
+def timeline_chart(
+    points: Sequence[core.Point],
+    *,
+    unit: str,
+    unit_bytes: int,
+    size: Callable[[int], str],
+    capacity_bytes: int | None = None,
+) -> Chart:
+    """The chart of `points` (the core's timeline, in order); `size` formats bytes for labels and rows."""
+    if not points:
+        raise ValueError("a timeline has at least one point")
+    totals = [point.bytes for point in points]
+    top_index = max(range(len(points)), key=lambda index: (totals[index], -index))
+    highest = max(totals[top_index], capacity_bytes or 0)
+    step = nice_step(highest / unit_bytes) if highest else 1.0
+    tick_count = max(1, math.ceil(highest / unit_bytes / step - 1e-9)) if highest else 1
+    decimals = _decimals(step)
+    tick_labels = [f"{k * step:,.{decimals}f} {unit}" for k in range(tick_count + 1)]
+
+    left = _r(max(text_width(label) for label in tick_labels) + 2 * PAD)
+    right, top, bottom = float(WIDTH - RIGHT_GAP), TOP, float(HEIGHT - BOTTOM_GAP)
+    scale_bytes = tick_count * step * unit_bytes
+
+    def y_of(value: int) -> float:
+        return _r(bottom - (bottom - top) * value / scale_bytes)
+
+    n = len(points)
+    span = right - left
+    xs = tuple(_r(left + span * index / (n - 1)) if n > 1 else _r(left + span / 2) for index in range(n))
+    ys = tuple(y_of(total) for total in totals)
+
+    ticks = tuple(Tick(y, label, _r(y + FONT / 3))
+                  for y, label in ((y_of(round(k * step * unit_bytes)), label) for k, label in enumerate(tick_labels)))
+    bands = _bands(points, xs, y_of, bottom=bottom, left=left, right=right, avoid=top_index)
+    steps = _steps(points, xs)
+    peak = _peak(points[top_index], top_index, xs[top_index], ys[top_index], size)
+    capacity = None
+    if capacity_bytes:
+        capacity = _capacity(y_of(capacity_bytes), f"capacity {size(capacity_bytes)}", peak_x=peak.x,
+                             left=left, right=right, over=totals[top_index] > capacity_bytes)
+    rows = tuple(Row(point.event, point.step, size(point.bytes), f"{point.bytes:,} bytes", index == top_index)
+                 for index, point in enumerate(points))
+    return Chart(
+        width=WIDTH, height=HEIGHT, left=left, top=top, right=right, bottom=bottom, tick_label_x=_r(left - PAD),
+        step_label_y=bottom + BOTTOM_GAP - PAD - 1, divider_bottom=bottom + BOTTOM_GAP - PAD, line_gap=LINE, xs=xs, ys=ys,
+        line=_points(xs, ys), bands=bands, ticks=ticks, steps=steps, peak=peak, capacity=capacity,
+        title=f"Memory alive per GPU through {_steps_words(points)}",
+        desc=_desc(points, top_index, size, capacity_bytes),
+        rows=rows,
+    )
+
+
+def _bands(points: Sequence[core.Point], xs: tuple[float, ...], y_of: Callable[[int], float], *,
+           bottom: float, left: float, right: float, avoid: int) -> tuple[Band, ...]:
+    """The stack by category: each band is the area under its cumulative top, painted from the top down.
+
+    A band's letter goes where it is thickest, but not in the column `avoid` (the peak's marker).
+    """
+    below = [0] * len(points)
+    bands = []
+    for category in core.CATEGORIES:
+        values = [point.breakdown[category] or 0 for point in points]
+        if not any(values):
+            continue
+        above = [low + value for low, value in zip(below, values, strict=True)]
+        tops = [y_of(value) for value in above]
+        outline = _points(xs, tops) + f" {_num(xs[-1])},{_num(bottom)} {_num(xs[0])},{_num(bottom)}"
+        thickness = [y_of(low) - high for low, high in zip(below, tops, strict=True)]
+        columns = [index for index in range(len(points)) if index != avoid] or [avoid]
+        widest = max(columns, key=lambda index: (thickness[index], -index))
+        letter_x = letter_y = None
+        if thickness[widest] >= LETTER_MIN_THICKNESS:
+            letter_x = _r(min(max(xs[widest], left + FONT / 2), right - FONT / 2))
+            letter_y = _r(tops[widest] + thickness[widest] / 2 + FONT / 3)
+        bands.append(Band(category, outline, core.CATEGORY_TABLE[category].short, letter_x, letter_y))
+        below = above
+    return tuple(reversed(bands))
+
+
+def _steps(points: Sequence[core.Point], xs: tuple[float, ...]) -> tuple[StepMark, ...]:
+    marks = []
+    start = 0
+    for index in range(1, len(points) + 1):
+        if index == len(points) or points[index].step != points[start].step:
+            divider = _r((xs[start - 1] + xs[start]) / 2) if start else None
+            marks.append(StepMark(points[start].step, _r((xs[start] + xs[index - 1]) / 2), divider))
+            start = index
+    return tuple(marks)
+
+
+def _peak(point: core.Point, index: int, x: float, y: float, size: Callable[[int], str]) -> PeakMark:
+    lines = (f"peak: {size(point.bytes)}", f"at {point.event}, step {point.step}")
+    width = max(text_width(line) for line in lines)
+    label_x = min(max(x - width / 2, PAD), WIDTH - PAD - width)
+    label_y = FONT + PAD - 2
+    leader_top = label_y + LINE + PAD
+    return PeakMark(index, x, y, _r(max(label_x, PAD)), label_y, leader_top, _r(max(y - MARKER_GAP, leader_top)),
+                    lines, " ".join(lines))
+
+
+def _capacity(y: float, label: str, *, peak_x: float, left: float, right: float, over: bool) -> CapacityMark:
+    """The label sits on the side away from the peak, above its line where there is room, else below."""
+    on_right = peak_x < (left + right) / 2
+    label_y = y - PAD if y - PAD - FONT >= TOP else y + FONT + 2
+    return CapacityMark(y, label, _r(right - PAD if on_right else left + PAD), _r(label_y),
+                        "end" if on_right else "start", over)
+
+
+def _steps_words(points: Sequence[core.Point]) -> str:
+    count = len({point.step for point in points})
+    return {1: "one training step", 2: "two training steps"}.get(count, f"{count} training steps")
+
+
+def _desc(points: Sequence[core.Point], top: int, size: Callable[[int], str], capacity_bytes: int | None) -> str:
+    first, peak, last = points[0], points[top], points[-1]
+    text = (f"Live memory at each of {len(points)} events: {size(first.bytes)} at {first.event} in step {first.step}, "
+            f"a peak of {size(peak.bytes)} at {peak.event} in step {peak.step}, and {size(last.bytes)} at "
+            f"{last.event} in step {last.step}.")
+    if capacity_bytes:
+        relation = "below" if peak.bytes > capacity_bytes else "above"
+        text += f" The GPU's capacity, {size(capacity_bytes)}, is {relation} the peak."
+    return text
