@@ -38,7 +38,8 @@ def page_context(form: ParsedForm) -> dict[str, Any]:
         values["framework_overhead_bytes"] = format_size_input(form.request.training.framework_overhead_bytes)
     view = None
     if form.ok and form.request is not None and form.estimate is not None:
-        view = result_view(form.estimate, to_parallelism(form.request.parallelism), form.unit)
+        view = result_view(form.estimate, to_parallelism(form.request.parallelism), form.unit,
+                           attention=form.request.training.attention)
     return {
         "form": form,
         "values": values,

@@ -1,4 +1,6 @@
-"""An Estimate as the page shows it: formatted sizes, bar segment widths, the verdict and the explanations.
+"""An Estimate as the page shows it: formatted sizes, bar segment widths, the verdict, the timeline chart
+and the explanations. The verdict, the per-GPU bar and the chart follow the peak (what is alive at once);
+the sum of every buffer is shown beside it, with a sentence on the difference.
 
 All arithmetic for display lives here, so templates only place strings and routes only wire things up.
 Sizes are formatted with thousands separators, two decimals and their unit (GB = 10^9 bytes,
@@ -7,10 +9,12 @@ GiB = 2^30 bytes), always labelled.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
 from app import core
+from app.web.chart import Chart, timeline_chart
 from app.web.form import Unit
 
 UNIT_BYTES: Final[dict[str, int]] = {"GB": 10**9, "GiB": 1 << 30}
@@ -19,6 +23,10 @@ UNIT_NAMES: Final[dict[str, str]] = {"GB": "gigabytes (10⁹ bytes)", "GiB": "gi
 CATEGORY_LABELS: Final[dict[str, str]] = {c.id: c.label for c in core.CATEGORY_TABLE.values()}
 CATEGORY_SHORT: Final[dict[str, str]] = {c.id: c.short for c in core.CATEGORY_TABLE.values()}
 CATEGORY_ABOUT: Final[dict[str, str]] = {c.id: c.about for c in core.CATEGORY_TABLE.values()}
+# How a category reads inside a sentence ("31.40 GiB of the 34.60 GiB of temporary buffers").
+CATEGORY_NOUNS: Final[dict[str, str]] = {c.id: c.label.lower() for c in core.CATEGORY_TABLE.values()} | {
+    "temporary": "temporary buffers",
+}
 # A segment narrower than this (percent of the bar) has no room for text; the legend names it.
 LABEL_MIN_PERCENT: Final = 14.0
 SHORT_LABEL_MIN_PERCENT: Final = 3.0
@@ -100,6 +108,7 @@ class LegendRow:
     category: str
     label: str
     short: str
+    at_peak: str
     per_gpu: str
     cluster: str
     share: str  # percent of the per-GPU total
@@ -133,12 +142,22 @@ class Explanation:
 
 
 @dataclass(frozen=True)
+class LegendTotal:
+    at_peak: str
+    per_gpu: str
+    cluster: str
+
+
+@dataclass(frozen=True)
 class ResultView:
     unit: Unit
     unit_name: str
     verdict: Verdict
-    per_gpu_total: str
+    peak_total: str
+    peak_total_exact: str
+    per_gpu_total: str  # the sum of every buffer, an upper bound on the peak
     per_gpu_total_exact: str
+    peak_note: str  # why the peak is less than the sum of every buffer (or that it is the sum)
     param_count: str
     world_size: int
     layout: str
@@ -147,6 +166,9 @@ class ResultView:
     per_gpu_bar: Bar
     cluster_bar: Bar
     legend: tuple[LegendRow, ...]
+    legend_total: LegendTotal
+    timeline: Chart
+    attention_note: str | None
     bytes_per_param_total: str
     bytes_per_param_sum: str
     explanations: tuple[Explanation, ...]
@@ -157,14 +179,19 @@ class ResultView:
 CAPACITY_LABEL_FLIP_PERCENT: Final = 55.0
 
 
-def _bar(title: str, breakdown: core.Breakdown, capacity: int | None, unit: Unit) -> Bar:
-    """Segments scaled so that the whole bar is the larger of the total and the capacity line."""
-    total = breakdown.total_bytes
+def _bar(title: str, breakdown: Mapping[str, int | None], capacity: int | None, unit: Unit, *,
+         over: bool, unknown: frozenset[str] = frozenset()) -> Bar:
+    """Segments scaled so that the whole bar is the larger of the total and the capacity line.
+
+    `over` colours the capacity line as exceeded: the fit follows the peak, so a bar of sums can
+    pass its line while the job still fits. Categories in `unknown` are not computed and get no segment.
+    """
+    total = sum(value or 0 for value in breakdown.values())
     scale = max(total, capacity or 0)
     segments = []
     for category in core.CATEGORIES:
         value = breakdown[category]
-        if value is None:
+        if value is None or category in unknown:
             continue
         share = 100 * value / scale if scale else 0.0
         short_text = CATEGORY_SHORT[category] if share >= SHORT_LABEL_MIN_PERCENT else ""
@@ -181,30 +208,74 @@ def _bar(title: str, breakdown: core.Breakdown, capacity: int | None, unit: Unit
         capacity_at=percent(capacity, scale) if capacity else None,
         capacity_label=format_bytes(capacity, unit) if capacity else None,
         capacity_align="end" if capacity and 100 * capacity / scale > CAPACITY_LABEL_FLIP_PERCENT else "start",
-        over=capacity is not None and total > capacity,
+        over=over,
     )
 
 
-def verdict(fit: core.GpuFit | None, total_bytes: int, unit: Unit, *, gpus: int) -> Verdict:
-    """In words: fits with N to spare, or does not fit by N, on the chosen GPU; `total_bytes` is the peak."""
-    total = format_bytes(total_bytes, unit)
+def verdict(fit: core.GpuFit | None, peak_bytes: int, unit: Unit, *, gpus: int, at: str = "") -> Verdict:
+    """In words: fits with N to spare, or does not fit by N, on the chosen GPU, judged at the peak.
+
+    `at` names where the peak is ("optimizer.step, step 1"), when known.
+    """
+    peak = format_bytes(peak_bytes, unit)
+    where_peak = f"At the peak ({at})" if at else "At the peak"
     if fit is None:
-        return Verdict("none", f"{total} at the peak per GPU", "Choose a GPU to see whether it fits.")
+        return Verdict("none", f"{peak} at the peak per GPU", "Choose a GPU to see whether it fits.")
     name, capacity = fit.gpu.name, format_bytes(fit.gpu.capacity_bytes, unit)
     where = f"each of {gpus:,} × {name}" if gpus > 1 else f"one {name}"
     if fit.fits:
         return Verdict("fits", f"Fits, with {format_bytes(fit.headroom_bytes, unit)} to spare",
-                       f"{total} at the peak of the {capacity} on {where} "
-                       f"({_share(total_bytes, fit.gpu.capacity_bytes)} used).")
+                       f"{where_peak} it needs {peak} of the {capacity} on {where} "
+                       f"({_share(peak_bytes, fit.gpu.capacity_bytes)} used).")
     return Verdict("over", f"Does not fit, by {format_bytes(-fit.headroom_bytes, unit)}",
-                   f"{total} needed at the peak on {where}, which has {capacity}.")
+                   f"{where_peak} it needs {peak} on {where}, which has {capacity}.")
 
 
-def result_view(result: core.Estimate, parallelism: core.Parallelism, unit: Unit) -> ResultView:
+def peak_note(peak: core.Peak, per_gpu: core.Breakdown, unit: Unit) -> str:
+    """One sentence on how the peak relates to the sum of every buffer, category by category.
+
+    The sum counts every buffer as if all were alive at once; at the peak, some are not yet
+    allocated or already freed. Each category short of its sum is named with what is alive of it.
+    """
+    total = per_gpu.total_bytes
+    head = f"The peak, {format_bytes(peak.bytes, unit)} at “{peak.event}” in step {peak.step}"
+    short = []
+    for category in core.CATEGORIES:
+        whole = per_gpu[category]
+        alive = peak.breakdown[category] or 0
+        if whole is None or alive >= whole:
+            continue
+        noun = CATEGORY_NOUNS[category]
+        if alive:
+            short.append(f"{format_bytes(alive, unit)} of the {format_bytes(whole, unit)} of {noun}")
+        else:
+            short.append(f"none of the {format_bytes(whole, unit)} of {noun}")
+    if not short:
+        return f"{head}, is the {format_bytes(total, unit)} sum of every buffer: all of them are alive at once."
+    listed = short[0] if len(short) == 1 else ", ".join(short[:-1]) + " and " + short[-1]
+    verb = "is" if len(short) == 1 and not short[0].startswith("none") else "are"
+    return (f"{head}, is less than the {format_bytes(total, unit)} sum of every buffer, because not every buffer "
+            f"is alive at once: at the peak, {listed} {verb} alive.")
+
+
+def attention_note(choice: str | None, kernel: str | None) -> str | None:
+    """The attention kernel the estimate assumes, in words: ``sdpa → flash (fused; saves ...)``."""
+    if kernel is None:
+        return None
+    about = core.KERNELS[kernel].about if kernel in core.KERNELS else ""
+    chosen = f"{choice} → {kernel}" if choice and choice != kernel else kernel
+    return f"Kernel assumed: {chosen}" + (f" ({about})." if about else ".")
+
+
+def result_view(result: core.Estimate, parallelism: core.Parallelism, unit: Unit, *,
+                attention: str | None = None) -> ResultView:
+    """Everything the page shows of `result`; `attention` is the attention choice the kernel was picked for."""
     capacity = result.gpu.gpu.capacity_bytes if result.gpu else None
     world = parallelism.world_size
     per_gpu_total = result.per_gpu.total_bytes
-    peak_bytes = result.peak.bytes
+    peak = result.peak
+    over = result.gpu is not None and not result.gpu.fits
+    unknown = frozenset(category for category in core.CATEGORIES if result.per_gpu[category] is None)
     gpus_word = "GPU" if world == 1 else "GPUs"
     per_param = result.bytes_per_param
     legend = tuple(
@@ -212,6 +283,7 @@ def result_view(result: core.Estimate, parallelism: core.Parallelism, unit: Unit
             category=category,
             label=CATEGORY_LABELS[category],
             short=CATEGORY_SHORT[category],
+            at_peak=_maybe_bytes(None if category in unknown else peak.breakdown[category], unit),
             per_gpu=_maybe_bytes(result.per_gpu[category], unit),
             cluster=_maybe_bytes(result.cluster[category], unit),
             share=_share(result.per_gpu[category], per_gpu_total),
@@ -226,17 +298,27 @@ def result_view(result: core.Estimate, parallelism: core.Parallelism, unit: Unit
     return ResultView(
         unit=unit,
         unit_name=UNIT_NAMES[unit],
-        verdict=verdict(result.gpu, peak_bytes, unit, gpus=world),
+        verdict=verdict(result.gpu, peak.bytes, unit, gpus=world, at=f"{peak.event}, step {peak.step}"),
+        peak_total=format_bytes(peak.bytes, unit),
+        peak_total_exact=format_exact_bytes(peak.bytes),
         per_gpu_total=format_bytes(per_gpu_total, unit),
         per_gpu_total_exact=format_exact_bytes(per_gpu_total),
+        peak_note=peak_note(peak, result.per_gpu, unit),
         param_count=format_count(result.param_count),
         world_size=world,
         layout=f"{world:,} {gpus_word}: data {parallelism.data} × tensor {parallelism.tensor} × pipeline {parallelism.pipeline}",
         stage_note=stage_note,
         model_states_only=result.per_gpu["activations"] is None,
-        per_gpu_bar=_bar("Per GPU (most-loaded rank)", result.per_gpu, capacity, unit),
-        cluster_bar=_bar(f"Cluster total, {world:,} {gpus_word}", result.cluster, capacity * world if capacity else None, unit),
+        per_gpu_bar=_bar("Per GPU at the peak (most-loaded rank)", peak.breakdown, capacity, unit, over=over,
+                         unknown=unknown),
+        cluster_bar=_bar(f"Cluster, sum of every buffer, {world:,} {gpus_word}", result.cluster,
+                         capacity * world if capacity else None, unit, over=over),
         legend=legend,
+        legend_total=LegendTotal(format_bytes(peak.bytes, unit), format_bytes(per_gpu_total, unit),
+                                 format_bytes(result.cluster.total_bytes, unit)),
+        timeline=timeline_chart(result.timeline, unit=unit, unit_bytes=UNIT_BYTES[unit],
+                                size=lambda value: format_bytes(value, unit), capacity_bytes=capacity),
+        attention_note=attention_note(attention, result.attention_kernel),
         bytes_per_param_total=format_bytes_per_param(sum(per_param.values())),
         bytes_per_param_sum=" + ".join(format_bytes_per_param(per_param[c]) for c in core.CATEGORIES if c in per_param),
         explanations=_explanations(result, unit),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from urllib.parse import parse_qs, urlparse
 
 import pytest
@@ -11,6 +12,7 @@ pytestmark = pytest.mark.browser
 
 OPTIMIZER = '#results [data-category="optimizer_states"]'
 ACTIVATIONS = '#results [data-category="activations"]'
+PEAK_LABEL = "#timeline .peak-label"
 
 
 @pytest.fixture
@@ -59,6 +61,8 @@ def test_first_load_phone(watched: Page, base_url: str, artifacts_dir):
     verdict = page.locator("#results .verdict").bounding_box()
     total = page.locator("#results .totals").bounding_box()
     assert verdict["y"] < 300 and total["y"] + total["height"] < 844
+    chart = page.locator("#timeline svg").bounding_box()
+    assert chart["x"] >= 0 and chart["x"] + chart["width"] <= 390
     page.screenshot(path=artifacts_dir / "page-phone.png", full_page=True)
     page.screenshot(path=artifacts_dir / "page-phone-top.png")
 
@@ -179,3 +183,41 @@ def test_without_javascript_the_form_submits_as_a_page(browser, base_url: str):
         page.click(".submit-row button")
     expect(page.locator("#error-tensor")).to_contain_text("divisible")
     context.close()
+
+
+def _peak_size(label: str) -> str:
+    found = re.search(r"peak: ([\d,]+\.\d\d GiB)", label)
+    assert found, label
+    return found.group(1)
+
+
+def test_the_timeline_marks_the_peak_the_verdict_speaks_of_and_follows_the_form(watched: Page, base_url: str):
+    page = watched
+    page.set_viewport_size({"width": 1280, "height": 900})
+    page.goto(base_url + "/")
+    chart = page.locator('#timeline svg[role="img"]')
+    expect(chart).to_be_visible()
+    label = page.locator(PEAK_LABEL)
+    expect(label).to_contain_text("peak: ")
+    before = label.text_content()
+    peak = _peak_size(before)
+    expect(page.locator("#results .verdict-detail")).to_contain_text(f"it needs {peak}")
+    expect(page.locator("#results .totals")).to_contain_text(peak)
+
+    # A longer sequence: the chart is swapped in place (no navigation) and names a higher peak.
+    _mark_document(page)
+    page.fill("#f-seq_len", "8192")
+    expect(label).not_to_have_text(before)
+    assert _same_document(page)
+    after = label.text_content()
+    assert float(_peak_size(after).split()[0].replace(",", "")) > float(peak.split()[0].replace(",", ""))
+    expect(page.locator("#results .verdict-detail")).to_contain_text(f"it needs {_peak_size(after)}")
+    expect(page.locator(".attention-kernel")).to_contain_text("sdpa → flash")
+
+    # The text alternative: every point as a table, reachable from the keyboard.
+    page.locator("#timeline details summary").focus()
+    page.keyboard.press("Enter")
+    rows = page.locator("#timeline details tbody tr")
+    expect(rows.first).to_be_visible()
+    expect(page.locator("#timeline details tr.is-peak")).to_have_count(1)
+    assert rows.count() == int(page.evaluate("document.querySelector('#timeline .total').points.numberOfItems"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import re
 from html.parser import HTMLParser
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -100,7 +101,8 @@ def test_htmx_gets_the_fragments_with_out_of_band_parts(client):
     assert "hx-reswap" not in response.headers
     assert response.text.lstrip().startswith('<div id="summary"')
     assert "<html" not in response.text
-    for oob in ('id="breakdown"', 'id="explanation"', 'id="error-tensor"', 'id="arch-fields"'):
+    for oob in ('id="breakdown"', 'id="timeline"', 'id="attention-kernel"', 'id="explanation"', 'id="error-tensor"',
+                'id="arch-fields"'):
         assert re.search(oob + r'[^>]*hx-swap-oob="true"', response.text), oob
     fragment = _parse(response.text)
     optimizer = [s for s in fragment.segments if s["data-category"] == "optimizer_states"]
@@ -167,3 +169,56 @@ def test_no_query_gives_a_500(client):
         for headers in ({}, HX):
             response = client.get("/", params=params, headers=headers)
             assert response.status_code in (200, 422), (params, response.status_code)
+
+
+PARTIALS = Path(__file__).resolve().parents[2] / "templates" / "partials"
+SVG_BUDGET_BYTES = 8_000
+
+
+def test_each_partial_root_id_matches_its_file_name():
+    for partial in sorted(PARTIALS.glob("*.html")):
+        markup = re.sub(r"\{#.*?#\}", "", partial.read_text(), flags=re.S).lstrip()
+        root = re.match(r"<(\w+)\s[^>]*?\bid=\"([^\"]+)\"", markup)
+        assert root and root.group(2) == partial.stem, partial.name
+
+
+def _timeline(html: str) -> str:
+    found = re.search(r'<figure id="timeline".*?</figure>', html, re.S)
+    assert found
+    return found.group(0)
+
+
+def test_the_timeline_chart_is_inline_svg_with_a_text_alternative(client):
+    result = core.estimate(architecture=core.get_preset("llama-3-8b").architecture,
+                           training=core.Training(seq_len=2048), gpu=core.get_gpu("h100-80gb"))
+    figure = _timeline(client.get("/").text)
+    svg = re.search(r"<svg.*?</svg>", figure, re.S).group(0)
+    assert re.search(r'<svg[^>]*viewBox="0 0 \d+ \d+"[^>]*role="img"', svg)
+    assert "<title" in svg and "<desc" in svg
+    assert len(svg.encode()) < SVG_BUDGET_BYTES
+    assert re.search(r'class="capacity-mark is-over"', svg)  # H100 80GB is below this peak
+    label = re.search(r'<text class="peak-label"[^>]*><tspan>(.*?)</tspan> <tspan[^>]*>(.*?)</tspan>', svg)
+    assert label and label.group(1).startswith("peak: ") and label.group(2) == f"at {result.peak.event}, step {result.peak.step}"
+    # The table lists every point of the timeline, the peak marked.
+    rows = re.findall(r"<tr(?: class=\"is-peak\")?><td>", figure)
+    assert len(rows) == len(result.timeline)
+    assert figure.count('class="is-peak"') == 1
+
+
+def test_the_summary_and_bar_follow_the_peak(client):
+    html = client.get("/?gpu=b200-180gb").text
+    assert re.search(r"<dt>Peak per GPU</dt><dd[^>]*>[\d,.]+ GiB</dd>", html)
+    assert "Per GPU at the peak" in html and "Sum of every buffer:" in html
+    assert re.search(r"is less than the [\d,.]+ GiB sum of every buffer", html)
+    assert re.search(r"<th scope=\"col\">At peak</th>", html)
+
+
+def test_the_attention_kernel_is_named(client):
+    assert "Kernel assumed: sdpa → flash" in client.get("/?attention=sdpa").text
+    fragment = client.get("/?attention=eager", headers=HX).text
+    assert re.search(r'id="attention-kernel"[^>]*hx-swap-oob="true">Kernel assumed: eager', fragment)
+
+
+def test_the_htmx_update_stays_small(client):
+    fragment = client.get("/?seq_len=8192", headers=HX).text
+    assert len(_timeline(fragment).encode()) < 2 * SVG_BUDGET_BYTES

@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 from app import core
-from app.web.view import format_bytes, format_bytes_per_param, format_count, percent, result_view, verdict
+from app.web.view import (
+    attention_note,
+    format_bytes,
+    format_bytes_per_param,
+    format_count,
+    peak_note,
+    percent,
+    result_view,
+    verdict,
+)
 
 GIB = 1 << 30
 
@@ -29,18 +38,22 @@ def _estimate(**kwargs):
     return core.estimate(architecture=core.get_preset("llama-3-8b").architecture, **kwargs)
 
 
-def test_segments_scale_to_the_larger_of_total_and_capacity():
+def test_the_per_gpu_bar_is_what_is_alive_at_the_peak_scaled_to_the_larger_of_peak_and_capacity():
     gpu = core.get_gpu("b200-180gb")
     result = _estimate(gpu=gpu)
     view = result_view(result, core.Parallelism(), "GiB")
     bar = view.per_gpu_bar
-    scale = max(result.per_gpu.total_bytes, gpu.capacity_bytes)
+    scale = max(result.peak.bytes, gpu.capacity_bytes)
     assert [s.category for s in bar.segments] == list(core.CATEGORIES)
     for segment in bar.segments:
-        assert segment.bytes == result.per_gpu[segment.category]
+        assert segment.bytes == result.peak.breakdown[segment.category]
         assert float(segment.width) == round(100 * segment.bytes / scale, 3)
+    assert sum(segment.bytes for segment in bar.segments) == result.peak.bytes < result.per_gpu.total_bytes
     assert float(bar.capacity_at) == round(100 * gpu.capacity_bytes / scale, 3)
     assert not bar.over
+    # Beside the bar, the sum of every buffer.
+    assert view.per_gpu_total == format_bytes(result.per_gpu.total_bytes, "GiB")
+    assert view.peak_total == format_bytes(result.peak.bytes, "GiB")
 
 
 def test_cluster_bar_keeps_sharded_bytes():
@@ -62,6 +75,72 @@ def test_verdict_in_words():
     over = verdict(core.GpuFit(gpu, False, -5 * GIB), gpu.capacity_bytes + 5 * GIB, "GiB", gpus=1)
     assert over.kind == "over" and over.headline == "Does not fit, by 5.00 GiB"
     assert verdict(None, GIB, "GiB", gpus=1).kind == "none"
+
+
+def test_the_verdict_is_judged_at_the_peak():
+    gpu = core.get_gpu("h100-80gb")
+    at = "backward: loss gradients, step 2"
+    over = verdict(core.GpuFit(gpu, False, -5 * GIB), gpu.capacity_bytes + 5 * GIB, "GiB", gpus=8, at=at)
+    assert over.detail.startswith(f"At the peak ({at}) it needs ")
+    assert "on each of 8 × NVIDIA H100" in over.detail
+    assert verdict(None, 3 * GIB, "GiB", gpus=1).headline == "3.00 GiB at the peak per GPU"
+
+
+def test_an_estimate_that_does_not_fit_at_its_peak_says_so():
+    # Llama-3-8B on one H100 80GB: the peak (not only the sum of every buffer) is above the capacity.
+    gpu = core.get_gpu("h100-80gb")
+    result = _estimate(gpu=gpu)
+    view = result_view(result, core.Parallelism(), "GiB")
+    assert result.peak.bytes > gpu.capacity_bytes
+    assert view.verdict.kind == "over" and view.per_gpu_bar.over and view.cluster_bar.over
+    over_by = format_bytes(result.peak.bytes - gpu.capacity_bytes, "GiB")
+    assert view.verdict.headline == f"Does not fit, by {over_by}"
+    assert f"At the peak ({result.peak.event}, step {result.peak.step})" in view.verdict.detail
+    # The chart marks the same point the verdict is judged at.
+    assert view.timeline.rows[view.timeline.peak.index].event == result.peak.event
+    assert view.timeline.peak.text == f"peak: {view.peak_total} at {result.peak.event}, step {result.peak.step}"
+
+
+def test_peak_note_names_what_is_not_alive_at_the_peak():
+    # By hand: every buffer sums to 10 + 10 + 20 + 8 = 48 GiB; at the peak 10 + 10 + 0 + 2 = 22 GiB are alive.
+    per_gpu = core.Breakdown({"weights": 10 * GIB, "gradients": 10 * GIB, "activations": 20 * GIB, "temporary": 8 * GIB})
+    alive = core.Breakdown({"weights": 10 * GIB, "gradients": 10 * GIB, "temporary": 2 * GIB})
+    peak = core.Peak(alive.total_bytes, "backward: loss gradients", 2, alive)
+    assert peak_note(peak, per_gpu, "GiB") == (
+        "The peak, 22.00 GiB at “backward: loss gradients” in step 2, is less than the 48.00 GiB sum of every "
+        "buffer, because not every buffer is alive at once: at the peak, none of the 20.00 GiB of activations "
+        "and 2.00 GiB of the 8.00 GiB of temporary buffers are alive."
+    )
+    everything = core.Peak(per_gpu.total_bytes, "optimizer.step", 1, per_gpu)
+    assert peak_note(everything, per_gpu, "GiB").endswith("is the 48.00 GiB sum of every buffer: all of them are alive at once.")
+
+
+def test_legend_has_each_category_at_the_peak_and_the_totals():
+    result = _estimate()
+    view = result_view(result, core.Parallelism(), "GiB")
+    assert [row.at_peak for row in view.legend] == [format_bytes(result.peak.breakdown[c], "GiB") for c in core.CATEGORIES]
+    assert view.legend_total.at_peak == view.peak_total
+    assert view.legend_total.per_gpu == view.per_gpu_total
+    assert view.legend_total.cluster == format_bytes(result.cluster.total_bytes, "GiB")
+
+
+def test_model_states_only_have_no_activations_at_the_peak_either():
+    result = core.estimate(num_params=7 * 10**9)
+    view = result_view(result, core.Parallelism(), "GiB")
+    assert "activations" not in [segment.category for segment in view.per_gpu_bar.segments]
+    assert dict((row.category, row.at_peak) for row in view.legend)["activations"] == "not computed"
+    assert view.attention_note is None
+
+
+def test_the_attention_kernel_in_words():
+    assert attention_note("sdpa", "flash").startswith("Kernel assumed: sdpa → flash (fused;")
+    assert attention_note("eager", "eager").startswith("Kernel assumed: eager (explicit softmax")
+    assert attention_note("sdpa", None) is None
+    # fp32 activations rule flash out, and grouped K/V heads the memory-efficient kernel: sdpa falls back to math.
+    training = core.Training(attention="sdpa", precision=core.precision_preset("fp32"))
+    result = _estimate(training=training)
+    view = result_view(result, core.Parallelism(), "GiB", attention="sdpa")
+    assert view.attention_note.startswith("Kernel assumed: sdpa → math")
 
 
 def test_bytes_per_parameter_of_the_classic_rule():
