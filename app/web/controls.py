@@ -26,7 +26,7 @@ LABELS: Final[dict[str, str]] = {
     "optimizer": "Optimizer",
     "optimizer_implementation": "Optimizer implementation",
     "loop": "Training loop",
-    "gradient_accumulation_steps": "Gradient accumulation steps",
+    "gradient_accumulation_steps": "Gradient accumulation",
     "adafactor_momentum": "Adafactor keeps momentum",
     "activation_checkpointing": "Activation checkpointing",
     "attention": "Attention kernel",
