@@ -43,7 +43,9 @@ model returns), ``autocast_weight_copies`` (``_to_copy`` of a parameter); any ot
 named by when it was made: ``activations`` (in forward), ``backward_temporaries`` (in backward,
 recomputation included) or ``optimizer_temporaries`` (in ``step()`` and ``zero_grad()``).
 
-Run ``python -m validation.timeline`` for the real-size sweep (writes docs/timeline.json).
+Run ``python -m validation.timeline`` for the real-size sweep against trainmem's predictions
+(`validation.peak`): it writes docs/timeline.json, a chart per family (docs/timeline-*.svg) and the
+"Peak through two steps" section of docs/VALIDATION.md and docs/validation.json.
 """
 
 from __future__ import annotations
@@ -494,6 +496,9 @@ class TimelineCase:
         parts.append(self.loop)
         return " ".join(parts)
 
+    def as_dict(self) -> dict:
+        return asdict(self) | {"label": self.label, "fake": self.fake}
+
     def config(self) -> transformers.PretrainedConfig:
         config = REAL_SIZE[self.family]() if self.family in REAL_SIZE else FAMILIES[self.family](self.size or Size())
         config._attn_implementation = self.attention
@@ -632,14 +637,30 @@ class Measurement:
 
     def peak_storages(self, step: int, top: int = 12) -> list[dict]:
         """The largest storages alive at a step's peak, with what made them."""
+        return self.storages_at(self.peak(step), top)
+
+    def storages_at(self, point: Point, top: int = 12, *, at_peak: bool = True) -> list[dict]:
+        """The largest storages alive at a point's interval peak (or when it ended), with what made them."""
         if self.tracker is None:
             return []
-        alive = self.tracker.live_uids(self.peak(step).peak_index)
+        alive = self.tracker.live_uids(point.peak_index if at_peak else point.live_index)
         largest = sorted(alive, key=lambda uid: -self.tracker.infos[uid].nbytes)[:top]
-        return [{"bytes": self.tracker.infos[uid].nbytes, "category": self.tracker.infos[uid].category,
-                 "dtype": self.tracker.infos[uid].dtype, "shape": list(self.tracker.infos[uid].shape),
-                 "op": self.tracker.infos[uid].op, "made_during": self.tracker.infos[uid].made_during}
-                for uid in largest]
+        return [self._describe(uid) for uid in largest]
+
+    def brief_storages(self, point: Point, *, min_bytes: int = 2**20, top: int = 6) -> list[dict]:
+        """The storages alive at a point's interval peak but not when it ended (the interval's
+        transients), largest first."""
+        if self.tracker is None:
+            return []
+        infos = self.tracker.infos
+        brief = self.tracker.live_uids(point.peak_index) - self.tracker.live_uids(point.live_index)
+        largest = sorted((uid for uid in brief if infos[uid].nbytes >= min_bytes), key=lambda uid: -infos[uid].nbytes)
+        return [self._describe(uid) for uid in largest[:top]]
+
+    def _describe(self, uid: int) -> dict:
+        info = self.tracker.infos[uid]
+        return {"bytes": info.nbytes, "category": info.category, "dtype": info.dtype, "shape": list(info.shape),
+                "op": info.op, "made_during": info.made_during}
 
     def as_dict(self, *, top: int = 12) -> dict:
         steps = {}
@@ -652,7 +673,7 @@ class Measurement:
             }
         overall = self.peak()
         return {
-            "case": asdict(self.case) | {"label": self.case.label, "fake": self.case.fake},
+            "case": self.case.as_dict(),
             "peak": {"bytes": overall.peak, "event": overall.event, "step": overall.step,
                      "breakdown": overall.peak_breakdown},
             "baseline_bytes": self.baseline,
@@ -850,50 +871,93 @@ def cross_check(case: TimelineCase) -> tuple[Measurement, CrossCheck]:
 
 
 def real_size_cases(seq: int = 4096) -> list[TimelineCase]:
-    """The real-size sweep: every precision, optimizer implementation, attention, loop, recomputation
-    and gradient accumulation, each varied from one base case per family."""
+    """The real-size sweep, per family: a base case (bf16, foreach AdamW, sdpa, plain loop, one
+    micro-batch) and variants that each change what decides the peak: the precision, the optimizer
+    and its implementation (with fp32 weights too, where the optimizer step is the peak), eager
+    attention, the loop, full recomputation and gradient accumulation."""
     cases: list[TimelineCase] = []
     for family in REAL_SIZE:
         family_seq = min(seq, 1024) if family == "gpt2-xl" else seq  # GPT-2 has 1,024 positions
         base = TimelineCase(family, seq=family_seq)
-        variants = [
+        fp32 = replace(base, precision="fp32")
+        cases += [
             base,
-            replace(base, precision="fp32"),
-            replace(base, precision="autocast-bf16"),
             replace(base, implementation="fused"),
             replace(base, implementation="for-loop"),
             replace(base, optimizer="sgd-momentum"),
+            fp32,
+            replace(fp32, implementation="fused"),
+            replace(fp32, implementation="for-loop"),
+            replace(fp32, optimizer="sgd-momentum"),
+            replace(base, precision="autocast-bf16"),
             replace(base, attention="eager"),
             replace(base, loop="hf-trainer"),
             replace(base, checkpointing="full"),
             replace(base, accumulation=2),
+            replace(base, precision="autocast-bf16", checkpointing="full", accumulation=2, loop="hf-trainer"),
         ]
-        cases.extend(variants)
     return cases
+
+
+# Small models run on real tensors under the profiler, the allocator's record beside the tracker's:
+# every precision, optimizer implementation, attention, loop and recomputation setting at least once.
+_GQA = Size(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=176, vocab=509)
+_MHA = Size(hidden=64, layers=2, heads=4, kv_heads=4, intermediate=176, vocab=509)
+ALLOCATOR_CASES = (
+    TimelineCase("llama", size=_GQA, batch=2, seq=32, precision="fp32"),
+    TimelineCase("llama", size=_GQA, batch=2, seq=32, precision="bf16", implementation="fused", attention="eager",
+                 accumulation=2, loop="hf-trainer"),
+    TimelineCase("gpt2", size=_MHA, batch=2, seq=32, precision="autocast-bf16", optimizer="sgd-momentum",
+                 checkpointing="full", accumulation=2),
+    TimelineCase("gpt2", size=_MHA, batch=2, seq=32, precision="bf16", implementation="for-loop", attention="eager",
+                 loop="hf-trainer"),
+)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m validation.timeline", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seq", type=int, default=4096, help="tokens per micro-batch (GPT-2 XL: at most 1,024)")
     parser.add_argument("--family", action="append", choices=sorted(REAL_SIZE), help="only these families")
-    parser.add_argument("--out", type=Path, default=DOCS / "timeline.json")
+    parser.add_argument("--out", type=Path, default=DOCS,
+                        help="where timeline.json and the charts go, and whose VALIDATION.md and validation.json "
+                             "get the peak section (default: docs/)")
     args = parser.parse_args(argv)
+    from validation import peak, report, svg
+
     transformers.logging.set_verbosity_error()
-    results = []
+    torch.set_num_threads(min(2, torch.get_num_threads()))
     started = time.monotonic()
+    checks = []
+    for case in ALLOCATOR_CASES:
+        _, check = cross_check(case)
+        checks.append({"label": case.label, **asdict(check)})
+        print(f"allocator check {case.label}: tracker {check.tracker_peak:,} B, allocator {check.allocator_peak:,} B "
+              f"({check.allocator_outliving_peak:,} B outliving their operation)", file=sys.stderr)
+    rows = []
     for case in real_size_cases(args.seq):
         if args.family and case.family not in args.family:
             continue
-        measured = measure(case)
-        results.append(measured.as_dict())
-        peak = measured.peak()
-        print(f"{case.label}: peak {peak.peak:,} B at step {peak.step} {peak.event} ({measured.seconds:.1f} s)",
-              file=sys.stderr)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"torch": torch.__version__, "transformers": transformers.__version__,
-                                    "device": "cpu (FakeTensorMode)", "cases": results}, indent=1) + "\n")
-    print(f"{len(results)} cases in {time.monotonic() - started:.1f} s -> {args.out}", file=sys.stderr)
-    return 0
+        row = peak.run(case)
+        rows.append(row)
+        print(f"{case.label}: predicted {row.predicted:,} B ({row.predicted_event}, step {row.predicted_step}), "
+              f"measured {row.measured:,} B ({row.measured_event}, step {row.measured_step}): "
+              f"{row.error_pct:+.4f}% ({row.seconds:.1f} s)", file=sys.stderr)
+    data = {"torch": torch.__version__, "transformers": transformers.__version__, "device": "FakeTensorMode",
+            "target_pct": peak.PEAK_TARGET_PCT, "summary": report.peak_summary([r.as_dict(events=False) for r in rows]),
+            "allocator_cross_check": checks, "cases": [row.as_dict() for row in rows]}
+    args.out.mkdir(parents=True, exist_ok=True)
+    cases_text = ",\n".join("  " + json.dumps(case, separators=(",", ":")) for case in data["cases"])
+    head = {key: value for key, value in data.items() if key != "cases"}
+    (args.out / report.TIMELINE_FILE).write_text(json.dumps(head, indent=1)[:-2] + ',\n "cases": [\n' + cases_text
+                                                 + "\n ]\n}\n")
+    drawn = set()
+    for row in rows:
+        if row.family not in drawn:
+            drawn.add(row.family)
+            (args.out / report.chart_file(row.family)).write_text(svg.chart(row))
+    report.write_peak_report(data, args.out)
+    print(f"{len(rows)} cases in {time.monotonic() - started:.1f} s -> {args.out}", file=sys.stderr)
+    return 0 if all(row.passed for row in rows) else 1
 
 
 if __name__ == "__main__":
