@@ -56,9 +56,14 @@ def summary(rows: list[Row]) -> dict:
 
 
 def write_json(rows: list[Row], path: Path) -> None:
-    """``{"summary": {...}, "rows": [...]}``: the summary indented for people, one row per line."""
+    """``{"summary": {...}, "rows": [...]}``: the summary indented for people, one row per line; with
+    the peak comparison as ``"peak_through_two_steps"`` when docs/timeline.json is beside it."""
     body = ",\n".join("  " + json.dumps(row.as_dict(), separators=(",", ":")) for row in rows)
-    path.write_text('{"summary": ' + json.dumps(summary(rows), indent=1) + ',\n "rows": [\n' + body + "\n ]\n}\n")
+    text = '{"summary": ' + json.dumps(summary(rows), indent=1) + ',\n "rows": [\n' + body + "\n ]"
+    peak = _read_timeline(path.parent)
+    if peak is not None:
+        text += ',\n "peak_through_two_steps": ' + _peak_json(peak)
+    path.write_text(text + "\n}\n")
 
 
 def _kib(value: int) -> str:
@@ -245,4 +250,207 @@ def write_markdown(rows: list[Row], path: Path) -> None:
         *_states_table(rows),
         "",
     ]
+    peak = _read_timeline(path.parent)
+    if peak is not None:
+        lines += peak_section(peak)
     path.write_text("\n".join(lines))
+
+
+# --- the peak through two steps (docs/timeline.json, from `python -m validation.timeline`) ----------
+
+PEAK_HEADING = "## Peak through two steps"
+TIMELINE_FILE = "timeline.json"
+
+PEAK_METHOD = """\
+Out-of-memory happens at the peak of a step, so trainmem follows live memory through two training
+steps (step 1, in which the optimizer creates its state, and step 2, which stands for every later
+one) and reports the peak with the event in which it happens. The harness
+(`validation/timeline.py`, run with `python -m validation.timeline`) records the same on real-size
+models: forward, `loss.backward()`, `optimizer.step()` and `optimizer.zero_grad(set_to_none=True)`,
+twice, on Llama-3-8B, Qwen2.5-7B and GPT-2 XL built from their published configs.
+
+**How live memory is measured.** A `TorchDispatchMode` notes the distinct untyped storage of every
+tensor each ATen operation returns (forward, backward and optimizer; a view counts once), and a
+`weakref` callback on each storage marks the moment it is freed (a storage's Python object lives
+exactly as long as the storage). Parameters and module buffers are counted from the start; each
+micro-batch's token ids are made just before its forward. Module hooks and autograd pre-hooks on
+the `grad_fn` of the tensors between the regions (the logits, each layer's output, the first
+layer's input) mark the events, and each event records the bytes alive when it ends and the most
+alive within it. Nothing reads tensor data, so the real-size models run under
+`torch._subclasses.fake_tensor.FakeTensorMode` in seconds on a CPU. Under fake tensors the
+harness gives transformers the answer real, unpacked token ids give it
+(`masking_utils.find_packed_sequence_indices`), so it skips the causal mask as it does for real
+tensors; on small models, fake and real runs then agree at every event to the byte (a test checks).
+
+**Checked against the CPU allocator.** On small models with real tensors, the same steps run
+under `torch.profiler.profile(profile_memory=True)`, whose `[memory]` events carry the CPU
+allocator's running total (`c10::ProfiledCPUMemoryReporter`). Counting the allocations that
+outlive the operation that made them (in the profiler's tree: inside a `PythonDispatchMode`
+event and still alive when it ends; plus tensors a Python constructor made and the mode saw
+through `aten.lift_fresh`, the optimizers' step counters), the allocator's peak and final total
+equal the tracker's to the byte. What the allocator holds beyond that at its own peak is listed
+per case below: buffers kernels allocate for themselves and free before returning (the CPU
+`_foreach_div_` slow path's 8-byte scalar and its 4-byte cast, oneDNN's packed operand in a
+bf16 `aten::mm`), the 8-byte tensors Python numbers become when passed to an operation (kept
+when autograd saves them, e.g. the scale of eager attention), and the 5,056-byte RNG state
+`torch.utils.checkpoint` keeps per recomputed layer. On a GPU the last two live in host memory.
+
+**What is compared.** trainmem's `estimate(..., device="cpu")` with the case's training setup and
+`framework_overhead_bytes=0` (there is no CUDA context on a CPU), for the very config the model was
+built from: the peak's bytes (target: within 2%), its event and its step. Per event, trainmem's
+bytes are compared with the most memory the event held, except `step start` and `zero_grad`,
+compared with the memory alive when they end. trainmem lists the first and the last layer of each
+pass; the measurement has every layer. Cases use one micro-batch of 4,096 tokens (GPT-2 XL: 1,024,
+its context); `plain` keeps `outputs = model(...)` bound until the next forward replaces it,
+`hf-trainer` keeps only the loss, as `transformers.Trainer.compute_loss` does. The base case of
+each family is drawn below: trainmem's line, and the measured memory per event.
+"""
+
+
+def _read_timeline(docs: Path) -> dict | None:
+    try:
+        return json.loads((docs / TIMELINE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def peak_summary(cases: list[dict]) -> dict:
+    return {
+        "cases": len(cases),
+        "families": sorted({case["family"] for case in cases}),
+        "worst_peak_error_pct": round(max((abs(case["error_pct"]) for case in cases), default=0.0), 6),
+        "largest_peak_error_bytes": max((abs(case["error_bytes"]) for case in cases), default=0),
+        "same_event": sum(case["same_event"] for case in cases),
+        "target_pct": 2.0,
+        "passed": all(case["passed"] for case in cases),
+    }
+
+
+def _peak_json(data: dict) -> str:
+    """The summary and one line per case (without its events; those are in timeline.json)."""
+    rows = [{key: value for key, value in case.items() if key not in ("events", "largest_storages_at_peak", "case")}
+            for case in data["cases"]]
+    body = ",\n".join("   " + json.dumps(row, separators=(",", ":")) for row in rows)
+    return '{"summary": ' + json.dumps(peak_summary(data["cases"])) + ',\n  "rows": [\n' + body + "\n  ]}"
+
+
+def _event(name: str, step: int) -> str:
+    return f"step {step}: {name}"
+
+
+def chart_file(family: str) -> str:
+    return f"timeline-{family}.svg"
+
+
+def _event_kind(name: str) -> str:
+    """An event name with its layer number replaced by i."""
+    head, _, tail = name.rpartition("layer ")
+    return f"{head}layer i" if tail.isdigit() else name
+
+
+def _differing_events(cases: list[dict], target: float) -> list[str]:
+    """Events off by more than `target`, the worst case per family and kind of event, with what the
+    measured interval held briefly."""
+    worst: dict[tuple[str, str], tuple[dict, dict]] = {}
+    for case in cases:
+        for event in case["events"]:
+            error = event.get("error_pct")
+            if error is None or abs(error) <= target:
+                continue
+            key = (case["family"], _event_kind(event["event"]))
+            if key not in worst or abs(error) > abs(worst[key][1]["error_pct"]):
+                worst[key] = (case, event)
+    lines = []
+    for (family, kind), (case, event) in sorted(worst.items()):
+        held = "; ".join(
+            f"{item['bytes']:,} B {item['dtype']} {item['shape']} from `{item['op']}` ({item['made_during']})"
+            for item in event.get("transients", [])[:3]
+        )
+        lines.append(
+            f"* **{family}, {kind}** (worst: {case['label']}, {_event(event['event'], event['step'])}): predicted "
+            f"{event['predicted_bytes']:,} B; measured {event['measured_live_bytes']:,} B alive when it ended and "
+            f"at most {event['measured_peak_bytes']:,} B within it ({event['error_pct']:+.2f}% outside that range)."
+            + (f" Alive at the measured peak and not when the event ended: {held}." if held else "")
+        )
+    return lines
+
+
+def peak_section(data: dict) -> list[str]:
+    cases = data["cases"]
+    result = peak_summary(cases)
+    lines = [
+        PEAK_HEADING,
+        "",
+        PEAK_METHOD,
+        f"Measured with torch {data['torch']} (CPU build, {data['device']}) and transformers {data['transformers']}: "
+        f"{result['cases']} cases, families {', '.join(result['families'])}. Worst peak error: "
+        f"**{result['worst_peak_error_pct']:.4f}%** (at most {result['largest_peak_error_bytes']:,} bytes); the "
+        f"predicted peak is in the measured peak's event in **{result['same_event']} of {result['cases']}** cases. "
+        f"Per case and event, with breakdowns: [{TIMELINE_FILE}]({TIMELINE_FILE}).",
+        "",
+        "| Case | Predicted (B) | Measured (B) | Error | Predicted event | Measured event |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for case in cases:
+        lines.append(
+            f"| {case['label']} | {case['predicted_bytes']:,} | {case['measured_bytes']:,} | {case['error_pct']:+.4f}% "
+            f"| {_event(case['predicted_event'], case['predicted_step'])} "
+            f"| {_event(case['measured_event'], case['measured_step'])} |"
+        )
+    lines += ["", "### Timelines", ""]
+    drawn = set()
+    for case in cases:
+        if case["family"] not in drawn:
+            drawn.add(case["family"])
+            lines += [f"![{case['label']}]({chart_file(case['family'])})", ""]
+    checks = data.get("allocator_cross_check", [])
+    if checks:
+        lines += [
+            "### The tracker against the CPU allocator",
+            "",
+            "Small models, real tensors, both steps under the profiler. Bytes above what was alive when profiling "
+            "started.",
+            "",
+            "| Case | Tracker peak | Allocator peak, outliving allocations | Allocator peak | Final, both | "
+            "Allocator's other allocations alive at its peak |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
+        for check in checks:
+            others: dict[str, list[int]] = defaultdict(list)
+            for op, size in check["others_at_peak"]:
+                others[op].append(size)
+            listed = ", ".join(f"{op}: {len(sizes)} × {sizes[0]:,} B" if len(set(sizes)) == 1
+                               else f"{op}: {sum(sizes):,} B in {len(sizes)}" for op, sizes in others.items())
+            final = (f"{check['tracker_final']:,}" if check["tracker_final"] == check["allocator_final"]
+                     else f"{check['tracker_final']:,} / {check['allocator_final']:,}")
+            lines.append(f"| {check['label']} | {check['tracker_peak']:,} | {check['allocator_outliving_peak']:,} | "
+                         f"{check['allocator_peak']:,} | {final} | {listed or 'none'} |")
+        lines.append("")
+    differing = _differing_events(cases, result["target_pct"])
+    if differing:
+        lines += [
+            "### Events that differ by more than 2%",
+            "",
+            "An event agrees when trainmem's bytes lie between the memory alive when it ended and the most "
+            "alive within it; these lie outside that range by more than 2% (the worst case per family and kind "
+            "of event):",
+            "",
+            *differing,
+            "",
+        ]
+    return lines
+
+
+def write_peak_report(data: dict, docs: Path) -> None:
+    """Updates docs/VALIDATION.md's peak section and docs/validation.json's ``peak_through_two_steps``
+    in place, leaving the rest of both as the full sweep wrote them."""
+    markdown = docs / "VALIDATION.md"
+    text = markdown.read_text(encoding="utf-8") if markdown.exists() else ""
+    head = text.split("\n" + PEAK_HEADING, 1)[0].rstrip("\n")
+    markdown.write_text((head + "\n\n" if head else "") + "\n".join(peak_section(data)))
+    summary_file = docs / "validation.json"
+    if summary_file.exists():
+        current = summary_file.read_text(encoding="utf-8").rstrip()
+        marker = ',\n "peak_through_two_steps": '
+        current = current.split(marker, 1)[0].rstrip().removesuffix("}").rstrip()
+        summary_file.write_text(current + marker + _peak_json(data) + "\n}\n")
