@@ -129,6 +129,7 @@ class PeakRow:
     events: tuple[EventRow, ...]
     largest_at_peak: tuple[dict, ...] = ()
     seconds: float = 0.0
+    memtracker: int | None = None  # torch's MemTracker's peak of the same steps, where it was run
 
     @property
     def error_bytes(self) -> int:
@@ -160,6 +161,8 @@ class PeakRow:
             "passed": self.passed, "predicted_breakdown": self.predicted_breakdown,
             "measured_breakdown": self.measured_breakdown, "seconds": round(self.seconds, 2),
         }
+        if self.memtracker is not None:
+            out["memtracker_peak_bytes"] = self.memtracker
         if events:
             out["largest_storages_at_peak"] = list(self.largest_at_peak)
             out["events"] = [row.as_dict() for row in self.events]

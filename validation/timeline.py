@@ -710,6 +710,36 @@ def measure(case: TimelineCase, *, profile: Callable[[], contextlib.AbstractCont
     return measurement
 
 
+def memtracker_peak(case: TimelineCase) -> int:
+    """The peak of the same two steps as ``torch.distributed._tools.mem_tracker.MemTracker`` counts it.
+
+    A second count by torch's own storage tracker (it registers the parameters, buffers and optimizer
+    state through `track_external` and every operation's outputs through its dispatch mode). It
+    keeps per-module statistics that it cannot carry across iterations, so they are cleared at each
+    step start (`reset_mod_stats`); its overall peak is kept. One micro-batch per step only.
+    """
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    if case.accumulation != 1:
+        raise ValueError("MemTracker's module statistics do not allow two forwards in one step")
+    fake_mode = FakeTensorMode() if case.fake else contextlib.nullcontext()
+    with fake_mode, _real_tensor_paths(case.fake):
+        model, _ = build_model(case)
+        optimizer = make_optimizer(model.parameters(), case.optimizer, case.implementation)
+        tracker = MemTracker()
+        tracker.track_external(model, optimizer)
+
+        class Steps(Timeline):
+            def begin_step(self, step: int) -> None:
+                tracker.reset_mod_stats()
+                super().begin_step(step)
+
+        with tracker:
+            train_two_steps(model, optimizer, Steps(StorageTracker(), model, optimizer, accumulation=1), case)
+        snapshot = tracker.get_tracker_snapshot("peak")
+        return sum(device["Total"] for device in snapshot.values())
+
+
 # --- the CPU allocator's own record ----------------------------------------------------------------
 
 
@@ -938,6 +968,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.family and case.family not in args.family:
             continue
         row = peak.run(case)
+        if case.accumulation == 1:
+            row = replace(row, memtracker=memtracker_peak(case))
         rows.append(row)
         print(f"{case.label}: predicted {row.predicted:,} B ({row.predicted_event}, step {row.predicted_step}), "
               f"measured {row.measured:,} B ({row.measured_event}, step {row.measured_step}): "

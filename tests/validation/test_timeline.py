@@ -72,6 +72,11 @@ def test_fake_tensors_give_the_bytes_of_real_ones_at_every_event():
     ]
 
 
+def test_torchs_memtracker_counts_the_same_peak():
+    case = tl.TimelineCase("llama", size=GQA, batch=2, seq=32, precision="bf16", loop="hf-trainer")
+    assert tl.memtracker_peak(case) == tl.measure(case, keep_tracker=False).peak().peak
+
+
 def test_events_are_trainmems_names_in_order():
     case = tl.TimelineCase("llama", size=GQA, batch=1, seq=16, precision="fp32", accumulation=2)
     measured = tl.measure(case, keep_tracker=False)
