@@ -390,7 +390,8 @@ def peak_section(data: dict) -> list[str]:
         f"**{result['worst_peak_error_pct']:.4f}%** (at most {result['largest_peak_error_bytes']:,} bytes); the "
         f"predicted peak is in the measured peak's event in **{result['same_event']} of {result['cases']}** cases. "
         f"`torch.distributed._tools.mem_tracker.MemTracker`, torch's own storage tracker, run on the same two "
-        f"steps (cases with one micro-batch), reports the measured peak to the byte in "
+        f"steps (each family's base case, in fp32 and with the hf-trainer loop), reports the measured peak to "
+        f"the byte in "
         f"**{result['memtracker_agrees']} of {result['memtracker_cases']}** cases. "
         f"Per case and event, with breakdowns: [{TIMELINE_FILE}]({TIMELINE_FILE}).",
         "",

@@ -944,6 +944,13 @@ ALLOCATOR_CASES = (
 )
 
 
+def _memtracker_case(case: TimelineCase) -> bool:
+    """Where the sweep also runs MemTracker (slow: it copies per-module snapshots at every operation):
+    each family's base case, in fp32 too, and with the hf-trainer loop."""
+    base = TimelineCase(case.family, seq=case.seq)
+    return case in (base, replace(base, precision="fp32"), replace(base, loop="hf-trainer"))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m validation.timeline", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seq", type=int, default=4096, help="tokens per micro-batch (GPT-2 XL: at most 1,024)")
@@ -968,7 +975,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.family and case.family not in args.family:
             continue
         row = peak.run(case)
-        if case.accumulation == 1:
+        if _memtracker_case(case):
             row = replace(row, memtracker=memtracker_peak(case))
         rows.append(row)
         print(f"{case.label}: predicted {row.predicted:,} B ({row.predicted_event}, step {row.predicted_step}), "
