@@ -82,9 +82,3 @@ class Breakdown(Mapping[str, int | None]):
     def as_dict(self) -> dict[str, int | None]:
         """Every category, then ``total``: the sum of the categories."""
         return dict(self._values) | {"total": self.total_bytes}
-
-    def __add__(self, other: Breakdown) -> Breakdown:
-        def plus(x: int | None, y: int | None) -> int | None:
-            return None if x is None or y is None else x + y
-
-        return Breakdown({category: plus(self[category], other[category]) for category in CATEGORIES})

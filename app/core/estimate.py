@@ -21,7 +21,7 @@ from app.core.ledger import ACTS, FORWARDED, GRADS, Buffer, stage_ledger
 from app.core.optimizers import OPTIMIZER_INFO, optimizer_formula, optimizer_label
 from app.core.setup import MAX_PARAM_COUNT, Parallelism, Training, activation_setup, check_int, validate_setup
 from app.core.stages import stage_kinds
-from app.core.timeline import OPTIMIZER_STEP, START, Life, Peak, Phase, Point, plan, sweep
+from app.core.timeline import OPTIMIZER_STEP, START, STEP_PHASE_NAMES, Life, Peak, Phase, Point, describe, plan, sweep
 from app.core.units import ceil_div, tensor_bytes
 from app.core.warnings import count_warnings, estimate_warnings
 
@@ -145,10 +145,8 @@ def _from_count(num_params: int, training: Training, parallelism: Parallelism, g
         "master_weights": f"Master copy in {precision.master_weights}",
         "optimizer_states": optimizer_label(training.optimizer, adafactor_momentum=training.adafactor_momentum),
     }
-    allocated = {"weights": ("before step 1", "never (kept across steps)"),
-                 "master_weights": ("before step 1", "never (kept across steps)"),
-                 "gradients": ("backward, each step", "after optimizer.step"),
-                 "optimizer_states": ("optimizer.step, step 1", "never (kept across steps)")}
+    phases = (Phase(COUNT_FORWARD, "forward"), Phase(COUNT_BACKWARD, "backward"))
+    names = {phase.id: phase.name for phase in phases} | STEP_PHASE_NAMES
     buffers = []
     for category in MODEL_STATE_CATEGORIES:
         if category == "master_weights" and not precision.master_weights:
@@ -163,18 +161,17 @@ def _from_count(num_params: int, training: Training, parallelism: Parallelism, g
             formula = f"{share_text} × {precision.bits(category)} bit ÷ 8"
         buffers.append(Buffer(category, category, labels[category], formula + note,
                               states.on_rank(rank[category], category, p), states.over_group(whole[category], category, p),
-                              lives[category], *allocated[category]))
+                              lives[category], *describe(lives[category], names)))
     scratch = OPTIMIZER_INFO[training.optimizer].scratch[training.optimizer_implementation]
     if scratch.of == "all" and scratch.copies:
-        params = states.on_rank(share, "optimizer_states", p) if p.data > 1 and p.zero_stage else share
+        params = states.on_rank(share, "optimizer_states", p)
         bits = precision.bits("optimizer_states")
         size = tensor_bytes(scratch.copies * params, bits)
+        life = Life("step", OPTIMIZER_STEP, OPTIMIZER_STEP)
         buffers.append(Buffer("optimizer.scratch", "temporary", f"optimizer.step() scratch, {training.optimizer_implementation}",
                               f"{scratch.formula(param_elements=params, largest_elements=0, bits=bits)}: {scratch.source}",
-                              size, size * p.world_size, Life("step", OPTIMIZER_STEP, OPTIMIZER_STEP),
-                              "optimizer.step, each step", "after optimizer.step"))
+                              size, size * p.world_size, life, *describe(life, names)))
     ledger = tuple(buffers)
-    phases = (Phase(COUNT_FORWARD, "forward"), Phase(COUNT_BACKWARD, "backward"))
     steps = plan(phases, micro_batches=training.gradient_accumulation_steps, carried={})
     points, peak = sweep([(b.category, b.bytes, b.life) for b in ledger], steps, {})
     per_gpu = _sum_by_category(ledger, unknown=("activations",))

@@ -34,10 +34,8 @@ from app.core.architecture import Architecture
 from app.core.optimizers import OPTIMIZER_INFO, optimizer_formula, optimizer_label
 from app.core.setup import LOOPS, Parallelism, Training
 from app.core.stages import StageKind
-from app.core.timeline import OPTIMIZER_STEP, START, STEP_PHASE_NAMES, Life, Phase
+from app.core.timeline import OPTIMIZER_STEP, START, STEP_PHASE_NAMES, Life, Phase, describe
 from app.core.units import ceil_div, tensor_bytes
-
-FP32_BITS: Final = 32
 
 # Phase ids of one micro-batch.
 FWD_EMBEDDING: Final = "fwd.embedding"
@@ -112,19 +110,7 @@ class _Stage:
     # --- writing ---------------------------------------------------------------------------------
 
     def add(self, key: str, category: str, label: str, formula: str, size: int, cluster: int, life: Life) -> None:
-        allocated, freed = self._describe(life)
-        self.buffers.append(Buffer(key, category, label, formula, size, cluster, life, allocated, freed))
-
-    def _describe(self, life: Life) -> tuple[str, str]:
-        if life.scope == "run":
-            start = "before step 1" if life.first == START else f"{self.names[life.first]}, step 1"
-            return start, "never (kept across steps)"
-        if life.scope == "step":
-            return f"{self.names[life.first]}, each step", f"after {self.names[life.last]}"
-        first = life.only[0] if life.only else life.first
-        last = life.only[-1] if life.only else life.last
-        when = "each later micro-batch" if life.later else "each micro-batch"
-        return f"{self.names[first]}, {when}", f"after {self.names[last]}"
+        self.buffers.append(Buffer(key, category, label, formula, size, cluster, life, *describe(life, self.names)))
 
     def per_stage(self, size: int) -> int:
         """Cluster bytes of a buffer every GPU of every stage of this kind holds once."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.core.architecture import Architecture, ParamTensor, embedding_tensors, head_tensors, layer_tensors
+from app.core.architecture import Architecture
 
 
 @dataclass(frozen=True)
@@ -57,18 +57,3 @@ def stage_kinds(arch: Architecture, *, pipeline: int, micro_batches: int) -> tup
     kinds.append(StageKind(p - 1, 1, layers, False, True, 1, 1))
     return tuple(kinds)
 
-
-def stage_tensors(arch: Architecture, kind: StageKind) -> tuple[tuple[ParamTensor, int], ...]:
-    """(tensor, repetitions) on one stage of this kind.
-
-    With tied embeddings and more than one stage the last stage keeps its own copy of the
-    embedding matrix for the output layer (Megatron-LM keeps and all-reduces the two copies).
-    """
-    tensors: list[tuple[ParamTensor, int]] = [(tensor, kind.layers) for tensor in layer_tensors(arch)]
-    if kind.first:
-        tensors += [(tensor, 1) for tensor in embedding_tensors(arch)]
-    if kind.last:
-        tensors += [(tensor, 1) for tensor in head_tensors(arch)]
-        if arch.tie_word_embeddings and not kind.first:
-            tensors.append((embedding_tensors(arch)[0], 1))
-    return tuple(tensors)

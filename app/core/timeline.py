@@ -61,6 +61,19 @@ class Life:
     later: bool = False
 
 
+def describe(life: Life, names: dict[str, str]) -> tuple[str, str]:
+    """When a buffer is allocated and after which event it is freed, in words (`names`: phase id -> name)."""
+    if life.scope == "run":
+        start = "before step 1" if life.first == START else f"{names[life.first]}, step 1"
+        return start, "never (kept across steps)"
+    if life.scope == "step":
+        return f"{names[life.first]}, each step", f"after {names[life.last]}"
+    first = life.only[0] if life.only else life.first
+    last = life.only[-1] if life.only else life.last
+    when = "each later micro-batch" if life.later else "each micro-batch"
+    return f"{names[first]}, {when}", f"after {names[last]}"
+
+
 @dataclass(frozen=True)
 class Event:
     name: str
