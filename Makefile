@@ -52,8 +52,10 @@ bench: $(VENV)/.test
 	@$(MAKE) --no-print-directory $(PEERS)/.installed || echo "bench: could not install bench/peers.txt into $(PEERS); the comparison with llm-analysis will be skipped"
 	BENCH_PEERS=$(PEERS) $(BIN)/python -m bench
 
-# The full measurement sweep against PyTorch (CPU build); writes docs/VALIDATION.md and docs/validation.json.
+# The full measurement sweep against PyTorch (CPU build): live memory through two steps at real size
+# (docs/timeline.json), then saved tensors on small models; writes docs/VALIDATION.md and docs/validation.json.
 validate: $(VENV)/.validate
+	HF_HUB_OFFLINE=1 $(BIN)/python -m validation.timeline
 	HF_HUB_OFFLINE=1 $(BIN)/python -m validation --full
 
 # Regenerate the hashed locks after editing requirements*.in.

@@ -84,10 +84,16 @@ def autocast_weight_copies(arch: Architecture, setup: act.ActivationSetup, check
 
 
 def model_states(arch: Architecture, *, precision: str, optimizer: str) -> dict[str, int]:
-    """Per-GPU weights, gradients, master weights and optimizer state on one GPU with no parallelism."""
+    """Per-GPU weights, gradients, master weights and optimizer state on one GPU with no parallelism.
+
+    The model-state buffers of the ledger (keys ``weights``, ``gradients.*``, ...), without the
+    short-lived ones that count in the same categories (autocast's half-precision gradient of the
+    output layer's weight copy), since what is measured is the state after optimizer.step().
+    """
     result = estimate(
         architecture=arch,
         training=Training(micro_batch_size=1, seq_len=8, precision=precision_preset(precision), optimizer=optimizer),
         parallelism=Parallelism(),
     )
-    return {category: result.per_gpu[category] for category in ("weights", "gradients", "master_weights", "optimizer_states")}
+    categories = ("weights", "gradients", "master_weights", "optimizer_states")
+    return {category: sum(b.bytes for b in result.ledger if b.key.split(".")[0] == category) for category in categories}

@@ -179,8 +179,12 @@ class _Stage:
                      states.over_group(tensor_bytes(cluster, bits), "gradients", p) * self.kind.count,
                      Life("run", START))
             return
+        # Under autocast the output layer's matmul ran on a half-precision copy, so its backward writes a
+        # half-precision gradient first (`autocast.head_grad`); the cast to the fp32 .grad (ToCopyBackward0)
+        # runs after that matmul's backward has returned and freed the logits' gradient.
+        head_from = BWD_LAYER_LAST if self.setup.autocast else BWD_HEAD
         lives = {
-            "head": ("of the final norm and output layer", Life("step", BWD_HEAD, OPTIMIZER_STEP)),
+            "head": ("of the final norm and output layer", Life("step", head_from, OPTIMIZER_STEP)),
             "layers": (f"of {self.kind.layers} layers, written layer by layer in backward",
                        Life("step", BWD_LAYER_LAST, OPTIMIZER_STEP, ramp=GRADS)),
             "embedding": ("of the embedding", Life("step", BWD_EMBEDDING, OPTIMIZER_STEP)),
@@ -255,6 +259,7 @@ class _Stage:
 
     def temporaries(self) -> None:
         self._loss_buffers()
+        self._attention_backward()
         self._recomputation()
         self._autocast_copies()
         self._zero_buffers()
@@ -302,6 +307,25 @@ class _Stage:
         self.add("loss.grad_logits_half", "temporary", "Gradient of the logits cast back for the output layer",
                  f"{half} B × {dims}", logits, self.per_stage(logits), Life("micro-batch", BWD_HEAD, only=(BWD_HEAD,)))
 
+    def _attention_backward(self) -> None:
+        """Eager attention with an fp32 softmax: its backward makes an fp32 gradient of the probabilities.
+
+        The Llama family runs ``softmax(scores, dtype=torch.float32).to(query.dtype)``; in backward the
+        cast's gradient (ToCopyBackward0) is an fp32 b·a·s² tensor alive while softmax's backward runs,
+        one layer at a time. Measured at real size: docs/VALIDATION.md, "Peak through two steps".
+        """
+        arch, setup = self.arch, self.setup
+        if setup.implementation != "transformers" or act.attention_kernel(arch, setup) != "eager":
+            return
+        if arch.model_type == "gpt2":  # softmax in the scores' own dtype, no cast to take a gradient of
+            return
+        elements = ceil_div(setup.micro_batch_size * arch.num_attention_heads * setup.seq_len ** 2,
+                            self.parallelism.tensor)
+        size = elements * act.FP32_BYTES
+        self.add("attention.grad_probs", "temporary", "fp32 gradient of one layer's attention probabilities "
+                 "in backward (eager)", f"4 B × {setup.micro_batch_size} × {arch.num_attention_heads} × "
+                 f"{setup.seq_len:,}²", size, self.per_stage(size), Life("micro-batch", BWD_LAYER_LAST, self.bwd_end))
+
     def _recomputation(self) -> None:
         checkpointing = self.training.activation_checkpointing
         rebuilt = act.recompute_workspace(self.arch, self.setup, checkpointing, full=self.layer_saved)
@@ -339,6 +363,9 @@ class _Stage:
             size = tensor_bytes(elements, bits)
             self.add("autocast.head", "temporary", f"{dtype} copy of the output layer's weight, kept for its backward",
                      f"{elements:,} × {bits} bit ÷ 8", size, self.per_stage(size), Life("micro-batch", FWD_LOSS, BWD_HEAD))
+            self.add("autocast.head_grad", "gradients", f"{dtype} gradient of that copy, before its cast to the "
+                     "weight's dtype", f"{elements:,} × {bits} bit ÷ 8", size, self.per_stage(size),
+                     Life("micro-batch", BWD_HEAD, only=(BWD_HEAD,)))
 
     def _zero_buffers(self) -> None:
         p, precision = self.parallelism, self.training.precision

@@ -120,3 +120,29 @@ def test_zero3_gathers_a_layer_and_its_prefetched_neighbour():
 def test_each_choice_has_every_implementation_listed():
     for info in OPTIMIZER_INFO.values():
         assert set(info.scratch) == {"foreach", "fused", "for-loop"}, info.id
+
+
+def test_autocast_output_layer_gradient_is_half_precision_until_its_cast():
+    # Autocast runs lm_head on a bf16 copy: its backward writes a bf16 gradient, 2 B × 128,256 × 4,096,
+    # and the fp32 .grad (4 B × (128,256 × 4,096 + 4,096 for the final norm)) appears only after it.
+    arch = get_preset("llama-3-8b").architecture
+    result = estimate(architecture=arch, training=Training(seq_len=4096, precision=precision_preset("autocast-bf16")))
+    at = {(p.step, p.event): p for p in result.timeline}
+    head = at[(1, "backward: output layer")].breakdown["gradients"]
+    after = at[(1, "backward: layer 32")].breakdown["gradients"]
+    assert head == 2 * 128_256 * 4096
+    fp32_head = 4 * (128_256 * 4096 + 4096)
+    one_layer = 4 * 218_112_000  # the ramp has reached layer 32: its 218,112,000 fp32 gradients
+    assert after == fp32_head + one_layer
+
+
+def test_eager_layer_backward_holds_an_fp32_gradient_of_the_probabilities():
+    # Llama's eager attention: softmax(scores, dtype=float32).to(bf16); backward's cast gradient is
+    # fp32, 4 B × 32 heads × 4,096² = 2,147,483,648 B, alive while one layer's backward runs.
+    arch = get_preset("llama-3-8b").architecture
+    eager = estimate(architecture=arch, training=Training(seq_len=4096, attention="eager"))
+    buffer = next(b for b in eager.ledger if b.key == "attention.grad_probs")
+    assert buffer.bytes == 4 * 32 * 4096 * 4096
+    assert buffer.allocated.startswith("backward: layer 32") and buffer.freed == "after backward: layer 1"
+    flash = estimate(architecture=arch, training=Training(seq_len=4096))
+    assert not any(b.key == "attention.grad_probs" for b in flash.ledger)
