@@ -83,6 +83,11 @@ def _from_architecture(arch: Architecture, training: Training, parallelism: Para
         for buffer in ledger:
             cluster[buffer.category] += buffer.cluster_bytes
             cluster_by_key[buffer.key] = cluster_by_key.get(buffer.key, 0) + buffer.cluster_bytes
+        if not (kind.first or kind.last):
+            # A middle stage holds what the first holds, less the embedding and no more micro-batches
+            # in flight, at every event they share: it is never the most loaded, so only its cluster
+            # share is needed.
+            continue
         totals = {ACTS: kind.layers, FORWARDED: kind.layers, GRADS: kind.layers}
         steps = plan(phases, micro_batches=m, carried={GRADS: kind.layers})
         points, peak = sweep([(b.category, b.bytes, b.life) for b in ledger], steps, totals)

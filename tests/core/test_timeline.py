@@ -146,3 +146,26 @@ def test_eager_layer_backward_holds_an_fp32_gradient_of_the_probabilities():
     assert buffer.allocated.startswith("backward: layer 32") and buffer.freed == "after backward: layer 1"
     flash = estimate(architecture=arch, training=Training(seq_len=4096))
     assert not any(b.key == "attention.grad_probs" for b in flash.ledger)
+
+
+@pytest.mark.parametrize("pipeline", [3, 4, 8])
+def test_a_middle_stage_never_outweighs_the_first(pipeline):
+    # The estimate skips the middle stages' timelines on this ground: check it on their own ledgers.
+    from app.core.ledger import ACTS, FORWARDED, GRADS, stage_ledger
+    from app.core.setup import activation_setup
+    from app.core.stages import stage_kinds
+    from app.core.timeline import plan, sweep
+
+    arch = get_preset("llama-3-8b").architecture
+    for training in (Training(seq_len=4096, gradient_accumulation_steps=pipeline),
+                     Training(seq_len=8192, attention="eager", precision=precision_preset("autocast-bf16"))):
+        parallelism = Parallelism(pipeline=pipeline, data=2, zero_stage=3)
+        setup = activation_setup(training, parallelism)
+        peaks = []
+        for kind in stage_kinds(arch, pipeline=pipeline, micro_batches=training.gradient_accumulation_steps):
+            ledger, phases = stage_ledger(arch, training, parallelism, kind, setup)
+            steps = plan(phases, micro_batches=training.gradient_accumulation_steps, carried={GRADS: kind.layers})
+            totals = dict.fromkeys((ACTS, FORWARDED, GRADS), kind.layers)
+            peaks.append(sweep([(b.category, b.bytes, b.life) for b in ledger], steps, totals)[1].bytes)
+        first, middle = peaks[0], peaks[1]
+        assert middle <= first
