@@ -32,7 +32,8 @@ measurements: dropout keeps its mask at the width of the tensor it drops).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final, Literal
+from functools import cached_property
+from typing import Final, Literal, NamedTuple
 
 from app.core.architecture import Architecture
 from app.core.precision import Precision
@@ -118,21 +119,21 @@ class ActivationSetup:
     sequence_parallel: bool = False
     device: Device = "cuda"
 
-    @property
+    @cached_property
     def tokens(self) -> int:
         return self.micro_batch_size * self.seq_len
 
-    @property
+    @cached_property
     def half_bytes(self) -> int:
         """Bytes of one activation element (the precision's activation dtype; at least one byte)."""
         return max(1, self.precision.bits("activations") // 8)
 
-    @property
+    @cached_property
     def autocast(self) -> bool:
         """Weights wider than activations: matmuls run on casts (torch.autocast), the residual stream stays wide."""
         return self.implementation == "transformers" and self.precision.bits("weights") > self.precision.bits("activations")
 
-    @property
+    @cached_property
     def stream_bytes(self) -> int:
         """Bytes of one element of the residual stream between layers.
 
@@ -144,8 +145,7 @@ class ActivationSetup:
         return self.half_bytes
 
 
-@dataclass(frozen=True)
-class SavedTensor:
+class SavedTensor(NamedTuple):
     """A tensor kept for the backward pass: its name, per-rank bytes, and whether it is core attention.
 
     ``core_attention`` marks the tensors that selective recomputation drops (the s-squared

@@ -48,36 +48,46 @@ MODEL_STATE_CATEGORIES: Final = ("weights", "gradients", "master_weights", "opti
 class Breakdown(Mapping[str, int | None]):
     """Bytes per category, in table order. Activations and temporary are None when the architecture is unknown."""
 
-    __slots__ = ("_values",)
+    __slots__ = ("_listed", "_mapped")
 
     def __init__(self, values: Mapping[str, int | None]) -> None:
         unknown = set(values) - set(CATEGORIES)
         if unknown:
             raise KeyError(f"not a category: {', '.join(sorted(unknown))}")
-        self._values = {category: values.get(category, 0) for category in CATEGORIES}
+        self._listed: list[int | None] | None = None
+        self._mapped: dict[str, int | None] | None = {category: values.get(category, 0) for category in CATEGORIES}
 
     @classmethod
     def of(cls, values: list[int]) -> Breakdown:
-        """From one value per category, in table order."""
+        """From one value per category, in table order (the mapping is built when first read)."""
+        if len(values) != len(CATEGORIES):
+            raise ValueError(f"expected {len(CATEGORIES)} values, got {len(values)}")
         breakdown = cls.__new__(cls)
-        breakdown._values = dict(zip(CATEGORIES, values, strict=True))
+        breakdown._listed, breakdown._mapped = list(values), None
         return breakdown
+
+    @property
+    def _values(self) -> dict[str, int | None]:
+        if self._mapped is None:
+            self._mapped = dict(zip(CATEGORIES, self._listed or (), strict=True))
+        return self._mapped
 
     def __getitem__(self, category: str) -> int | None:
         return self._values[category]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._values)
+        return iter(CATEGORIES)
 
     def __len__(self) -> int:
-        return len(self._values)
+        return len(CATEGORIES)
 
     def __repr__(self) -> str:
         return f"Breakdown({self._values!r})"
 
     @property
     def total_bytes(self) -> int:
-        return sum(value or 0 for value in self._values.values())
+        values = self._listed if self._mapped is None else self._mapped.values()
+        return sum(value or 0 for value in values or ())
 
     def as_dict(self) -> dict[str, int | None]:
         """Every category, then ``total``: the sum of the categories."""

@@ -21,7 +21,7 @@ from app.core.ledger import ACTS, FORWARDED, GRADS, Buffer, stage_ledger
 from app.core.optimizers import OPTIMIZER_INFO, optimizer_formula, optimizer_label
 from app.core.setup import MAX_PARAM_COUNT, Parallelism, Training, activation_setup, check_int, validate_setup
 from app.core.stages import stage_kinds
-from app.core.timeline import OPTIMIZER_STEP, START, STEP_PHASE_NAMES, Life, Peak, Phase, Point, describe, plan, sweep
+from app.core.timeline import OPTIMIZER_STEP, START, STEP_PHASE_NAMES, Life, Peak, Phase, Point, plan, sweep
 from app.core.units import ceil_div, tensor_bytes
 from app.core.warnings import count_warnings, estimate_warnings
 
@@ -95,7 +95,8 @@ def _from_architecture(arch: Architecture, training: Training, parallelism: Para
             best = (kind, ledger, points, peak)
     assert best is not None
     kind, ledger, points, peak = best
-    ledger = tuple(_with_cluster(buffer, cluster_by_key[buffer.key]) for buffer in ledger)
+    ledger = tuple(buffer if buffer.cluster_bytes == cluster_by_key[buffer.key] else
+                   _with_cluster(buffer, cluster_by_key[buffer.key]) for buffer in ledger)
     per_gpu = _sum_by_category(ledger)
     whole = states.stage_shapes(arch, 1, layers=arch.num_hidden_layers, first=True, last=True)
     count = whole.rank_total
@@ -118,8 +119,7 @@ def _from_architecture(arch: Architecture, training: Training, parallelism: Para
 
 
 def _with_cluster(buffer: Buffer, cluster_bytes: int) -> Buffer:
-    return Buffer(buffer.key, buffer.category, buffer.label, buffer.formula, buffer.bytes, cluster_bytes,
-                  buffer.life, buffer.allocated, buffer.freed)
+    return buffer._replace(cluster_bytes=cluster_bytes)
 
 
 def _sum_by_category(ledger: tuple[Buffer, ...], *, unknown: tuple[str, ...] = ()) -> Breakdown:
@@ -166,7 +166,7 @@ def _from_count(num_params: int, training: Training, parallelism: Parallelism, g
             formula = f"{share_text} × {precision.bits(category)} bit ÷ 8"
         buffers.append(Buffer(category, category, labels[category], formula + note,
                               states.on_rank(rank[category], category, p), states.over_group(whole[category], category, p),
-                              lives[category], *describe(lives[category], names)))
+                              lives[category], names))
     scratch = OPTIMIZER_INFO[training.optimizer].scratch[training.optimizer_implementation]
     if scratch.of == "all" and scratch.copies:
         params = states.on_rank(share, "optimizer_states", p)
@@ -175,7 +175,7 @@ def _from_count(num_params: int, training: Training, parallelism: Parallelism, g
         life = Life("step", OPTIMIZER_STEP, OPTIMIZER_STEP)
         buffers.append(Buffer("optimizer.scratch", "temporary", f"optimizer.step() scratch, {training.optimizer_implementation}",
                               f"{scratch.formula(param_elements=params, largest_elements=0, bits=bits)}: {scratch.source}",
-                              size, size * p.world_size, life, *describe(life, names)))
+                              size, size * p.world_size, life, names))
     ledger = tuple(buffers)
     steps = plan(phases, micro_batches=training.gradient_accumulation_steps, carried={})
     points, peak = sweep([(b.category, b.bytes, b.life) for b in ledger], steps, {})

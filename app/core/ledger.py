@@ -25,8 +25,7 @@ run, and `zero_grad(set_to_none=True)` frees the gradients):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 from app.core import activations as act
 from app.core import states
@@ -53,8 +52,7 @@ FORWARDED: Final = "forwarded"  # layers run forward in this micro-batch
 GRADS: Final = "grads"  # layers whose gradients exist
 
 
-@dataclass(frozen=True)
-class Buffer:
+class Buffer(NamedTuple):
     key: str
     category: str
     label: str
@@ -62,8 +60,17 @@ class Buffer:
     bytes: int  # on the most-loaded GPU of the stage
     cluster_bytes: int  # over every GPU of the stages of this kind
     life: Life
-    allocated: str
-    freed: str
+    names: dict[str, str]  # phase id -> name, for the words below
+
+    @property
+    def allocated(self) -> str:
+        """When the buffer is allocated, in words."""
+        return describe(self.life, self.names)[0]
+
+    @property
+    def freed(self) -> str:
+        """After which event it is freed, in words."""
+        return describe(self.life, self.names)[1]
 
 
 def stage_phases(kind: StageKind) -> tuple[Phase, ...]:
@@ -110,7 +117,7 @@ class _Stage:
     # --- writing ---------------------------------------------------------------------------------
 
     def add(self, key: str, category: str, label: str, formula: str, size: int, cluster: int, life: Life) -> None:
-        self.buffers.append(Buffer(key, category, label, formula, size, cluster, life, *describe(life, self.names)))
+        self.buffers.append(Buffer(key, category, label, formula, size, cluster, life, self.names))
 
     def per_stage(self, size: int) -> int:
         """Cluster bytes of a buffer every GPU of every stage of this kind holds once."""

@@ -31,11 +31,12 @@ class Precision:
                     f"training.precision.{name}",
                     f"unknown dtype {value!r}; use one of {', '.join(DTYPE_BITS)}",
                 )
+        widths = {name: 0 if getattr(self, name) is None else DTYPE_BITS[getattr(self, name)] for name in TENSOR_CLASSES}
+        object.__setattr__(self, "_bits", widths)
 
     def bits(self, tensor_class: str) -> int:
         """Width in bits of one element of `tensor_class` (0 for an absent master copy)."""
-        value = getattr(self, tensor_class)
-        return 0 if value is None else DTYPE_BITS[value]
+        return self._bits[tensor_class]  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)

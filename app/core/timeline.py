@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Final, Literal, NamedTuple
 
 from app.core.categories import CATEGORIES, Breakdown
 
@@ -40,8 +40,7 @@ class Phase:
     counts: dict[str, int] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class Life:
+class Life(NamedTuple):
     """When a buffer is alive.
 
     * ``run``: from the first time `first` happens to the end (weights, optimizer state).
@@ -83,16 +82,14 @@ class Event:
     counts: dict[str, int]
 
 
-@dataclass(frozen=True)
-class Point:
+class Point(NamedTuple):
     event: str
     step: int
     bytes: int
     breakdown: Breakdown
 
 
-@dataclass(frozen=True)
-class Peak:
+class Peak(NamedTuple):
     bytes: int
     event: str
     step: int
@@ -125,16 +122,15 @@ class Plan:
 
     timeline: tuple[Event, ...]
     phase_order: dict[str, int]
-    alive: dict[tuple, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+    alive: dict[Life, tuple[tuple[int, int], ...]] = field(default_factory=dict)
 
     def alive_at(self, life: Life) -> tuple[tuple[int, int], ...]:
         """(event index, ramp count) where `life` is alive; the count is 1 for a buffer that is not a ramp."""
-        key = (life.scope, life.first, life.last, life.only, life.ramp, life.later)  # plain tuples hash fastest
-        found = self.alive.get(key)
+        found = self.alive.get(life)
         if found is None:
             indices = _alive_indices(life, self.timeline, self.phase_order)
             found = tuple((index, self.timeline[index].counts.get(life.ramp, 0) if life.ramp else 1) for index in indices)
-            self.alive[key] = found
+            self.alive[life] = found
         return found
 
 
@@ -184,6 +180,9 @@ def _alive_indices(life: Life, timeline: Sequence[Event], phase_order: dict[str,
     ]
 
 
+_COLUMN: Final = {category: index for index, category in enumerate(CATEGORIES)}
+
+
 def sweep(
     buffers: Sequence[tuple[str, int, Life]],
     timeline_plan: Plan,
@@ -195,23 +194,21 @@ def sweep(
     rounded down.
     """
     timeline = timeline_plan.timeline
-    column = {category: index for index, category in enumerate(CATEGORIES)}
     live = [[0] * len(CATEGORIES) for _ in timeline]
+    alive_at = timeline_plan.alive_at
     for category, size, life in buffers:
         if not size:
             continue
-        slot = column[category]
+        slot = _COLUMN[category]
         if life.ramp is None:
-            for index, _ in timeline_plan.alive_at(life):
+            for index, _ in alive_at(life):
                 live[index][slot] += size
         else:
             total = ramp_totals[life.ramp]
-            for index, count in timeline_plan.alive_at(life):
+            for index, count in alive_at(life):
                 live[index][slot] += size * count // total
-    points = tuple(
-        Point(event.name, event.step, sum(values), Breakdown.of(values))
-        for event, values in zip(timeline, live, strict=True)
-    )
+    of = Breakdown.of
+    points = tuple(Point(event.name, event.step, sum(values), of(values)) for event, values in zip(timeline, live))
     top = max(range(len(points)), key=lambda index: (points[index].bytes, -index))
     peak = Peak(points[top].bytes, points[top].event, points[top].step, points[top].breakdown)
     return points, peak
