@@ -6,15 +6,17 @@ layers by the pipeline degree) are the core's, raised as DomainError and answere
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
 
 from app import core
+from app.api import wire
 from app.core import architecture as arch_limits
 from app.core import setup as limits
+from app.core.job import JOB_FIELDS, Job
+from app.core.series import MAX_VALUES
+from app.core.solver import COST_ORDER, TARGETS
 from app.core.units import DTYPE_BITS
 
 # Allowed values come from the core's registries (tests/api/test_registries.py checks they stay in step).
@@ -27,12 +29,7 @@ AttentionName = Literal[tuple(core.ATTENTION_CHOICES)]  # type: ignore[valid-typ
 ImplementationName = Literal[tuple(core.IMPLEMENTATION_CHOICES)]  # type: ignore[valid-type]
 LoopName = Literal[tuple(core.LOOPS)]  # type: ignore[valid-type]
 
-ARCHITECTURE_FIELDS = (
-    "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
-    "intermediate_size", "vocab_size", "tie_word_embeddings", "attention_bias", "qkv_bias", "mlp_bias",
-    "max_position_embeddings", "mlp", "norm", "norms_per_layer", "position_embedding", "dropout",
-    "attention_dropout",
-)
+ARCHITECTURE_FIELDS = wire.ARCHITECTURE_FIELDS
 
 
 def _count(description: str, high: int, low: int = 1) -> Any:
@@ -174,9 +171,10 @@ class EstimateRequest(BaseModel):
         },
     )
 
-    model: ModelIn
-    training: TrainingIn = Field(default_factory=TrainingIn)
-    parallelism: ParallelismIn = Field(default_factory=ParallelismIn)
+    model: ModelIn = Field(description="The model: a preset, a parameter count, a config.json or the architecture.")
+    training: TrainingIn = Field(default_factory=TrainingIn, description="The run: batch shape, precision, "
+                                 "optimizer, recomputation, attention, loop.")
+    parallelism: ParallelismIn = Field(default_factory=ParallelismIn, description="How the job is split over GPUs.")
     gpu: str | None = Field(default=None, description="A GPU id from GET /api/v1/gpus, for the fit check.")
 
 
@@ -290,87 +288,100 @@ class GpuOut(BaseModel):
     source: str = Field(description="Where the capacity figure comes from.")
 
 
+# --- solver and sweeps --------------------------------------------------------------------------------
+
+
+class SolveRequest(EstimateRequest):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"model": {"preset": "llama-3-8b"}, "training": {"seq_len": 4096},
+                                         "parallelism": {"data": 8, "zero_stage": 2}, "gpu": "a100-80gb",
+                                         "target": "micro_batch_size"}]},
+    )
+
+    target: Literal[tuple(TARGETS)] = Field(  # type: ignore[valid-type]
+        description="micro_batch_size: the largest that fits; seq_len: the longest; data: the fewest data-parallel "
+        "GPUs (for the chosen ZeRO stage). Everything else stays as given.",
+    )
+
+
+class VaryIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    field: Literal[tuple(JOB_FIELDS)] = Field(  # type: ignore[valid-type]
+        description="The field to vary, as a path into the request, e.g. 'training.seq_len' or 'parallelism.zero_stage'.",
+    )
+    values: list[StrictInt | StrictBool | str] = Field(
+        min_length=1, max_length=MAX_VALUES,
+        description=f"The values to try, at most {MAX_VALUES:,}: integers for integer fields, ids for choices, "
+        "true/false for switches.",
+    )
+
+
+class SweepRequest(EstimateRequest):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"model": {"preset": "llama-3-8b"}, "gpu": "h100-80gb",
+                                         "vary": {"field": "training.seq_len", "values": [1024, 2048, 4096, 8192]}}]},
+    )
+
+    vary: VaryIn = Field(description="One field and the values to try; everything else stays as given.")
+
+
+class CostOut(BaseModel):
+    kind: Literal[COST_ORDER] = Field(  # type: ignore[valid-type]
+        description="What the fix costs besides memory, cheapest kind first: none, throughput, compute, "
+        "communication, hardware, numerics.")
+    text: str = Field(description="The cost in words, with its source.")
+    extra_compute: float | None = Field(description="Extra FLOPs per step as a fraction of the step's (recomputation).")
+    extra_communication: float | None = Field(description="Extra data-parallel traffic as a fraction (ZeRO).")
+    extra_gpus: int | None = Field(description="GPUs added to the job.")
+
+
+class FixOut(BaseModel):
+    change: dict[str, Any] = Field(description="The fields to change (request paths) and their new values.")
+    summary: str = Field(description="The change in words.")
+    peak: PeakOut = Field(description="The peak after the change.")
+    headroom: int | None = Field(description="Capacity minus that peak, in bytes.")
+    cost: CostOut = Field(description="What the change costs besides memory.")
+
+
+class SolveResponse(BaseModel):
+    target: str = Field(description="The field solved for.")
+    value: int | None = Field(description="The answer; null when no value fits (note says why).")
+    note: str | None = Field(description="Why there is no answer, or what to know about it.")
+    estimate: EstimateResponse = Field(description="The estimate at the answer (at the request as given when null).")
+    fixes: list[FixOut] = Field(description="For a request that does not fit: single changes that make it fit, "
+                                "cheapest first. Empty when it fits.")
+
+
+class SweepPointOut(BaseModel):
+    value: int | bool | str = Field(description="The field's value at this point.")
+    peak: PeakOut = Field(description="The peak, as POST /api/v1/estimate answers for this value.")
+    per_gpu: BreakdownOut = Field(description="The per-GPU sum by category, as /estimate answers for this value.")
+    fits: bool | None = Field(description="Whether the peak fits the GPU; null without a GPU.")
+
+
+class SweepResponse(BaseModel):
+    field: str = Field(description="The field varied.")
+    points: list[SweepPointOut] = Field(description="One point per value, in the order given.")
+
+
 # --- conversion to the core ---------------------------------------------------------------------------
 
 
-def to_architecture(model: ModelIn) -> core.Architecture | None:
-    """The core Architecture this model describes, or None for a bare parameter count."""
-    if model.num_params is not None:
-        return None
-    if model.hf_config is not None:
-        config = model.hf_config
-        if isinstance(config, str):
-            try:
-                config = json.loads(config)
-            except json.JSONDecodeError as error:
-                raise core.DomainError("model.hf_config", f"is not valid JSON: {error.msg} at line {error.lineno}, column {error.colno}") from None
-        return core.architecture_from_hf_config(config)
-    overrides = model.architecture_overrides()
-    if model.preset is not None:
-        return dataclasses.replace(core.get_preset(model.preset).architecture, **overrides)
-    missing = [name for name in ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size") if name not in overrides]
-    if missing:
-        raise core.DomainError(f"model.{missing[0]}", f"is required for a custom architecture (missing: {', '.join(missing)})")
-    return core.Architecture(**overrides)
-
-
-def to_training(training: TrainingIn) -> core.Training:
-    if isinstance(training.precision, str):
-        precision = core.precision_preset(training.precision)
-    else:
-        precision = core.Precision(**training.precision.model_dump())
-    return core.Training(
-        micro_batch_size=training.micro_batch_size,
-        seq_len=training.seq_len,
-        precision=precision,
-        optimizer=training.optimizer,
-        optimizer_implementation=training.optimizer_implementation,
-        adafactor_momentum=training.adafactor_momentum,
-        activation_checkpointing=training.activation_checkpointing,
-        attention=training.attention,
-        implementation=training.implementation,
-        loop=training.loop,
-        gradient_accumulation_steps=training.gradient_accumulation_steps,
-        framework_overhead_bytes=training.framework_overhead_bytes,
-    )
+def to_job(request: EstimateRequest) -> Job:
+    """The core's job for a validated request; raises core.DomainError for what the core rejects."""
+    return wire.job_from(request.model_dump(include={"model", "training", "parallelism", "gpu"}))
 
 
 def to_parallelism(parallelism: ParallelismIn) -> core.Parallelism:
-    return core.Parallelism(**parallelism.model_dump())
+    return wire.parallelism_from(parallelism.model_dump())
 
 
 def run_estimate(request: EstimateRequest) -> core.Estimate:
-    """Parse the request into the core's inputs and compute; raises core.DomainError for what the core rejects."""
-    architecture = to_architecture(request.model)
-    return core.estimate(
-        architecture=architecture,
-        num_params=request.model.num_params if architecture is None else None,
-        training=to_training(request.training),
-        parallelism=to_parallelism(request.parallelism),
-        gpu=core.get_gpu(request.gpu) if request.gpu else None,
-    )
+    return to_job(request).estimate()
 
 
 def estimate_response(result: core.Estimate) -> EstimateResponse:
-    gpu = None
-    if result.gpu is not None:
-        gpu = GpuFitOut(id=result.gpu.gpu.id, name=result.gpu.gpu.name, capacity=result.gpu.gpu.capacity_bytes,
-                        fits=result.gpu.fits, headroom=result.gpu.headroom_bytes)
-    return EstimateResponse(
-        param_count=result.param_count,
-        per_gpu=BreakdownOut(**result.per_gpu.as_dict()),
-        cluster=BreakdownOut(**result.cluster.as_dict()),
-        gpu=gpu,
-        warnings=list(result.warnings),
-        bytes_per_param=result.bytes_per_param,
-        pipeline_stage=result.pipeline_stage,
-        explanation=[TermOut(category=b.category, label=b.label, formula=b.formula, bytes=b.bytes) for b in result.ledger],
-        layer_activations=[SavedTensorOut(name=t.name, bytes=t.bytes) for t in result.layer_activations],
-        peak=PeakOut(bytes=result.peak.bytes, event=result.peak.event, step=result.peak.step,
-                     breakdown=dict(result.peak.breakdown)),
-        timeline=[TimelinePointOut(event=p.event, step=p.step, bytes=p.bytes, breakdown=dict(p.breakdown))
-                  for p in result.timeline],
-        ledger=[BufferOut(category=b.category, label=b.label, formula=b.formula, bytes=b.bytes,
-                          cluster_bytes=b.cluster_bytes, allocated=b.allocated, freed=b.freed) for b in result.ledger],
-        attention_kernel=result.attention_kernel,
-    )
+    return EstimateResponse.model_validate(wire.estimate_json(result))

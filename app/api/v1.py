@@ -7,17 +7,25 @@ import dataclasses
 from fastapi import APIRouter
 
 from app import core
+from app.api import wire
 from app.api.errors import domain_error_detail
 from app.api.schemas import (
     EstimateRequest,
     EstimateResponse,
+    SolveRequest,
+    SolveResponse,
+    SweepRequest,
+    SweepResponse,
     GpuOut,
     ModelPresetOut,
     PrecisionPresetOut,
     PresetsResponse,
     estimate_response,
     run_estimate,
+    to_job,
 )
+from app.core.series import series
+from app.core.solver import solve
 
 router = APIRouter(prefix="/api/v1", tags=["v1"])
 
@@ -33,6 +41,21 @@ UNPROCESSABLE = {
 def post_estimate(request: EstimateRequest) -> EstimateResponse:
     """Memory for one training step: per GPU (the most-loaded rank) and for the whole cluster, in bytes."""
     return estimate_response(run_estimate(request))
+
+
+@router.post("/solve", response_model=SolveResponse, responses=UNPROCESSABLE)
+def post_solve(request: SolveRequest) -> SolveResponse:
+    """The largest micro-batch or sequence, or the fewest data-parallel GPUs, whose peak fits the GPU; and for a
+    setup that does not fit, the single changes that make it fit, cheapest first, each with its cost."""
+    return SolveResponse.model_validate(wire.solution_json(solve(to_job(request), request.target)))
+
+
+@router.post("/sweep", response_model=SweepResponse, responses=UNPROCESSABLE)
+def post_sweep(request: SweepRequest) -> SweepResponse:
+    """The peak, the per-GPU sum and the fit as one field takes each of up to 1,000 values; each point is what
+    /estimate answers for that value."""
+    field = request.vary.field
+    return SweepResponse.model_validate(wire.series_json(field, series(to_job(request), field, request.vary.values)))
 
 
 @router.get("/presets", response_model=PresetsResponse)

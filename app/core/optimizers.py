@@ -67,6 +67,7 @@ class OptimizerInfo:
     scratch: dict[str, Scratch]
     formula: Callable[[str, int, bool], str]  # (share, state bits, Adafactor momentum) -> the state's formula
     states_per_element: int | None = None  # state elements per parameter when shapes do not matter
+    numerics: str = ""  # what choosing it changes in the arithmetic of training, beside the memory
 
 def _two_moments(share: str, bits: int, momentum: bool) -> str:
     return f"2 × {share} × {bits} bit ÷ 8"
@@ -99,20 +100,28 @@ OPTIMIZER_INFO: Final[dict[str, OptimizerInfo]] = {
     info.id: info
     for info in (
         OptimizerInfo("adam", "Adam", "two moments (m, v) per parameter (Kingma & Ba 2014)", "Adam moments m and v",
-                      _ADAM_SCRATCH, _two_moments, 2),
+                      _ADAM_SCRATCH, _two_moments, 2,
+                      numerics="Adam's update with L2 regularisation folded into the gradient (not decoupled "
+                               "weight decay)"),
         OptimizerInfo("adamw", "AdamW", "two moments (m, v) per parameter (Loshchilov & Hutter 2017)",
-                      "AdamW moments m and v", _ADAM_SCRATCH, _two_moments, 2),
+                      "AdamW moments m and v", _ADAM_SCRATCH, _two_moments, 2,
+                      numerics="the standard update for transformers: adaptive per-parameter steps, decoupled "
+                               "weight decay"),
         OptimizerInfo("sgd", "SGD", "no state", "SGD keeps no state", {
             "foreach": _none("_multi_tensor_sgd: torch._foreach_add_(params, grads) " + NO_SCRATCH_IN_PLACE),
             "fused": _none("torch._fused_sgd_ " + NO_SCRATCH_IN_PLACE),
             "for-loop": _none("_single_tensor_sgd: param.add_(grad) " + NO_SCRATCH_IN_PLACE),
-        }, lambda share, bits, momentum: "0", 0),
+        }, lambda share, bits, momentum: "0", 0,
+                      numerics="plain gradient steps, no adaptive scaling: transformers usually train far "
+                               "worse with it"),
         OptimizerInfo("sgd-momentum", "SGD with momentum", "one momentum buffer per parameter", "Momentum buffer", {
             "foreach": _none("_multi_tensor_sgd: the first step clones the gradients into the buffers (the state); "
                              "later steps update in place"),
             "fused": _none("torch._fused_sgd_ " + NO_SCRATCH_IN_PLACE),
             "for-loop": _none("_single_tensor_sgd: buf.mul_(momentum).add_(grad) " + NO_SCRATCH_IN_PLACE),
-        }, _one_moment, 1),
+        }, _one_moment, 1,
+                      numerics="one moment, no per-parameter scaling: transformers usually train worse than "
+                               "with Adam at the same budget"),
         OptimizerInfo(
             "adafactor",
             "Adafactor",
@@ -128,6 +137,9 @@ OPTIMIZER_INFO: Final[dict[str, OptimizerInfo]] = {
                                     "tensor at a time (torch/optim/_adafactor.py)"),
             },
             _factored,
+            numerics="a different update: the second moment is approximated by row and column averages, updates are "
+                     "clipped and scaled relative to each weight; it usually needs its own learning-rate schedule "
+                     "(Shazeer & Stern 2018)",
         ),
         OptimizerInfo(
             "adamw-8bit",
@@ -139,11 +151,15 @@ OPTIMIZER_INFO: Final[dict[str, OptimizerInfo]] = {
              for name in OPTIMIZER_IMPLEMENTATIONS},
             lambda share, bits, momentum: (f"2 × ({share} × 1 B + ⌈params ÷ 256⌉ × 4 B) for tensors of 4,096+ "
                                            "elements, 2 × 4 B per element below"),
+            numerics="AdamW's update on moments quantised to 8 bits block by block (dynamic quantisation); Dettmers "
+                     "et al. 2021 report the 32-bit optimizer's accuracy on their language-model benchmarks",
         ),
         OptimizerInfo("lion", "Lion", "one momentum per parameter (Chen et al. 2023, arXiv:2302.06675)", "Lion momentum",
                       {name: Scratch(2, "largest", "lion-pytorch's step: exp_avg.clone().mul_(beta1).add(grad, ...) "
                                      "holds two copies of one tensor (it has one implementation)")
-                       for name in OPTIMIZER_IMPLEMENTATIONS}, _one_moment, 1),
+                       for name in OPTIMIZER_IMPLEMENTATIONS}, _one_moment, 1,
+                      numerics="a different update: the sign of an interpolated momentum, the same size for every "
+                               "parameter; Chen et al. 2023 use a 3-10x smaller learning rate than AdamW's"),
     )
 }
 OPTIMIZERS: Final = tuple(OPTIMIZER_INFO)

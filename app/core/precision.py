@@ -45,6 +45,7 @@ class PrecisionPreset:
     name: str
     precision: Precision
     description: str
+    numerics: str  # what training in it does to the arithmetic, beside the memory
 
 
 PRECISION_PRESETS: Final[dict[str, PrecisionPreset]] = {
@@ -55,6 +56,7 @@ PRECISION_PRESETS: Final[dict[str, PrecisionPreset]] = {
             "fp32",
             Precision("fp32", "fp32", None, "fp32", "fp32"),
             "Everything in fp32: plain PyTorch training with no autocast. Adam: 4 + 4 + 8 = 16 bytes per parameter.",
+            "every tensor in fp32 (24 significant bits): the reference, and the slowest on tensor cores",
         ),
         PrecisionPreset(
             "autocast-bf16",
@@ -62,12 +64,16 @@ PRECISION_PRESETS: Final[dict[str, PrecisionPreset]] = {
             Precision("fp32", "fp32", None, "fp32", "bf16"),
             "torch.autocast: fp32 weights, gradients and optimizer state; matmuls run on bf16 copies of the weights, "
             "so activations are mostly bf16. This is what Hugging Face Trainer's bf16=True does.",
+            "matmuls and most activations in bf16 (8 significant bits); weights, gradients and optimizer state "
+            "stay fp32, so the update is applied in fp32",
         ),
         PrecisionPreset(
             "autocast-fp16",
             "Autocast fp16 (HF Trainer fp16=True)",
             Precision("fp32", "fp32", None, "fp32", "fp16"),
             "torch.autocast with fp16 and a loss scaler: as autocast-bf16, with fp16 activations.",
+            "matmuls and most activations in fp16 (11 significant bits, largest value 65,504); a loss scaler "
+            "keeps small gradients from underflowing",
         ),
         PrecisionPreset(
             "fp16-fp32-master",
@@ -75,12 +81,14 @@ PRECISION_PRESETS: Final[dict[str, PrecisionPreset]] = {
             Precision("fp16", "fp16", "fp32", "fp32", "fp16"),
             "fp16 weights and gradients, an fp32 master copy and fp32 Adam moments: the 2 + 2 + 4 + 8 = 16 bytes per "
             "parameter of Rajbhandari et al. 2019 (ZeRO, arXiv:1910.02054, section 3.1).",
+            "weights and gradients in fp16 with loss scaling; the update is applied to an fp32 master copy",
         ),
         PrecisionPreset(
             "bf16-fp32-master",
             "bf16 + fp32 master (DeepSpeed, FSDP)",
             Precision("bf16", "bf16", "fp32", "fp32", "bf16"),
             "As fp16-fp32-master with bf16 in place of fp16: 2 + 2 + 4 + 8 = 16 bytes per parameter with Adam.",
+            "weights and gradients in bf16 (8 significant bits); the update is applied to an fp32 master copy",
         ),
         PrecisionPreset(
             "megatron-bf16",
@@ -89,6 +97,7 @@ PRECISION_PRESETS: Final[dict[str, PrecisionPreset]] = {
             "Megatron-LM's default for bf16: bf16 weights, gradients accumulated in fp32 main-grad buffers, an fp32 "
             "master copy and fp32 Adam moments: 2 + 4 + 4 + 8 = 18 bytes per parameter (Megatron-LM, "
             "docs/source/distrib_optimizer.md, 'bf16 param, fp32 grads').",
+            "bf16 weights, gradients accumulated in fp32, the update applied to an fp32 master copy",
         ),
         PrecisionPreset(
             "bf16",
@@ -96,6 +105,8 @@ PRECISION_PRESETS: Final[dict[str, PrecisionPreset]] = {
             Precision("bf16", "bf16", None, "bf16", "bf16"),
             "The model cast to bf16 with no master copy (model.to(torch.bfloat16)); the optimizer's state takes the "
             "parameters' dtype. Adam: 2 + 2 + 4 = 8 bytes per parameter, at the cost of lost small updates.",
+            "no fp32 copy: each update is rounded to bf16, so an update smaller than about 1/256 of its weight "
+            "is lost (stochastic rounding or Kahan summation recovers it)",
         ),
     )
 }

@@ -1,0 +1,167 @@
+"""API v1's JSON as plain Python: request bodies into the core's job, answers into dicts.
+
+Standard library only, so the command line prints exactly what the API answers without loading the
+web framework or pydantic. The API validates bodies with its schema (`schemas.py`) first and checks
+every answer against its response model; the command line relies on the core's own checks, which
+name the same fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import Any, Final
+
+from app import core
+from app.core.job import Job
+from app.core.series import SeriesPoint
+from app.core.solver import Fix, Solution
+
+ARCHITECTURE_FIELDS: Final = (
+    "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+    "intermediate_size", "vocab_size", "tie_word_embeddings", "attention_bias", "qkv_bias", "mlp_bias",
+    "max_position_embeddings", "mlp", "norm", "norms_per_layer", "position_embedding", "dropout",
+    "attention_dropout",
+)
+TRAINING_FIELDS: Final = tuple(f.name for f in dataclasses.fields(core.Training))
+PARALLELISM_FIELDS: Final = tuple(f.name for f in dataclasses.fields(core.Parallelism))
+
+
+# --- requests ---------------------------------------------------------------------------------------
+
+
+def architecture_from(model: Mapping[str, Any]) -> core.Architecture | None:
+    """The Architecture a request's `model` describes, or None for a bare parameter count."""
+    overrides = {name: model[name] for name in ARCHITECTURE_FIELDS if model.get(name) is not None}
+    sources = [name for name in ("preset", "num_params", "hf_config") if model.get(name) is not None]
+    if len(sources) > 1:
+        raise core.DomainError("model", f"give only one of preset, num_params and hf_config (got {', '.join(sources)})")
+    if not sources and not overrides:
+        raise core.DomainError("model", "give a preset, num_params, hf_config or the architecture fields")
+    if model.get("num_params") is not None:
+        if overrides:
+            raise core.DomainError("model", "num_params cannot be combined with architecture fields")
+        return None
+    if model.get("hf_config") is not None:
+        if overrides:
+            raise core.DomainError("model", "hf_config cannot be combined with architecture fields")
+        config = model["hf_config"]
+        if isinstance(config, str):
+            try:
+                config = json.loads(config)
+            except json.JSONDecodeError as error:
+                raise core.DomainError("model.hf_config", f"is not valid JSON: {error.msg} at line {error.lineno}, "
+                                                          f"column {error.colno}") from None
+        if not isinstance(config, dict):
+            raise core.DomainError("model.hf_config", "must be a JSON object (the contents of config.json)")
+        return core.architecture_from_hf_config(config)
+    if model.get("preset") is not None:
+        return dataclasses.replace(core.get_preset(model["preset"]).architecture, **overrides)
+    missing = [name for name in ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
+               if name not in overrides]
+    if missing:
+        raise core.DomainError(f"model.{missing[0]}",
+                               f"is required for a custom architecture (missing: {', '.join(missing)})")
+    return core.Architecture(**overrides)
+
+
+def training_from(training: Mapping[str, Any]) -> core.Training:
+    values = {name: training[name] for name in TRAINING_FIELDS if training.get(name) is not None}
+    precision = values.get("precision")
+    if isinstance(precision, str):
+        values["precision"] = core.precision_preset(precision)
+    elif isinstance(precision, Mapping):
+        values["precision"] = core.Precision(**{key: precision.get(key) for key in
+                                                 ("weights", "gradients", "master_weights", "optimizer_states",
+                                                  "activations")})
+    return core.Training(**values)
+
+
+def parallelism_from(parallelism: Mapping[str, Any]) -> core.Parallelism:
+    return core.Parallelism(**{name: parallelism[name] for name in PARALLELISM_FIELDS
+                               if parallelism.get(name) is not None})
+
+
+def job_from(body: Mapping[str, Any]) -> Job:
+    """The job an estimate body describes (`model`, `training`, `parallelism`, `gpu`)."""
+    model = body.get("model") or {}
+    architecture = architecture_from(model)
+    return Job(
+        architecture=architecture,
+        num_params=model.get("num_params") if architecture is None else None,
+        training=training_from(body.get("training") or {}),
+        parallelism=parallelism_from(body.get("parallelism") or {}),
+        gpu=core.get_gpu(body["gpu"]) if body.get("gpu") else None,
+    )
+
+
+# --- answers ----------------------------------------------------------------------------------------
+
+
+def breakdown_json(breakdown: core.Breakdown) -> dict[str, int | None]:
+    return breakdown.as_dict()
+
+
+def peak_json(peak: core.Peak) -> dict[str, Any]:
+    return {"bytes": peak.bytes, "event": peak.event, "step": peak.step, "breakdown": dict(peak.breakdown)}
+
+
+def estimate_json(result: core.Estimate) -> dict[str, Any]:
+    """The answer of POST /api/v1/estimate."""
+    gpu = None
+    if result.gpu is not None:
+        gpu = {"id": result.gpu.gpu.id, "name": result.gpu.gpu.name, "capacity": result.gpu.gpu.capacity_bytes,
+               "fits": result.gpu.fits, "headroom": result.gpu.headroom_bytes}
+    return {
+        "param_count": result.param_count,
+        "per_gpu": breakdown_json(result.per_gpu),
+        "cluster": breakdown_json(result.cluster),
+        "gpu": gpu,
+        "warnings": list(result.warnings),
+        "bytes_per_param": dict(result.bytes_per_param),
+        "pipeline_stage": result.pipeline_stage,
+        "explanation": [{"category": b.category, "label": b.label, "formula": b.formula, "bytes": b.bytes}
+                        for b in result.ledger],
+        "peak": peak_json(result.peak),
+        "timeline": [{"event": p.event, "step": p.step, "bytes": p.bytes, "breakdown": dict(p.breakdown)}
+                     for p in result.timeline],
+        "ledger": [{"category": b.category, "label": b.label, "formula": b.formula, "bytes": b.bytes,
+                    "cluster_bytes": b.cluster_bytes, "allocated": b.allocated, "freed": b.freed}
+                   for b in result.ledger],
+        "attention_kernel": result.attention_kernel,
+        "layer_activations": [{"name": t.name, "bytes": t.bytes} for t in result.layer_activations],
+    }
+
+
+def fix_json(fix: Fix) -> dict[str, Any]:
+    cost = fix.cost
+    result = fix.estimate
+    return {
+        "change": dict(fix.change),
+        "summary": fix.summary,
+        "peak": peak_json(result.peak),
+        "headroom": result.gpu.headroom_bytes if result.gpu else None,
+        "cost": {"kind": cost.kind, "text": cost.text, "extra_compute": cost.extra_compute,
+                 "extra_communication": cost.extra_communication, "extra_gpus": cost.extra_gpus},
+    }
+
+
+def solution_json(solution: Solution) -> dict[str, Any]:
+    """The answer of POST /api/v1/solve."""
+    return {
+        "target": solution.target,
+        "value": solution.value,
+        "note": solution.note,
+        "estimate": estimate_json(solution.estimate),
+        "fixes": [fix_json(fix) for fix in solution.fixes],
+    }
+
+
+def series_json(field: str, points: tuple[SeriesPoint, ...]) -> dict[str, Any]:
+    """The answer of POST /api/v1/sweep."""
+    return {
+        "field": field,
+        "points": [{"value": point.value, "peak": peak_json(point.peak), "per_gpu": breakdown_json(point.per_gpu),
+                    "fits": point.fits} for point in points],
+    }

@@ -1,0 +1,172 @@
+"""One training job as a question is asked about it, and the fields a question may change.
+
+A `Job` holds the estimate's inputs together. The solver, the sweeps and the fixes all ask "what
+if this one field had that value": `with_field` answers with a new job, field names as the JSON API
+spells them (``training.seq_len``, ``parallelism.zero_stage``, ``model.hidden_size``, ``gpu``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+from app.core import activations as act
+from app.core.architecture import Architecture
+from app.core.errors import DomainError
+from app.core.estimate import Estimate, estimate
+from app.core.gpus import Gpu, get_gpu, gpu_catalogue
+from app.core.optimizers import OPTIMIZER_IMPLEMENTATIONS, OPTIMIZERS
+from app.core.precision import PRECISION_PRESETS, precision_preset
+from app.core.presets import get_preset, model_presets
+from app.core.setup import (
+    LOOPS,
+    MAX_ACCUMULATION_STEPS,
+    MAX_DEGREE,
+    MAX_MICRO_BATCH,
+    MAX_OVERHEAD_BYTES,
+    MAX_PARAM_COUNT,
+    MAX_SEQ_LEN,
+    Parallelism,
+    Training,
+    check_int,
+)
+
+
+@dataclass(frozen=True)
+class Job:
+    """Everything an estimate needs: the model (an architecture or a bare count), the run, the GPU."""
+
+    architecture: Architecture | None = None
+    num_params: int | None = None
+    training: Training = field(default_factory=Training)
+    parallelism: Parallelism = field(default_factory=Parallelism)
+    gpu: Gpu | None = None
+
+    def estimate(self) -> Estimate:
+        return estimate(architecture=self.architecture, num_params=self.num_params, training=self.training,
+                        parallelism=self.parallelism, gpu=self.gpu)
+
+    @property
+    def gpu_count(self) -> int:
+        return self.parallelism.world_size
+
+
+Kind = Literal["int", "choice", "bool"]
+
+
+@dataclass(frozen=True)
+class JobField:
+    """A field a question may vary: its API path, kind, and its range or allowed values."""
+
+    path: str
+    kind: Kind
+    low: int = 0
+    high: int = 0
+    choices: tuple[str, ...] = ()
+
+
+def _ints(section: str, limits: dict[str, tuple[int, int]]) -> list[JobField]:
+    return [JobField(f"{section}.{name}", "int", low, high) for name, (low, high) in limits.items()]
+
+
+# Architecture integers are range-checked by the Architecture itself (architecture.validate_architecture).
+_ARCH_INTS: Final = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+                     "intermediate_size", "vocab_size", "max_position_embeddings", "norms_per_layer")
+_ARCH_CHOICES: Final = {"mlp": ("gelu", "relu", "swiglu", "geglu"), "norm": ("layernorm", "rmsnorm"),
+                        "position_embedding": ("learned", "rope")}
+_ARCH_BOOLS: Final = ("tie_word_embeddings", "attention_bias", "qkv_bias", "mlp_bias")
+
+
+def _job_fields() -> dict[str, JobField]:
+    fields = [
+        *_ints("training", {"micro_batch_size": (1, MAX_MICRO_BATCH), "seq_len": (1, MAX_SEQ_LEN),
+                            "gradient_accumulation_steps": (1, MAX_ACCUMULATION_STEPS),
+                            "framework_overhead_bytes": (0, MAX_OVERHEAD_BYTES)}),
+        JobField("training.precision", "choice", choices=tuple(PRECISION_PRESETS)),
+        JobField("training.optimizer", "choice", choices=OPTIMIZERS),
+        JobField("training.optimizer_implementation", "choice", choices=tuple(OPTIMIZER_IMPLEMENTATIONS)),
+        JobField("training.activation_checkpointing", "choice", choices=tuple(act.CHECKPOINTING_CHOICES)),
+        JobField("training.attention", "choice", choices=tuple(act.ATTENTION_CHOICES)),
+        JobField("training.implementation", "choice", choices=tuple(act.IMPLEMENTATION_CHOICES)),
+        JobField("training.loop", "choice", choices=tuple(LOOPS)),
+        JobField("training.adafactor_momentum", "bool"),
+        *_ints("parallelism", {"data": (1, MAX_DEGREE), "tensor": (1, MAX_DEGREE), "pipeline": (1, MAX_DEGREE),
+                               "zero_stage": (0, 3)}),
+        JobField("parallelism.sequence_parallel", "bool"),
+        JobField("gpu", "choice", choices=tuple(gpu_catalogue())),
+        JobField("model.preset", "choice", choices=tuple(model_presets())),
+        JobField("model.num_params", "int", 1, MAX_PARAM_COUNT),
+        *(JobField(f"model.{name}", "int", 1, 0) for name in _ARCH_INTS),
+        *(JobField(f"model.{name}", "choice", choices=choices) for name, choices in _ARCH_CHOICES.items()),
+        *(JobField(f"model.{name}", "bool") for name in _ARCH_BOOLS),
+    ]
+    return {item.path: item for item in fields}
+
+
+JOB_FIELDS: Final = _job_fields()
+
+
+def job_field(path: str, *, where: str = "vary.field") -> JobField:
+    if path not in JOB_FIELDS:
+        raise DomainError(where, f"cannot vary {path!r}; one of {', '.join(JOB_FIELDS)}")
+    return JOB_FIELDS[path]
+
+
+def check_value(item: JobField, value: object, *, where: str) -> None:
+    """Refuse a value of the wrong kind or out of range, naming `where` (e.g. ``vary.values.3``)."""
+    if item.kind == "bool":
+        if not isinstance(value, bool):
+            raise DomainError(where, f"{item.path} takes true or false, got {value!r}")
+    elif item.kind == "choice":
+        if value not in item.choices:
+            raise DomainError(where, f"{item.path} must be one of {', '.join(item.choices)}, got {value!r}")
+    elif item.high:
+        check_int(where, value, low=item.low, high=item.high)  # type: ignore[arg-type]
+    elif isinstance(value, bool) or not isinstance(value, int):
+        raise DomainError(where, f"{item.path} takes an integer, got {value!r}")
+
+
+def with_field(job: Job, path: str, value: object, *, where: str | None = None) -> Job:
+    """The same job with one field changed; a value the field cannot take raises DomainError at `where`."""
+    item = job_field(path)
+    where = where or path
+    check_value(item, value, where=where)
+    section, _, name = path.partition(".")
+    if section == "training":
+        new = precision_preset(value) if name == "precision" else value  # type: ignore[arg-type]
+        return dataclasses.replace(job, training=dataclasses.replace(job.training, **{name: new}))
+    if section == "parallelism":
+        return dataclasses.replace(job, parallelism=dataclasses.replace(job.parallelism, **{name: value}))
+    if section == "gpu":
+        return dataclasses.replace(job, gpu=get_gpu(value))  # type: ignore[arg-type]
+    if name == "preset":
+        return dataclasses.replace(job, architecture=get_preset(value).architecture, num_params=None)  # type: ignore[arg-type]
+    if name == "num_params":
+        return dataclasses.replace(job, architecture=None, num_params=value)  # type: ignore[arg-type]
+    if job.architecture is None:
+        raise DomainError(where, f"{path} needs an architecture (a preset, a config or its fields), not num_params")
+    try:
+        architecture = dataclasses.replace(job.architecture, **{name: value})
+    except DomainError as error:
+        raise DomainError(where, error.message) from None
+    return dataclasses.replace(job, architecture=architecture)
+
+
+def field_value(job: Job, path: str) -> object:
+    """The job's current value of a field (a precision is reported by its preset id, or None if it is custom)."""
+    section, _, name = path.partition(".")
+    if section == "training":
+        if name == "precision":
+            precision = job.training.precision
+            return next((pid for pid, preset in PRECISION_PRESETS.items() if preset.precision == precision), None)
+        return getattr(job.training, name)
+    if section == "parallelism":
+        return getattr(job.parallelism, name)
+    if section == "gpu":
+        return job.gpu.id if job.gpu else None
+    if name == "num_params":
+        return job.num_params
+    if name == "preset" or job.architecture is None:
+        return None
+    return getattr(job.architecture, name)

@@ -1,0 +1,215 @@
+"""Memory as one field varies: the peak, the per-GPU sum and the fit at each value.
+
+Each point is what `estimate` answers for the job with that value. Most are worked out exactly
+without running an estimate per value: with one tensor-parallel rank, one pipeline stage, whole-byte
+dtypes and no padded kernel, every buffer's bytes are polynomials in the micro-batch size (degree
+1) and the sequence length (degree 2: the s × s attention tensors), and so is the live memory at
+every event of the timeline. Three estimates at s = 1, 2, 3 (two at b = 1, 2) give each event's
+polynomial by its forward differences,
+
+    f(x0 + k) = f(x0) + Δf·k + Δ²f·k(k − 1)/2,
+
+which is exact in integers. The fit is checked against a full estimate at the largest value asked
+for; anything else (or a check that disagrees) falls back to one estimate per distinct value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final, NamedTuple
+
+from app.core import activations as act
+from app.core.categories import CATEGORIES, Breakdown
+from app.core.errors import DomainError
+from app.core.estimate import Estimate
+from app.core.gpus import fit, get_gpu
+from app.core.job import Job, check_value, job_field, with_field
+from app.core.precision import TENSOR_CLASSES
+from app.core.setup import activation_setup
+from app.core.timeline import Peak
+
+MAX_VALUES: Final = 1000
+
+# Fields whose memory is a polynomial in the value (module docstring): its degree, and the smallest
+# value from which it holds. At micro-batch 1 transformers' shifted labels stay a view of s + 1
+# labels rather than a copy of s (activations._hf_head), 8 bytes off the line through b = 2, 3, ...
+POLYNOMIAL: Final = {
+    "training.micro_batch_size": (1, 2),
+    "training.seq_len": (2, 1),
+    "training.framework_overhead_bytes": (1, 0),
+}
+
+
+class SeriesPoint(NamedTuple):
+    value: object
+    peak: Peak
+    per_gpu: Breakdown
+    fits: bool | None  # None without a GPU
+
+
+def series(job: Job, path: str, values: Sequence[object]) -> tuple[SeriesPoint, ...]:
+    """The peak, the per-GPU sum and the fit for each value of the field at `path` (values in the order given)."""
+    item = job_field(path)
+    if not values:
+        raise DomainError("vary.values", "give at least one value")
+    if len(values) > MAX_VALUES:
+        raise DomainError("vary.values", f"at most {MAX_VALUES:,} values, got {len(values):,}")
+    distinct: dict[tuple[type, object], int] = {}
+    plain_ints = item.kind == "int" and item.high and all(type(value) is int for value in values)
+    if plain_ints and item.low <= min(values) and max(values) <= item.high:  # type: ignore[type-var, operator]
+        for index, value in enumerate(values):
+            distinct.setdefault((int, value), index)
+    else:
+        for index, value in enumerate(values):
+            check_value(item, value, where=f"vary.values.{index}")
+            distinct.setdefault((type(value), value), index)
+    if path == "gpu":
+        return _over_gpus(job, values)
+    fitted = _Fit.of(job, path, [value for _, value in distinct]) if path in POLYNOMIAL else None
+    points: dict[tuple[type, object], SeriesPoint] = {}
+    for key, index in distinct.items():
+        value = key[1]
+        if fitted is not None and value >= fitted.x0:  # type: ignore[operator]
+            points[key] = fitted.point(value)
+        else:
+            where = f"vary.values.{index}"
+            try:
+                points[key] = _point(value, with_field(job, path, value, where=where).estimate())
+            except DomainError as error:
+                if error.field == where:
+                    raise
+                raise DomainError(where, f"{path} = {value!r}: {error.message}") from None
+    return tuple(points[(type(value), value)] for value in values)
+
+
+def _point(value: object, result: Estimate) -> SeriesPoint:
+    return SeriesPoint(value, result.peak, result.per_gpu, result.gpu.fits if result.gpu else None)
+
+
+def _over_gpus(job: Job, values: Sequence[object]) -> tuple[SeriesPoint, ...]:
+    """The GPU changes only the fit: one estimate serves every value."""
+    result = job.estimate()
+    peak = result.peak
+    return tuple(SeriesPoint(value, peak, result.per_gpu, fit(get_gpu(value), total_bytes=peak.bytes).fits)  # type: ignore[arg-type]
+                 for value in values)
+
+
+def polynomial(job: Job, path: str) -> bool:
+    """Whether every buffer's bytes are polynomial in the field for this job (module docstring)."""
+    if path not in POLYNOMIAL or job.architecture is None:
+        return False
+    p, precision = job.parallelism, job.training.precision
+    if p.tensor != 1 or p.pipeline != 1:
+        return False  # ceiling divisions over ranks; the most-loaded stage may change with the value
+    if act.attention_kernel(job.architecture, activation_setup(job.training, p)) == "memory-efficient":
+        return False  # its log-sum-exp is padded to a multiple of 32 queries
+    return all(precision.bits(name) % 8 == 0 for name in TENSOR_CLASSES)
+
+
+Coefficients = tuple[int, ...]  # f(x0), Δf, Δ²f: f(x0 + k) = Σ coefficient × binomial(k, i)
+
+
+def _differences(samples: Sequence[int]) -> Coefficients:
+    """f(x0), Δf, Δ²f from f at x0, x0 + 1, ... (zeros beyond the samples' degree)."""
+    out, row = [], list(samples)
+    while row:
+        out.append(row[0])
+        row = [b - a for a, b in zip(row, row[1:])]
+    return (*out, 0, 0)[:3]
+
+
+def _never_below(f: Coefficients, g: Coefficients, low: int, high: int, *, strictly: bool) -> bool:
+    """Whether f(k) ≥ g(k) (f(k) > g(k) if `strictly`) for every integer k in [low, high].
+
+    The difference a + b·k + c·k(k − 1)/2 is a parabola: its least value on the integers of the
+    interval is at an end or next to its vertex k = 1/2 − b/c (for c > 0).
+    """
+    a, b, c = (x - y for x, y in zip(f, g))
+    points = {low, high}
+    if c > 0:
+        vertex = (c - 2 * b) // (2 * c)  # floor(1/2 - b/c)
+        points.update(k for k in (vertex, vertex + 1) if low <= k <= high)
+    least = min(a + b * k + c * (k * (k - 1) // 2) for k in points)
+    return least > 0 if strictly else least >= 0
+
+
+class _Fit:
+    """Each event's live bytes by category, and the per-GPU sum, as polynomials in the field."""
+
+    def __init__(self, job: Job, path: str, x0: int, samples: list[Estimate]) -> None:
+        self.job, self.path, self.x0 = job, path, x0
+        first = samples[0]
+        self.events = [(point.event, point.step) for point in first.timeline]
+        columns = range(len(CATEGORIES))
+        self.breakdowns: list[tuple[Coefficients, ...]] = []
+        totals = []
+        for index in range(len(self.events)):
+            per_category = tuple(_differences([sample.timeline[index].breakdown[c] or 0 for sample in samples])
+                                 for c in CATEGORIES)
+            self.breakdowns.append(per_category)
+            totals.append(tuple(sum(per_category[c][i] for c in columns) for i in range(3)))
+        self.per_gpu = tuple(_differences([sample.per_gpu[c] or 0 for sample in samples]) for c in CATEGORIES)
+        self.totals = totals
+        self.candidates = list(enumerate(totals))
+
+    def keep_candidates(self, low: int, high: int) -> None:
+        """Keep the events that can be the peak somewhere in x0 + [low, high].
+
+        An event is dropped when one of the events that peak at the ends or the middle of the range is
+        at least as large everywhere there (if it comes earlier, it wins a tie) or larger (if later).
+        """
+        totals = self.totals
+        champions = {self._top(k) for k in (low, (low + high) // 2, high)}
+        kept = []
+        for index, total in enumerate(totals):
+            beaten = any(index != other and _never_below(totals[other], total, low, high, strictly=other > index)
+                         for other in champions)
+            if not beaten:
+                kept.append((index, total))
+        self.candidates = kept
+
+    def _top(self, k: int) -> int:
+        pair = k * (k - 1) // 2
+        sizes = [a + b * k + c * pair for a, b, c in self.totals]
+        return sizes.index(max(sizes))
+
+    @classmethod
+    def of(cls, job: Job, path: str, values: list[object]) -> _Fit | None:
+        if not polynomial(job, path):
+            return None
+        degree, x0 = POLYNOMIAL[path]
+        xs = [x0 + k for k in range(degree + 1)]
+        samples = [with_field(job, path, x).estimate() for x in xs]
+        if len({tuple((p.event, p.step) for p in sample.timeline) for sample in samples}) != 1:
+            return None
+        fitted = cls(job, path, x0, samples)
+        largest = max(values)  # type: ignore[type-var]
+        fitted.keep_candidates(max(0, min(values) - x0), max(0, largest - x0))  # type: ignore[type-var, operator]
+        if largest > xs[-1] and not fitted.agrees(largest, with_field(job, path, largest).estimate()):  # type: ignore[arg-type]
+            return None
+        return fitted
+
+    def agrees(self, x: int, result: Estimate) -> bool:
+        """Whether the fit gives this full estimate's timeline and per-GPU sum exactly."""
+        k = x - self.x0
+        pair = k * (k - 1) // 2
+        if [(p.event, p.step) for p in result.timeline] != self.events:
+            return False
+        for point, per_category in zip(result.timeline, self.breakdowns):
+            if [a + b * k + c * pair for a, b, c in per_category] != [point.breakdown[c] or 0 for c in CATEGORIES]:
+                return False
+        return [a + b * k + c * pair for a, b, c in self.per_gpu] == [result.per_gpu[c] or 0 for c in CATEGORIES]
+
+    def point(self, value: object) -> SeriesPoint:
+        k = value - self.x0  # type: ignore[operator]
+        pair = k * (k - 1) // 2
+        top, top_bytes = -1, -1
+        for index, (a, b, c) in self.candidates:
+            size = a + b * k + c * pair
+            if size > top_bytes:
+                top, top_bytes = index, size
+        event, step = self.events[top]
+        peak = Peak(top_bytes, event, step, Breakdown.of([a + b * k + c * pair for a, b, c in self.breakdowns[top]]))
+        per_gpu = Breakdown.of([a + b * k + c * pair for a, b, c in self.per_gpu])
+        gpu = self.job.gpu
+        return SeriesPoint(value, peak, per_gpu, None if gpu is None else top_bytes <= gpu.capacity_bytes)

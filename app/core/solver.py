@@ -1,0 +1,363 @@
+"""Answers instead of trial and error: the most a GPU can run, and the single changes that make a job fit.
+
+Every answer is about the peak of the step timeline. The peak never falls as the micro-batch or
+the sequence grows (every buffer's bytes are non-decreasing in both) and never rises as the
+data-parallel group grows (sharded states shrink, nothing else changes), so each question has
+one boundary. Where the memory is a polynomial in the field (`series.polynomial`) the boundary
+is solved on the fitted polynomials; either way it is then checked with real estimates on both
+sides, searching outward from the guess where the check disagrees.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Final
+
+from app.core import activations as act
+from app.core.errors import DomainError
+from app.core.estimate import Estimate
+from app.core.flops import step_flops
+from app.core.job import JOB_FIELDS, Job, field_value, with_field
+from app.core.optimizers import OPTIMIZER_INFO
+from app.core.precision import PRECISION_PRESETS
+from app.core.series import POLYNOMIAL, _Fit, polynomial
+from app.core.setup import activation_setup
+
+TARGETS: Final = {
+    "micro_batch_size": "training.micro_batch_size",
+    "seq_len": "training.seq_len",
+    "data": "parallelism.data",
+}
+
+# The largest degrees a fix proposes for tensor and pipeline parallelism: one node of 8 GPUs.
+MAX_FIX_TENSOR: Final = 8
+MAX_FIX_PIPELINE: Final = 64
+
+
+@dataclass(frozen=True)
+class Solution:
+    target: str
+    value: int | None
+    estimate: Estimate  # at the value; at the job as given when there is none
+    note: str | None  # why there is no value, or what to know about it
+    fixes: tuple[Fix, ...]
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What a fix costs besides memory. Kinds, cheapest first: none, throughput, compute, communication,
+    hardware, numerics."""
+
+    kind: str
+    text: str
+    extra_compute: float | None = None  # fraction of the step's FLOPs
+    extra_communication: float | None = None  # fraction of the data-parallel traffic
+    extra_gpus: int | None = None
+
+
+COST_ORDER: Final = ("none", "throughput", "compute", "communication", "hardware", "numerics")
+
+
+@dataclass(frozen=True)
+class Fix:
+    change: dict[str, object]  # API field path -> new value
+    summary: str
+    estimate: Estimate
+    cost: Cost
+
+
+def solve(job: Job, target: str) -> Solution:
+    """The largest micro-batch or sequence, or the smallest data-parallel degree, whose peak fits the job's GPU."""
+    if target not in TARGETS:
+        raise DomainError("target", f"must be one of {', '.join(TARGETS)}, got {target!r}")
+    if job.gpu is None:
+        raise DomainError("gpu", "the solver needs a GPU to fit into")
+    if target != "data" and job.architecture is None:
+        raise DomainError("model", f"solving for {target} needs an architecture (a preset, a config or its fields), "
+                                   "not num_params: a bare count has no activations")
+    given = job.estimate()
+    path = TARGETS[target]
+    probe = _Probe(job, path)
+    if target == "data":
+        value, note = _smallest_data(job, probe)
+    else:
+        value, note = _largest(job, path, probe)
+    result = probe.estimate(value) if value is not None else given
+    return Solution(target, value, result, note, fixes(job, given))
+
+
+class _Probe:
+    """Estimates of the job with one field changed, each worked out once."""
+
+    def __init__(self, job: Job, path: str) -> None:
+        self.job, self.path = job, path
+        self.cache: dict[int, Estimate] = {}
+        self.capacity = job.gpu.capacity_bytes if job.gpu else 0
+
+    def estimate(self, value: int) -> Estimate:
+        if value not in self.cache:
+            self.cache[value] = with_field(self.job, self.path, value).estimate()
+        return self.cache[value]
+
+    def fits(self, value: int) -> bool:
+        return self.estimate(value).peak.bytes <= self.capacity
+
+
+def _largest(job: Job, path: str, probe: _Probe) -> tuple[int | None, str | None]:
+    item = JOB_FIELDS[path]
+    low, high = item.low, item.high
+    name = path.split(".")[1]
+    if not probe.fits(low):
+        peak, gpu = probe.estimate(low).peak, job.gpu
+        return None, (f"even {name} = {low} does not fit: its peak, {peak.bytes:,} B at '{peak.event}' (step "
+                      f"{peak.step}), exceeds the {gpu.name}'s {gpu.capacity_bytes:,} B")  # type: ignore[union-attr]
+    value = _boundary(probe.fits, low, high, _polynomial_guess(job, path, probe.capacity, high))
+    note = None
+    arch = job.architecture
+    if name == "seq_len" and arch is not None and value > arch.max_position_embeddings:
+        note = (f"longer than the model's max_position_embeddings ({arch.max_position_embeddings:,}): memory allows "
+                f"{value:,} tokens, the model was trained for {arch.max_position_embeddings:,}")
+    if value == high:
+        note = f"{name} reaches its largest allowed value ({high:,}) and still fits"
+    return value, note
+
+
+def _polynomial_guess(job: Job, path: str, capacity: int, high: int) -> int | None:
+    """The last value whose fitted peak fits, or None where the memory is not a polynomial in the field."""
+    if not polynomial(job, path):
+        return None
+    degree, x0 = POLYNOMIAL[path]
+    fitted = _Fit.of(job, path, [x0 + degree])
+    if fitted is None:
+        return None
+    fitted.keep_candidates(0, high - x0)
+
+    def peak(k: int) -> int:
+        pair = k * (k - 1) // 2
+        return max(a + b * k + c * pair for _, (a, b, c) in fitted.candidates)
+
+    if peak(0) > capacity:
+        return x0 - 1
+    low, top = 0, high - x0  # peak(low) fits; search the last k that does
+    while low < top:
+        middle = (low + top + 1) // 2
+        if peak(middle) <= capacity:
+            low = middle
+        else:
+            top = middle - 1
+    return x0 + low
+
+
+def _boundary(fits: Callable[[int], bool], low: int, high: int, guess: int | None) -> int:
+    """The largest value in [low, high] that fits, given that `low` fits and fitting is monotone.
+
+    Starts from `guess` and gallops outward until the boundary is bracketed, then bisects; a
+    right guess costs two checks.
+    """
+    good, bad = low, high + 1
+    start = low if guess is None else min(max(guess, low), high)
+    if fits(start):
+        good, step = start, 1
+        while good + step <= high and fits(good + step):
+            good, step = good + step, step * 2
+        bad = min(good + step, high + 1)
+    else:
+        bad, step = start, 1
+        while bad - step > low and not fits(bad - step):
+            bad, step = bad - step, step * 2
+        good = max(bad - step, low)
+    while bad - good > 1:
+        middle = (good + bad) // 2
+        if fits(middle):
+            good = middle
+        else:
+            bad = middle
+    return good
+
+
+def _smallest_data(job: Job, probe: _Probe) -> tuple[int | None, str | None]:
+    item = JOB_FIELDS["parallelism.data"]
+    if probe.fits(1):
+        return 1, None
+    if job.parallelism.zero_stage == 0:
+        return None, ("ZeRO stage 0 keeps every model state whole on each GPU, so no data-parallel degree lowers the "
+                      "per-GPU peak; choose a ZeRO stage (see the fixes)")
+    if not probe.fits(item.high):
+        peak = probe.estimate(item.high).peak
+        return None, (f"even {item.high:,} data-parallel GPUs leave a peak of {peak.bytes:,} B at '{peak.event}': "
+                      f"what ZeRO-{job.parallelism.zero_stage} does not shard does not fit alone")
+    # fits(d) is False below the answer and True from it on: bisect on "does not fit".
+    last_bad = _boundary(lambda d: not probe.fits(d), 1, item.high, None)
+    return last_bad + 1, None
+
+
+# --- fixes ----------------------------------------------------------------------------------------
+
+
+def fixes(job: Job, given: Estimate | None = None) -> tuple[Fix, ...]:
+    """The single changes that make a job that does not fit fit, cheapest first (`Cost` kinds in order)."""
+    given = given or job.estimate()
+    if job.gpu is None or given.peak.bytes <= job.gpu.capacity_bytes:
+        return ()
+    found = []
+    for change, summary, cost in _candidates(job):
+        try:
+            varied = job
+            for path, value in change.items():
+                varied = with_field(varied, path, value)
+            result = varied.estimate()
+        except DomainError:
+            continue
+        if result.gpu is not None and result.gpu.fits:
+            found.append(Fix(change, summary, result, cost))
+    found.sort(key=lambda fix: (COST_ORDER.index(fix.cost.kind), fix.cost.extra_compute or 0,
+                                fix.cost.extra_communication or 0, fix.cost.extra_gpus or 0, fix.estimate.peak.bytes))
+    return tuple(found)
+
+
+Candidate = tuple[dict[str, object], str, Cost]
+
+
+def _candidates(job: Job) -> list[Candidate]:
+    out: list[Candidate] = []
+    for maker in (_free_changes, _batch_shape, _recomputation, _zero, _more_gpus, _numerics):
+        out.extend(maker(job))
+    return out
+
+
+def _free_changes(job: Job) -> list[Candidate]:
+    training, arch = job.training, job.architecture
+    out: list[Candidate] = []
+    scratch = OPTIMIZER_INFO[training.optimizer].scratch
+    if scratch["fused"].copies < scratch[training.optimizer_implementation].copies:
+        out.append(({"training.optimizer_implementation": "fused"}, "Use the fused optimizer step (fused=True)",
+                    Cost("none", "same update, one kernel that writes in place: no step scratch")))
+    if training.loop == "plain" and arch is not None:
+        out.append(({"training.loop": "hf-trainer"}, "Keep only the loss, not the model's output, across backward",
+                    Cost("none", "same arithmetic: the logits are freed before backward (as the Hugging Face Trainer "
+                                 "does; in a plain loop, keep `loss = model(...).loss` rather than the output)")))
+    if arch is not None:
+        current = act.attention_kernel(arch, activation_setup(training, job.parallelism))
+        fused = act.attention_kernel(arch, activation_setup(replace(training, attention="sdpa"), job.parallelism))
+        if current != "flash" and fused == "flash":
+            out.append(({"training.attention": "sdpa"}, "Use PyTorch's scaled_dot_product_attention (flash kernel)",
+                        Cost("none", "the same attention computed in tiles: no s × s tensors are kept, and it is "
+                                     "faster; results agree up to rounding")))
+    return out
+
+
+def _batch_shape(job: Job) -> list[Candidate]:
+    """A smaller micro-batch with more accumulation steps: the same sequences per optimizer step."""
+    training = job.training
+    b, m = training.micro_batch_size, training.gradient_accumulation_steps
+    if b == 1 or job.architecture is None:
+        return []
+    per_step = b * m
+    for smaller in range(b - 1, 0, -1):
+        if per_step % smaller:
+            continue
+        varied = with_field(with_field(job, "training.micro_batch_size", smaller),
+                            "training.gradient_accumulation_steps", per_step // smaller)
+        if varied.estimate().peak.bytes <= job.gpu.capacity_bytes:  # type: ignore[union-attr]
+            steps = per_step // smaller
+            return [({"training.micro_batch_size": smaller, "training.gradient_accumulation_steps": steps},
+                     f"Micro-batch {smaller} with {steps} accumulation steps (still {per_step} sequences per step)",
+                     Cost("throughput", f"same sequences and FLOPs per optimizer step, in {steps} micro-batches "
+                                        f"instead of {m}: smaller matmuls keep the GPU less busy"))]
+    return []
+
+
+def _recomputation(job: Job) -> list[Candidate]:
+    arch, training = job.architecture, job.training
+    if arch is None:
+        return []
+    order = tuple(act.CHECKPOINTING_CHOICES)
+    flops = step_flops(arch, micro_batch_size=training.micro_batch_size, seq_len=training.seq_len)
+    out: list[Candidate] = []
+    for choice in order[order.index(training.activation_checkpointing) + 1:]:
+        extra = flops.recompute_fraction(choice) - flops.recompute_fraction(training.activation_checkpointing)
+        what = "every layer's forward" if choice == "full" else "the attention core's forward (QKᵀ, softmax, × V)"
+        out.append(({"training.activation_checkpointing": choice}, f"Recompute activations ({choice})",
+                    Cost("compute", f"+{extra:.1%} compute per step: backward reruns {what} (Korthikanti et al. "
+                                    "2022, sections 5-6)", extra_compute=extra)))
+    return out
+
+
+def _zero(job: Job) -> list[Candidate]:
+    """Higher ZeRO stages over the data-parallel group. Stages 1 and 2 move what data parallelism already
+    moves (a reduce-scatter and an all-gather, 2Ψ per step); stage 3 adds an all-gather of the weights in
+    backward: 3Ψ, 1.5x (Rajbhandari et al. 2019, section 7)."""
+    p = job.parallelism
+    if p.data == 1:
+        return []
+    volume = {0: 2, 1: 2, 2: 2, 3: 3}
+    out: list[Candidate] = []
+    for stage in range(p.zero_stage + 1, 4):
+        extra = volume[stage] / volume[p.zero_stage] - 1
+        out.append(({"parallelism.zero_stage": stage}, f"ZeRO stage {stage} over the {p.data} data-parallel GPUs",
+                    Cost("communication", f"+{extra:.0%} data-parallel traffic per step ({volume[stage]}Ψ against "
+                                          f"{volume[p.zero_stage]}Ψ; Rajbhandari et al. 2019, section 7)",
+                         extra_communication=extra)))
+    return out
+
+
+def _more_gpus(job: Job) -> list[Candidate]:
+    p, arch = job.parallelism, job.architecture
+    out: list[Candidate] = []
+    if p.zero_stage > 0:
+        probe = _Probe(job, "parallelism.data")
+        data, _ = _smallest_data(job, probe)
+        if data is not None and data > p.data:
+            extra = (data - p.data) * p.tensor * p.pipeline
+            out.append(({"parallelism.data": data}, f"{data} data-parallel GPUs (ZeRO-{p.zero_stage} shards over more)",
+                        Cost("hardware", _more(extra), extra_gpus=extra)))
+    if arch is None:
+        return out
+    for tensor in range(p.tensor + 1, MAX_FIX_TENSOR + 1):
+        if arch.num_attention_heads % tensor or arch.kv_heads % tensor:
+            continue
+        varied = with_field(job, "parallelism.tensor", tensor)
+        if varied.estimate().peak.bytes <= job.gpu.capacity_bytes:  # type: ignore[union-attr]
+            extra = (tensor - p.tensor) * p.data * p.pipeline
+            out.append(({"parallelism.tensor": tensor}, f"Tensor parallelism over {tensor} GPUs",
+                         Cost("hardware", f"{_more(extra)}; each layer all-reduces its activations twice in forward "
+                                          "and twice in backward, so keep the group inside one NVLink node",
+                              extra_gpus=extra)))
+            break
+    m = job.training.gradient_accumulation_steps
+    for pipeline in range(p.pipeline + 1, min(arch.num_hidden_layers, MAX_FIX_PIPELINE) + 1):
+        if arch.num_hidden_layers % pipeline:
+            continue
+        varied = with_field(job, "parallelism.pipeline", pipeline)
+        if varied.estimate().peak.bytes <= job.gpu.capacity_bytes:  # type: ignore[union-attr]
+            extra = (pipeline - p.pipeline) * p.data * p.tensor
+            bubble = (pipeline - 1) / (m + pipeline - 1)
+            out.append(({"parallelism.pipeline": pipeline}, f"{pipeline} pipeline stages",
+                         Cost("hardware", f"{_more(extra)}; with {m} micro-batch{'es' if m > 1 else ''} per step the 1F1B pipeline idles "
+                                          f"{bubble:.0%} of the step ((p - 1)/(m + p - 1), Narayanan et al. 2021)",
+                              extra_gpus=extra)))
+            break
+    return out
+
+
+def _more(gpus: int) -> str:
+    return f"+{gpus} GPU" + ("s" if gpus > 1 else "")
+
+
+def _numerics(job: Job) -> list[Candidate]:
+    training = job.training
+    out: list[Candidate] = []
+    current = OPTIMIZER_INFO[training.optimizer]
+    for info in OPTIMIZER_INFO.values():
+        if info.id == current.id or info.id.startswith("sgd"):
+            continue
+        out.append(({"training.optimizer": info.id}, f"Optimizer {info.name}",
+                    Cost("numerics", f"{info.name}: {info.numerics}")))
+    current_precision = field_value(job, "training.precision")
+    for preset in PRECISION_PRESETS.values():
+        if preset.id == current_precision:
+            continue
+        out.append(({"training.precision": preset.id}, f"Precision {preset.name}",
+                    Cost("numerics", f"{preset.name}: {preset.numerics}")))
+    return out
