@@ -1,0 +1,94 @@
+"""POST /api/v1/solve and /api/v1/sweep against POST /api/v1/estimate: the same numbers through the same door."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.main import app
+
+client = TestClient(app)
+BODY = {"model": {"preset": "llama-3-8b"}, "training": {"seq_len": 4096},
+        "parallelism": {"data": 8, "zero_stage": 2}, "gpu": "a100-80gb"}
+
+
+def _estimate(body: dict) -> dict:
+    response = client.post("/api/v1/estimate", json=body)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def _with(body: dict, path: str, value) -> dict:
+    section, _, name = path.partition(".")
+    out = {key: (dict(value) if isinstance(value, dict) else value) for key, value in body.items()}
+    if section == "gpu":
+        out["gpu"] = value
+    else:
+        out[section] = dict(out.get(section, {})) | {name: value}
+    return out
+
+
+@pytest.mark.parametrize("target, path, step", [
+    ("micro_batch_size", "training.micro_batch_size", 1),
+    ("seq_len", "training.seq_len", 1),
+    ("data", "parallelism.data", -1),
+])
+def test_solve_answers_on_the_boundary(target, path, step):
+    body = BODY | {"parallelism": {"data": 1, "zero_stage": 3}} if target == "data" else BODY
+    response = client.post("/api/v1/solve", json=body | {"target": target})
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert answer["target"] == target and isinstance(answer["value"], int)
+    at = _estimate(_with(body, path, answer["value"]))
+    assert at["gpu"]["fits"] and at == answer["estimate"]
+    if answer["value"] + step >= 1:
+        assert not _estimate(_with(body, path, answer["value"] + step))["gpu"]["fits"]
+
+
+def test_solve_lists_fixes_that_fit_when_the_job_does_not():
+    body = {"model": {"preset": "llama-3-8b"}, "training": {"seq_len": 4096}, "gpu": "h100-80gb"}
+    answer = client.post("/api/v1/solve", json=body | {"target": "micro_batch_size"}).json()
+    assert answer["value"] is None and "does not fit" in answer["note"]
+    assert answer["fixes"]
+    for fix in answer["fixes"]:
+        changed = body
+        for path, value in fix["change"].items():
+            changed = _with(changed, path, value)
+        result = _estimate(changed)
+        assert result["gpu"]["fits"] and result["peak"] == fix["peak"]
+        assert fix["headroom"] == result["gpu"]["headroom"] and fix["cost"]["text"]
+
+
+@pytest.mark.parametrize("field, values", [
+    ("training.seq_len", [512, 1024, 4096, 16384, 65536]),
+    ("training.micro_batch_size", [1, 2, 3, 8]),
+    ("parallelism.zero_stage", [0, 1, 2, 3]),
+    ("training.activation_checkpointing", ["none", "selective", "full"]),
+    ("parallelism.sequence_parallel", [False, True]),
+    ("gpu", ["a100-80gb", "h200-141gb"]),
+])
+def test_each_sweep_point_is_what_estimate_says(field, values):
+    response = client.post("/api/v1/sweep", json=BODY | {"vary": {"field": field, "values": values}})
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert answer["field"] == field and [point["value"] for point in answer["points"]] == values
+    for point in answer["points"]:
+        expected = _estimate(_with(BODY, field, point["value"]))
+        assert point["peak"] == expected["peak"]
+        assert point["per_gpu"] == expected["per_gpu"]
+        assert point["fits"] == expected["gpu"]["fits"]
+
+
+@pytest.mark.parametrize("path, body, loc", [
+    ("/api/v1/sweep", {"vary": {"field": "training.seq_len", "values": [1024, 0]}}, ["body", "vary", "values", "1"]),
+    ("/api/v1/sweep", {"vary": {"field": "training.seq_len", "values": list(range(1, 1002))}}, ["body", "vary", "values"]),
+    ("/api/v1/sweep", {"vary": {"field": "training.seq_length", "values": [1]}}, ["body", "vary", "field"]),
+    ("/api/v1/sweep", {"vary": {"field": "parallelism.tensor", "values": [3]}}, ["body", "vary", "values", "0"]),
+    ("/api/v1/sweep", {"vary": {"field": "training.seq_len", "values": ["4096"]}}, ["body", "vary", "values", "0"]),
+    ("/api/v1/solve", {"target": "batch"}, ["body", "target"]),
+    ("/api/v1/solve", {"target": "seq_len", "gpu": None}, ["body", "gpu"]),
+])
+def test_bad_requests_are_422s_naming_the_field(path, body, loc):
+    response = client.post(path, json=BODY | body)
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"][0]["loc"][:len(loc)] == loc

@@ -1,0 +1,105 @@
+"""A sweep's points are what a full estimate says for each value, whether fitted or estimated one by one."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+
+from app import core
+from app.core.job import Job, with_field
+from app.core.series import MAX_VALUES, polynomial, series
+
+LLAMA = core.get_preset("llama-3-8b").architecture
+GPT2 = core.get_preset("gpt2").architecture
+H100 = core.get_gpu("h100-80gb")
+
+
+def _job(arch=LLAMA, gpu=H100, **changes) -> Job:
+    training = {k: v for k, v in changes.items() if k in {f.name for f in dataclasses.fields(core.Training)}}
+    parallelism = {k: v for k, v in changes.items() if k in {f.name for f in dataclasses.fields(core.Parallelism)}}
+    if isinstance(training.get("precision"), str):
+        training["precision"] = core.precision_preset(training["precision"])
+    return Job(architecture=arch, training=core.Training(**training), parallelism=core.Parallelism(**parallelism),
+               gpu=gpu)
+
+
+JOBS = {
+    "llama bf16 sdpa": _job(seq_len=4096),
+    "llama autocast eager, accumulation 2": _job(precision="autocast-bf16", attention="eager",
+                                                 gradient_accumulation_steps=2, micro_batch_size=2),
+    "llama full recompute, hf-trainer loop": _job(activation_checkpointing="full", loop="hf-trainer"),
+    "llama ZeRO-3 over 8": _job(data=8, zero_stage=3, optimizer_implementation="for-loop"),
+    "gpt2 fp32 eager (dropout)": _job(GPT2, precision="fp32", attention="eager", gpu=None),
+    "gpt2 fp32 sdpa (memory-efficient, padded)": _job(GPT2, precision="fp32"),
+    "llama tensor 2 (ceiling divisions)": _job(tensor=2, sequence_parallel=True),
+    "llama pipeline 4": _job(pipeline=4, gradient_accumulation_steps=8),
+    "megatron selective": _job(implementation="megatron", activation_checkpointing="selective",
+                               precision="megatron-bf16"),
+}
+
+
+def _same(point, result: core.Estimate) -> None:
+    assert point.peak == result.peak
+    assert dict(point.peak.breakdown) == dict(result.peak.breakdown)
+    assert dict(point.per_gpu) == dict(result.per_gpu)
+    assert point.fits == (result.gpu.fits if result.gpu else None)
+
+
+@pytest.mark.parametrize("name", JOBS)
+@pytest.mark.parametrize("path, low, high", [("training.seq_len", 1, 200_000), ("training.micro_batch_size", 1, 300)])
+def test_every_point_is_what_an_estimate_says(name, path, low, high):
+    job = JOBS[name]
+    rng = random.Random(f"{name}{path}")
+    values = sorted({low, high, *(rng.randint(low, high) for _ in range(12))})
+    points = series(job, path, values)
+    assert [point.value for point in points] == values
+    for point in points:
+        _same(point, with_field(job, path, point.value).estimate())
+
+
+def test_the_fit_applies_where_the_memory_is_polynomial():
+    assert polynomial(JOBS["llama bf16 sdpa"], "training.seq_len")
+    assert polynomial(JOBS["llama ZeRO-3 over 8"], "training.micro_batch_size")
+    assert not polynomial(JOBS["llama tensor 2 (ceiling divisions)"], "training.seq_len")
+    assert not polynomial(JOBS["llama pipeline 4"], "training.seq_len")
+    assert not polynomial(JOBS["gpt2 fp32 sdpa (memory-efficient, padded)"], "training.seq_len")
+    assert not polynomial(JOBS["llama bf16 sdpa"], "parallelism.data")
+
+
+@pytest.mark.parametrize("path, values", [
+    ("training.attention", ["eager", "sdpa", "flash", "eager"]),
+    ("parallelism.zero_stage", [0, 1, 2, 3]),
+    ("parallelism.data", [1, 2, 8, 64]),
+    ("training.precision", ["fp32", "bf16", "autocast-bf16"]),
+    ("parallelism.sequence_parallel", [True, False]),
+    ("model.num_hidden_layers", [8, 16, 32]),
+    ("model.preset", ["gpt2", "llama-3-8b"]),
+    ("gpu", ["h100-80gb", "a100-40gb"]),
+])
+def test_fields_of_every_kind(path, values):
+    job = _job(data=8, zero_stage=1, tensor=2)
+    for point, value in zip(series(job, path, values), values, strict=True):
+        assert point.value == value
+        _same(point, with_field(job, path, value).estimate())
+
+
+def test_repeated_values_are_answered_in_place():
+    points = series(JOBS["llama bf16 sdpa"], "training.seq_len", [4096, 1024, 4096])
+    assert points[0] == points[2] and points[0].peak.bytes > points[1].peak.bytes
+
+
+@pytest.mark.parametrize("path, values, where", [
+    ("training.seq_len", [1024, 0], "vary.values.1"),
+    ("training.seq_len", [1024, True], "vary.values.1"),
+    ("training.attention", ["sdpa", "fast"], "vary.values.1"),
+    ("parallelism.tensor", [1, 3], "vary.values.1"),  # 32 heads do not split three ways
+    ("training.nonsense", [1], "vary.field"),
+    ("training.seq_len", [], "vary.values"),
+    ("training.seq_len", list(range(1, MAX_VALUES + 2)), "vary.values"),
+])
+def test_bad_values_name_their_place(path, values, where):
+    with pytest.raises(core.DomainError) as error:
+        series(JOBS["llama bf16 sdpa"], path, values)
+    assert error.value.field == where

@@ -1,0 +1,110 @@
+"""The solver's answers sit on the boundary: the answer fits, one step further does not; fixes each fit."""
+
+from __future__ import annotations
+
+import pytest
+
+from app import core
+from app.core.job import Job, with_field
+from app.core.solver import COST_ORDER, TARGETS, fixes, solve
+
+LLAMA = core.get_preset("llama-3-8b").architecture
+GPT2 = core.get_preset("gpt2").architecture
+
+
+def _job(arch=LLAMA, gpu="a100-80gb", precision="bf16-fp32-master", **kw) -> Job:
+    training = {k: kw.pop(k) for k in list(kw) if k in core.Training.__dataclass_fields__}
+    return Job(architecture=arch, training=core.Training(precision=core.precision_preset(precision), **training),
+               parallelism=core.Parallelism(**kw), gpu=core.get_gpu(gpu))
+
+
+def _fits(job: Job, target: str, value: int) -> bool:
+    return with_field(job, TARGETS[target], value).estimate().gpu.fits
+
+
+CASES = {
+    "llama 8x A100 ZeRO-2": _job(seq_len=4096, data=8, zero_stage=2),
+    "llama 8x A100 ZeRO-3 full recompute": _job(seq_len=4096, data=8, zero_stage=3, activation_checkpointing="full"),
+    "llama tensor 4 pipeline 2": _job(seq_len=8192, tensor=4, pipeline=2, gradient_accumulation_steps=4),
+    "gpt2 fp32 eager on 24 GB": _job(GPT2, gpu="rtx-4090-24gb", precision="fp32", attention="eager", seq_len=1024),
+    "gpt2 autocast sdpa": _job(GPT2, gpu="a100-40gb", precision="autocast-bf16", seq_len=1024),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("target", ["micro_batch_size", "seq_len"])
+def test_largest_value_fits_and_the_next_does_not(name, target):
+    job = CASES[name]
+    answer = solve(job, target)
+    if answer.value is None:
+        assert not _fits(job, target, 1) and answer.note
+        return
+    assert _fits(job, target, answer.value)
+    assert answer.estimate.gpu.fits
+    assert not _fits(job, target, answer.value + 1)
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_fewest_data_parallel_gpus(stage):
+    job = _job(seq_len=2048, data=1, zero_stage=stage, activation_checkpointing="full")
+    answer = solve(job, "data")
+    assert answer.value is not None and answer.value > 1
+    assert _fits(job, "data", answer.value) and not _fits(job, "data", answer.value - 1)
+
+
+def test_no_data_parallel_degree_helps_without_zero():
+    answer = solve(_job(seq_len=4096, data=4, zero_stage=0), "data")
+    assert answer.value is None and "ZeRO" in answer.note
+
+
+def test_a_job_that_fits_needs_no_fixes_and_a_batch_of_one_is_reported():
+    job = _job(GPT2, gpu="h100-80gb", seq_len=1024)
+    assert fixes(job) == ()
+    assert solve(job, "micro_batch_size").value > 1
+
+
+def test_every_fix_fits_and_they_come_cheapest_first():
+    job = _job(seq_len=4096, micro_batch_size=4, data=8, zero_stage=1, gpu="a100-80gb")
+    assert not job.estimate().gpu.fits
+    found = fixes(job)
+    assert found, "a 8-GPU ZeRO-1 Llama-3-8B job at 4 x 4,096 tokens has single changes that fit"
+    kinds = [fix.cost.kind for fix in found]
+    assert kinds == sorted(kinds, key=COST_ORDER.index)
+    for fix in found:
+        varied = job
+        for path, value in fix.change.items():
+            varied = with_field(varied, path, value)
+        result = varied.estimate()
+        assert result.gpu.fits and result.peak == fix.estimate.peak
+    recompute = next(fix for fix in found if "training.activation_checkpointing" in fix.change)
+    assert recompute.cost.kind == "compute" and 0 < recompute.cost.extra_compute < 0.34
+    accumulate = next(fix for fix in found if "training.gradient_accumulation_steps" in fix.change)
+    change = accumulate.change
+    assert change["training.micro_batch_size"] * change["training.gradient_accumulation_steps"] == 4
+
+
+def test_zero_3_costs_half_again_the_traffic():
+    # Model states of 16 B per parameter (128 GB) do not fit one A100 80GB; sharded over 8 they do.
+    job = _job(seq_len=4096, data=8, zero_stage=0, gpu="a100-80gb")
+    zero = {fix.change["parallelism.zero_stage"]: fix.cost for fix in fixes(job) if "parallelism.zero_stage" in fix.change}
+    assert set(zero) == {1, 2, 3}
+    # Rajbhandari et al. 2019, section 7: stages 1-2 move 2Ψ per step like data parallelism, stage 3 moves 3Ψ.
+    assert zero[3].extra_communication == pytest.approx(0.5)
+    assert zero[1].extra_communication == zero[2].extra_communication == 0
+
+
+def test_what_the_solver_cannot_answer():
+    with pytest.raises(core.DomainError) as error:
+        solve(Job(architecture=LLAMA), "seq_len")
+    assert error.value.field == "gpu"
+    with pytest.raises(core.DomainError) as error:
+        solve(Job(num_params=7_000_000_000, gpu=core.get_gpu("h100-80gb")), "seq_len")
+    assert error.value.field == "model"
+    with pytest.raises(core.DomainError) as error:
+        solve(_job(), "tensor")
+    assert error.value.field == "target"
+    # A bare parameter count can still be solved for data-parallel GPUs.
+    count = Job(num_params=70_000_000_000, parallelism=core.Parallelism(zero_stage=3),
+                gpu=core.get_gpu("h100-80gb"))
+    answer = solve(count, "data")
+    assert answer.value is not None and answer.value > 1
