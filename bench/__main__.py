@@ -13,6 +13,8 @@ Targets per call (medians, in microseconds):
 llm-analysis runs in its own virtual environment (`make bench` creates it, BENCH_PEERS names it) through
 bench/peer_llm_analysis.py; where that environment is missing or the script fails, the comparison is
 reported as skipped and its target is not counted.
+- POST /api/v1/sweep over 1,000 sequence lengths in at most the time of 25 POST /api/v1/estimate calls
+  (the core's own ratio is printed beside it).
 Exits 1 when a target is missed.
 """
 
@@ -162,8 +164,37 @@ def peer_targets() -> int:
     return failures
 
 
+SWEEP_VALUES = list(range(128, 128 * 1001, 128))  # 1,000 sequence lengths
+SWEEP_RATIO_TARGET = 25.0  # a 1,000-point sweep costs at most 25 single estimates
+
+
+def sweep_targets() -> int:
+    """POST /api/v1/sweep over 1,000 sequence lengths against POST /api/v1/estimate, through the ASGI stack,
+    and the same through the core (core.series against core.estimate) for reference."""
+    from app.core.job import Job
+    from app.core.series import series
+
+    client = TestClient(app)
+    body = {"model": {"preset": "llama-3-8b"}, "training": {"seq_len": 4096}, "gpu": "h100-80gb"}
+    sweep_body = body | {"vary": {"field": "training.seq_len", "values": SWEEP_VALUES}}
+    one = median_p95(samples_s(lambda: client.post("/api/v1/estimate", json=body), runs=100))[0]
+    many = median_p95(samples_s(lambda: client.post("/api/v1/sweep", json=sweep_body), runs=20))[0]
+    job = Job(architecture=core.get_preset("llama-3-8b").architecture, training=core.Training(seq_len=4096),
+              gpu=core.get_gpu("h100-80gb"))
+    core_one = median_p95(samples_s(job.estimate, runs=100))[0]
+    core_many = median_p95(samples_s(lambda: series(job, "training.seq_len", SWEEP_VALUES), runs=20))[0]
+    ratio = many / one
+    ok = ratio <= SWEEP_RATIO_TARGET
+    print()
+    print(f"{'sweep of 1,000 sequence lengths (medians)':<48} {'ms':>10} {'estimates':>10} {'target':>8}")
+    print(f"{'POST /api/v1/sweep vs POST /api/v1/estimate':<48} {many * 1e3:>10.2f} {ratio:>10.1f} "
+          f"{'<= ' + format(SWEEP_RATIO_TARGET, '.0f'):>8} {'ok' if ok else 'MISSED'}")
+    print(f"{'core: series vs estimate (reference)':<48} {core_many * 1e3:>10.2f} {core_many / core_one:>10.1f}")
+    return 0 if ok else 1
+
+
 def main() -> int:
-    failures = latency_targets() + peer_targets()
+    failures = latency_targets() + sweep_targets() + peer_targets()
     print("all targets met" if not failures else f"{failures} target(s) missed")
     return 1 if failures else 0
 
