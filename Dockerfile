@@ -15,13 +15,22 @@ RUN pip install --require-hashes -r requirements.lock
 COPY app ./app
 COPY templates ./templates
 COPY static ./static
-COPY docs/validation.json docs/VALIDATION.md ./docs/
+COPY docs/validation.json docs/VALIDATION.md docs/timeline-*.svg ./docs/
 
 RUN useradd --system --uid 10001 --no-create-home trainmem
 USER 10001
 
+# Settings (app/serve.py): listen on every interface in the container; trust X-Forwarded-* only from the
+# proxies named in FORWARDED_ALLOW_IPS; TRAINMEM_WORKERS processes.
+ENV TRAINMEM_HOST=0.0.0.0 \
+    PORT=8000 \
+    TRAINMEM_WORKERS=1 \
+    FORWARDED_ALLOW_IPS=127.0.0.1
+
 EXPOSE 8000
 HEALTHCHECK --interval=30s --timeout=3s --start-period=5s --retries=3 \
-    CMD python -c "import urllib.request,sys; sys.exit(urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=2).status != 200)"
+    CMD python -c "import urllib.request,sys; sys.exit(urllib.request.urlopen('http://127.0.0.1:%s/healthz' % __import__('os').environ.get('PORT', '8000'), timeout=2).status != 200)"
 
-CMD ["uvicorn", "app.main:app", "--host", "0.0.0.0", "--port", "8000", "--proxy-headers"]
+# SIGTERM (docker stop) ends it within a few seconds, slow clients or not.
+STOPSIGNAL SIGTERM
+CMD ["python", "-m", "app.serve"]

@@ -30,8 +30,9 @@ $(VENV)/.validate: requirements-validate.lock $(VENV)/.test
 	$(BIN)/pip install -q --no-deps "torch==2.13.0"
 	touch $@
 
+# Serves on http://$(HOST):$(PORT); `make run PORT=8001` for another port (it says so when the port is taken).
 run: $(VENV)/.runtime
-	$(BIN)/uvicorn app.main:app --host $(HOST) --port $(PORT)
+	TRAINMEM_HOST=$(HOST) PORT=$(PORT) $(BIN)/python -m app.serve
 
 test: $(VENV)/.test $(VENV)/.validate
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -6,9 +6,12 @@ from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
+from starlette.middleware.gzip import GZipMiddleware
 
 from app.api.errors import install_error_handlers
 from app.api.v1 import router as api_v1_router
+from app.middleware import Guard, Headers
+from app.web.docs import router as docs_router
 from app.web.pages import router as pages_router
 
 ROOT_DIR = Path(__file__).resolve().parent.parent
@@ -24,16 +27,23 @@ def create_app() -> FastAPI:
             "All memory figures are integers in bytes. Per-GPU figures are for the most-loaded rank; "
             "cluster figures are the sum over every rank."
         ),
+        docs_url=None,  # served by app.web.docs from the vendored Swagger UI
+        redoc_url=None,
     )
     install_error_handlers(application)
     application.include_router(api_v1_router)
     application.include_router(pages_router)
+    application.include_router(docs_router)
     application.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
     @application.get("/healthz", include_in_schema=False)
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
+    # Outermost last: headers on everything (refusals included), then compression, then the bounds.
+    application.add_middleware(Guard)
+    application.add_middleware(GZipMiddleware, minimum_size=512, compresslevel=6)
+    application.add_middleware(Headers)
     return application
 
 

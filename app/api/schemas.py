@@ -40,7 +40,7 @@ class ModelIn(BaseModel):
     """The model: a preset id (optionally with architecture fields overriding it), a parameter count,
     the architecture fields alone, or a Hugging Face config.json."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"preset": "llama-3-8b"}]})
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [{"preset": "llama-3-8b"}]})
 
     preset: str | None = Field(default=None, description="A preset id from GET /api/v1/presets, e.g. 'llama-3-8b'.")
     num_params: int | None = Field(
@@ -96,7 +96,7 @@ class ModelIn(BaseModel):
 class PrecisionIn(BaseModel):
     """An explicit dtype per tensor class."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     weights: DtypeName = Field(description="Dtype of the weights the forward pass uses.")
     gradients: DtypeName = Field(description="Dtype of the gradients.")
@@ -106,7 +106,7 @@ class PrecisionIn(BaseModel):
 
 
 class TrainingIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     micro_batch_size: int = Field(default=1, ge=1, le=limits.MAX_MICRO_BATCH, description="Sequences per micro-batch per GPU (b).")
     seq_len: int = Field(default=2048, ge=1, le=limits.MAX_SEQ_LEN, description="Tokens per sequence (s).")
@@ -151,7 +151,7 @@ class TrainingIn(BaseModel):
 
 
 class ParallelismIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     data: int = Field(default=1, ge=1, le=limits.MAX_DEGREE, description="Data-parallel degree.")
     tensor: int = Field(default=1, ge=1, le=limits.MAX_DEGREE, description="Tensor-parallel degree.")
@@ -163,6 +163,7 @@ class ParallelismIn(BaseModel):
 class EstimateRequest(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
+        strict=True,
         json_schema_extra={
             "examples": [
                 {"model": {"preset": "llama-3-8b"}, "training": {"micro_batch_size": 1, "seq_len": 4096, "optimizer": "adamw"},
@@ -294,6 +295,7 @@ class GpuOut(BaseModel):
 class SolveRequest(EstimateRequest):
     model_config = ConfigDict(
         extra="forbid",
+        strict=True,
         json_schema_extra={"examples": [{"model": {"preset": "llama-3-8b"}, "training": {"seq_len": 4096},
                                          "parallelism": {"data": 8, "zero_stage": 2}, "gpu": "a100-80gb",
                                          "target": "micro_batch_size"}]},
@@ -306,7 +308,7 @@ class SolveRequest(EstimateRequest):
 
 
 class VaryIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     field: Literal[tuple(JOB_FIELDS)] = Field(  # type: ignore[valid-type]
         description="The field to vary, as a path into the request, e.g. 'training.seq_len' or 'parallelism.zero_stage'.",
@@ -321,6 +323,7 @@ class VaryIn(BaseModel):
 class SweepRequest(EstimateRequest):
     model_config = ConfigDict(
         extra="forbid",
+        strict=True,
         json_schema_extra={"examples": [{"model": {"preset": "llama-3-8b"}, "gpu": "h100-80gb",
                                          "vary": {"field": "training.seq_len", "values": [1024, 2048, 4096, 8192]}}]},
     )

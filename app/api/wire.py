@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -17,6 +19,10 @@ from app import core
 from app.core.job import Job
 from app.core.series import SeriesPoint
 from app.core.solver import Fix, Solution
+
+MAX_BODY_BYTES: Final = 1 << 20  # a request body, a pasted config.json included
+MAX_JSON_DEPTH: Final = 32  # the deepest request is model.hf_config.rope_scaling...: a handful of levels
+MAX_NUMBER_CHARS: Final = 40  # no number the API takes needs more characters than this
 
 ARCHITECTURE_FIELDS: Final = (
     "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
@@ -29,6 +35,60 @@ PARALLELISM_FIELDS: Final = tuple(f.name for f in dataclasses.fields(core.Parall
 
 
 # --- requests ---------------------------------------------------------------------------------------
+
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def json_depth(text: str) -> int:
+    """How deeply arrays and objects nest in a JSON text (strings skipped), without recursion."""
+    depth = deepest = 0
+    for match in _BRACKETS.finditer(_STRINGS.sub("", text)):
+        depth += 1 if match.group() in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def _number(text: str) -> str:
+    if len(text) > MAX_NUMBER_CHARS:
+        raise ValueError(f"a number of more than {MAX_NUMBER_CHARS} characters")
+    return text
+
+
+def _float(text: str) -> float:
+    value = float(_number(text))
+    if math.isinf(value):
+        raise ValueError(f"{text} is beyond a 64-bit float")
+    return value
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def loads_bounded(text: str | bytes, field: str) -> Any:
+    """JSON parsed only within bounds (size, nesting, number length, no NaN/Infinity), else DomainError at `field`.
+
+    Bounded before any expensive work: a million-digit number or a 100,000-deep nesting is refused
+    from the text, not discovered by the parser.
+    """
+    if len(text) > MAX_BODY_BYTES:
+        raise core.DomainError(field, f"is larger than {MAX_BODY_BYTES:,} bytes")
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError:
+            raise core.DomainError(field, "is not UTF-8 text") from None
+    if json_depth(text) > MAX_JSON_DEPTH:
+        raise core.DomainError(field, f"nests deeper than {MAX_JSON_DEPTH} levels")
+    try:
+        return json.loads(text, parse_int=lambda s: int(_number(s)), parse_float=_float,
+                          parse_constant=_no_constant)
+    except json.JSONDecodeError as error:
+        raise core.DomainError(field, f"is not valid JSON: {error.msg} at line {error.lineno}, column {error.colno}") from None
+    except (ValueError, RecursionError) as error:
+        raise core.DomainError(field, f"is not acceptable JSON: {error}") from None
+
 
 
 def architecture_from(model: Mapping[str, Any]) -> core.Architecture | None:
@@ -48,11 +108,7 @@ def architecture_from(model: Mapping[str, Any]) -> core.Architecture | None:
             raise core.DomainError("model", "hf_config cannot be combined with architecture fields")
         config = model["hf_config"]
         if isinstance(config, str):
-            try:
-                config = json.loads(config)
-            except json.JSONDecodeError as error:
-                raise core.DomainError("model.hf_config", f"is not valid JSON: {error.msg} at line {error.lineno}, "
-                                                          f"column {error.colno}") from None
+            config = loads_bounded(config, "model.hf_config")
         if not isinstance(config, dict):
             raise core.DomainError("model.hf_config", "must be a JSON object (the contents of config.json)")
         return core.architecture_from_hf_config(config)

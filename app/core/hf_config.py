@@ -27,6 +27,17 @@ DEFAULT_MAX_POSITIONS: Final = {"llama": 2048, "mistral": 131072, "qwen2": 32768
 GELU_NAMES: Final = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_accurate", "quick_gelu")
 
 
+# Config numbers beyond this are no model's (the architecture's own ranges are far smaller); refusing
+# them early keeps huge integers out of float conversion.
+MAX_CONFIG_NUMBER: Final = 10**18
+
+
+def _short(value: Any) -> str:
+    """A value for an error message, cut short (a pasted config may hold anything)."""
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**30 else "an integer of more than 30 digits"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 class _Reader:
     def __init__(self, config: Mapping[str, Any]) -> None:
         self.config = config
@@ -41,7 +52,7 @@ class _Reader:
                 raise DomainError(self._field(name), f"config.json has no {name!r}, which this model type needs")
             return default
         if isinstance(value, bool) or not isinstance(value, int):
-            raise DomainError(self._field(name), f"must be an integer, got {value!r}")
+            raise DomainError(self._field(name), f"must be an integer, got {_short(value)}")
         return value
 
     def bool(self, name: str, default: bool) -> bool:
@@ -57,7 +68,9 @@ class _Reader:
         if value is None:
             return default
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise DomainError(self._field(name), f"must be a number, got {value!r}")
+            raise DomainError(self._field(name), f"must be a number, got {_short(value)}")
+        if isinstance(value, int) and abs(value) > MAX_CONFIG_NUMBER:
+            raise DomainError(self._field(name), f"must be at most {MAX_CONFIG_NUMBER:,} in size")
         return float(value)
 
     def str(self, name: str, default: str) -> str:

@@ -112,13 +112,25 @@ class ParsedForm:
 # --- reading single values ---------------------------------------------------------------------------
 
 
+# No field takes a number of more digits than this (the largest, a byte count, is under 10^16): longer
+# input is refused before it is converted, so a 100,000-digit value costs nothing.
+MAX_DIGITS: Final = 24
+
+
+def _quoted(raw: str) -> str:
+    text = raw.strip()
+    return repr(text if len(text) <= 40 else text[:37] + "...")
+
+
 def parse_int(control: str, raw: str) -> int:
     """A whole number; thousands separators (commas, spaces, underscores) are allowed."""
     text = _SEPARATORS.sub("", raw)
     if not text:
         raise FormError(control, "Enter a whole number.")
     if not re.fullmatch(r"[+-]?[0-9]+", text):
-        raise FormError(control, f"Enter a whole number (got {raw.strip()!r}).")
+        raise FormError(control, f"Enter a whole number (got {_quoted(raw)}).")
+    if len(text.lstrip("+-").lstrip("0")) > MAX_DIGITS:
+        raise FormError(control, f"Enter a number of at most {MAX_DIGITS} digits.")
     return int(text)
 
 
@@ -126,12 +138,16 @@ def _parse_scaled(control: str, raw: str, suffixes: Mapping[str, int], example: 
     text = _SEPARATORS.sub("", raw)
     if not text:
         raise FormError(control, f"Enter a number, e.g. {example}.")
-    match = _SCALED.match(text)
+    match = _SCALED.match(text) if len(text) <= 4 * MAX_DIGITS else None
     if not match or match.group(2).lower() not in suffixes:
-        raise FormError(control, f"Enter a number, e.g. {example} (got {raw.strip()!r}).")
+        raise FormError(control, f"Enter a number, e.g. {example} (got {_quoted(raw)}).")
     try:
-        value = Decimal(match.group(1)) * suffixes[match.group(2).lower()]
-    except InvalidOperation:
+        number = Decimal(match.group(1))
+        # Refuse by magnitude before any arithmetic: 1e999999 would otherwise become a million-digit integer.
+        if number and number.adjusted() + len(str(suffixes[match.group(2).lower()])) > MAX_DIGITS:
+            raise FormError(control, f"{raw.strip()[:40]} is far larger than any value this field takes.")
+        value = number * suffixes[match.group(2).lower()]
+    except (InvalidOperation, ArithmeticError):
         raise FormError(control, f"Enter a number, e.g. {example}.") from None
     if value != value.to_integral_value():
         raise FormError(control, f"{raw.strip()} is not a whole number.")
@@ -152,9 +168,11 @@ def parse_probability(control: str, raw: str) -> float:
     if not raw.strip():
         raise FormError(control, "Enter a probability between 0 and 1.")
     try:
+        if len(raw.strip()) > 4 * MAX_DIGITS:
+            raise ValueError(raw)
         return float(raw)
     except ValueError:
-        raise FormError(control, f"Enter a probability between 0 and 1 (got {raw.strip()!r}).") from None
+        raise FormError(control, f"Enter a probability between 0 and 1 (got {_quoted(raw)}).") from None
 
 
 # --- defaults and the values the controls show ----------------------------------------------------------

@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Header, Request
-from fastapi.responses import HTMLResponse, PlainTextResponse
+from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
 from app.api.schemas import ARCHITECTURE_FIELDS, to_parallelism
 from app.web import controls
-from app.web.accuracy import accuracy, report_text
+from app.web.accuracy import accuracy
 from app.web.form import ALL_CONTROLS, CUSTOM_PRECISION, DTYPE_FIELDS, ParsedForm, parse_form
 from app.web.view import format_size_input, result_view
 
@@ -90,12 +90,3 @@ def calculator(
         response = templates.TemplateResponse(request, "page.html", context, status_code=status)
     response.headers["Vary"] = VARY
     return response
-
-
-@router.get("/validation", response_class=PlainTextResponse)
-def validation_report() -> PlainTextResponse:
-    """The validation report (method, full table, worst error) as published in docs/VALIDATION.md."""
-    text = report_text()
-    if text is None:
-        return PlainTextResponse("The validation report is not part of this installation.", status_code=404)
-    return PlainTextResponse(text, media_type="text/markdown; charset=utf-8")

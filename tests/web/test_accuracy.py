@@ -19,8 +19,15 @@ def test_page_shows_the_published_summary():
     assert accuracy().model_states_max_error_bytes == summary["model_states_max_error_bytes"]
 
 
-def test_validation_report_is_served():
+def test_validation_report_is_an_html_page_with_its_tables_and_charts():
     response = client.get("/validation")
     assert response.status_code == 200
-    assert response.text.startswith("# Validation")
-    assert response.headers["content-type"].startswith("text/markdown")
+    assert response.headers["content-type"].startswith("text/html")
+    html = response.text
+    assert '<h1 id="validation-trainmem-against-measured-pytorch-training-steps">' in html
+    assert html.count("<table>") >= 3 and "<th scope=\"col\">" in html
+    assert '<img src="/validation/timeline-llama-3-8b.svg"' in html
+    chart = client.get("/validation/timeline-llama-3-8b.svg")
+    assert chart.status_code == 200 and chart.headers["content-type"].startswith("image/svg+xml")
+    assert client.get("/validation/..%2Fpyproject.toml").status_code == 404
+    assert client.get("/validation/VALIDATION.md").status_code == 404

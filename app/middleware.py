@@ -1,0 +1,138 @@
+"""What every request and response passes through: bounds on what comes in, headers on what goes out.
+
+Pure ASGI, so a refusal costs no parsing and no routing:
+- `Guard`: a request body larger than 1 MiB is a 413; a body that stops arriving for
+  `body_timeout_s` is a 408; a JSON body to the API is checked for size, nesting and number length
+  before the framework parses it (`wire.loads_bounded`), a 422 in the API's error shape otherwise.
+- `Headers`: a strict Content-Security-Policy (scripts and styles from this origin only; style
+  attributes allowed for the bars' widths), nosniff, a referrer policy, no framing; caching that
+  keeps versioned static files for good and pages not at all; and HEAD answered wherever GET is,
+  with the GET's headers and no body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any, Final
+
+from app.api.wire import MAX_BODY_BYTES, loads_bounded
+from app.core import DomainError
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+BODY_TIMEOUT_S: Final = 10.0
+
+CSP: Final = ("default-src 'self'; script-src 'self'; style-src 'self'; style-src-attr 'unsafe-inline'; "
+              "img-src 'self' data:; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+SECURITY_HEADERS: Final = (
+    (b"content-security-policy", CSP.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+    (b"cross-origin-opener-policy", b"same-origin"),
+)
+IMMUTABLE: Final = b"public, max-age=31536000, immutable"
+REVALIDATE: Final = b"no-cache"
+NO_STORE: Final = b"no-store"
+# A static file is versioned when its name carries a version (htmx-2.0.11.min.js, swagger-ui-5.32.0/) or its URL
+# a content hash (?v=...).
+_VERSIONED: Final = re.compile(r"-\d+\.\d+\.\d+[./]")
+
+
+async def _respond(send: Send, status: int, loc: list[str], message: str, headers: tuple = ()) -> None:
+    body = json.dumps({"detail": [{"loc": loc, "msg": message, "type": "value_error"}]}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            (b"connection", b"close"), *headers]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class Guard:
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int = MAX_BODY_BYTES,
+                 body_timeout_s: float = BODY_TIMEOUT_S) -> None:
+        self.app, self.max_body_bytes, self.body_timeout_s = app, max_body_bytes, body_timeout_s
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        declared = headers.get(b"content-length")
+        too_large = f"is larger than {self.max_body_bytes:,} bytes"
+        if declared is not None and (not declared.isdigit() or int(declared) > self.max_body_bytes):
+            await _respond(send, 413, ["body"], too_large if declared.isdigit() else "has an invalid length")
+            return
+        chunks, size = [], 0
+        while True:
+            try:
+                message = await asyncio.wait_for(receive(), self.body_timeout_s)
+            except TimeoutError:
+                await _respond(send, 408, ["body"], f"did not arrive within {self.body_timeout_s:g} s")
+                return
+            if message["type"] == "http.disconnect":
+                return  # the client left: nothing to compute
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                await _respond(send, 413, ["body"], too_large)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body"):
+                break
+        body = b"".join(chunks)
+        if scope["path"].startswith("/api/") and body and b"json" in headers.get(b"content-type", b"json"):
+            try:
+                loads_bounded(body, "body")
+            except DomainError as error:
+                await _respond(send, 422, ["body"], error.message)
+                return
+        delivered = False
+
+        async def replay() -> Message:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+def _cache_control(path: str, query: bytes) -> bytes:
+    if path.startswith("/static/"):
+        return IMMUTABLE if _VERSIONED.search(path) or query.startswith(b"v=") else REVALIDATE
+    return NO_STORE
+
+
+class Headers:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        head = scope["method"] == "HEAD"
+        if head:
+            scope = dict(scope, method="GET")
+        cache = _cache_control(scope["path"], scope.get("query_string", b""))
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                present = {name.lower() for name, _ in message.get("headers", [])}
+                extra = [(name, value) for name, value in SECURITY_HEADERS if name not in present]
+                if b"cache-control" not in present:
+                    extra.append((b"cache-control", cache))
+                message = dict(message, headers=[*message.get("headers", []), *extra])
+            elif head and message["type"] == "http.response.body":
+                message = dict(message, body=b"")
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)

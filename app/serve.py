@@ -1,0 +1,148 @@
+"""Serving trainmem: uvicorn with timeouts for slow clients, a short graceful shutdown, and settings from the
+environment.
+
+    TRAINMEM_HOST          address to listen on (default 127.0.0.1; the container sets 0.0.0.0)
+    PORT                   port (default 8000)
+    TRAINMEM_WORKERS       worker processes (default 1)
+    FORWARDED_ALLOW_IPS    proxies whose X-Forwarded-For/-Proto are trusted, comma-separated or * (default
+                           127.0.0.1), as uvicorn's --forwarded-allow-ips
+
+Timeouts: a connection must send its request headers within HEADER_TIMEOUT_S of opening (or of the
+previous response), a request body may pause at most `middleware.BODY_TIMEOUT_S` between chunks,
+an idle keep-alive connection is closed after KEEP_ALIVE_S, and after SIGTERM the server stops within
+GRACEFUL_SHUTDOWN_S even with requests in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import socket
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+HEADER_TIMEOUT_S: Final = 10.0
+KEEP_ALIVE_S: Final = 5
+GRACEFUL_SHUTDOWN_S: Final = 5
+MAX_HEADER_BYTES: Final = 16 * 1024
+MAX_CONCURRENCY: Final = 256
+
+
+class TimedH11Protocol(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol, closing a connection whose request headers do not arrive in time."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
+        super().connection_made(transport)  # type: ignore[arg-type]
+        self._header_timer: asyncio.TimerHandle | None = None
+        self._start_header_timer()
+
+    def _start_header_timer(self) -> None:
+        self._header_timer = self.loop.call_later(HEADER_TIMEOUT_S, self._headers_too_slow)
+
+    def _headers_too_slow(self) -> None:
+        self._header_timer = None
+        if self.cycle is None or self.cycle.response_complete:
+            self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        before = self.cycle
+        super().data_received(data)
+        if self.cycle is not before and self._header_timer is not None:
+            self._header_timer.cancel()  # a new request's headers are in
+            self._header_timer = None
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing() and self._header_timer is None:
+            self._start_header_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+        super().connection_lost(exc)
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    workers: int = 1
+    forwarded_allow_ips: str = "127.0.0.1"
+
+
+class SettingsError(ValueError):
+    pass
+
+
+def settings_from(env: Mapping[str, str]) -> Settings:
+    """Settings from environment variables (module docstring), refusing values that cannot work."""
+    def number(name: str, default: int, low: int, high: int) -> int:
+        raw = env.get(name, "").strip()
+        if not raw:
+            return default
+        if not raw.isdigit() or not low <= int(raw) <= high:
+            raise SettingsError(f"{name} must be a whole number from {low} to {high}, got {raw[:20]!r}")
+        return int(raw)
+
+    return Settings(
+        host=env.get("TRAINMEM_HOST", "").strip() or "127.0.0.1",
+        port=number("PORT", 8000, 1, 65535),
+        workers=number("TRAINMEM_WORKERS", 1, 1, 64),
+        forwarded_allow_ips=env.get("FORWARDED_ALLOW_IPS", "").strip() or "127.0.0.1",
+    )
+
+
+def port_taken(host: str, port: int) -> bool:
+    """Whether another process already listens on host:port."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            return error.errno == errno.EADDRINUSE
+    return False
+
+
+def serve(settings: Settings) -> None:
+    import uvicorn
+
+    uvicorn.run(
+        "app.main:app",
+        host=settings.host,
+        port=settings.port,
+        workers=settings.workers,
+        http="app.serve:TimedH11Protocol",
+        proxy_headers=True,
+        forwarded_allow_ips=settings.forwarded_allow_ips,
+        timeout_keep_alive=KEEP_ALIVE_S,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        limit_concurrency=MAX_CONCURRENCY,
+        h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+        server_header=False,
+    )
+
+
+def main(env: Mapping[str, str] | None = None) -> int:
+    try:
+        settings = settings_from(os.environ if env is None else env)
+    except SettingsError as error:
+        print(f"trainmem: {error}", file=sys.stderr)
+        return 2
+    if port_taken(settings.host, settings.port):
+        print(f"trainmem: port {settings.port} on {settings.host} is already in use; choose another, "
+              f"e.g. `make run PORT={settings.port + 1}` or PORT={settings.port + 1} in the environment",
+              file=sys.stderr)
+        return 1
+    serve(settings)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,60 @@
+"""Pages about the product rather than the calculation: the API's documentation and the validation report.
+
+Both are served from this origin (Swagger UI is vendored in static/, pinned by version like htmx), so
+they work offline and under the site's Content-Security-Policy: no inline script, no CDN.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from typing import Final
+
+from fastapi import APIRouter, Request
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+
+from app.web.accuracy import DOCS_DIR, report_text
+from app.web.markdown import to_html
+from app.web.pages import TEMPLATES_DIR
+
+SWAGGER_UI: Final = "/static/swagger-ui-5.35.0"
+REPORT_IMAGE: Final = re.compile(r"^[a-z0-9][a-z0-9.-]*\.svg$")
+
+templates = Jinja2Templates(directory=TEMPLATES_DIR)
+router = APIRouter(include_in_schema=False)
+
+
+@router.get("/docs", response_class=HTMLResponse)
+def api_docs(request: Request) -> HTMLResponse:
+    """Swagger UI for /openapi.json, from the vendored bundle."""
+    return templates.TemplateResponse(request, "docs.html", {"swagger_ui": SWAGGER_UI})
+
+
+@router.get("/redoc")
+def redoc() -> RedirectResponse:
+    """The API's documentation lives at /docs."""
+    return RedirectResponse("/docs", status_code=301)
+
+
+@cache
+def _report_html(text: str) -> str:
+    return to_html(text, url=lambda target: f"/validation/{target}" if REPORT_IMAGE.match(target) else target)
+
+
+@router.get("/validation", response_class=HTMLResponse)
+def validation_report(request: Request) -> HTMLResponse:
+    """The validation report (method, full tables, worst errors) as published in docs/VALIDATION.md."""
+    text = report_text()
+    if text is None:
+        return templates.TemplateResponse(request, "validation.html", {"report": None}, status_code=404)
+    return templates.TemplateResponse(request, "validation.html", {"report": _report_html(text)})
+
+
+@router.get("/validation/{name}")
+def validation_image(name: str) -> Response:
+    """A chart the report shows (docs/*.svg)."""
+    path = DOCS_DIR / name
+    if not REPORT_IMAGE.match(name) or not path.is_file():
+        return Response("Not found", status_code=404, media_type="text/plain")
+    return FileResponse(path, media_type="image/svg+xml")
