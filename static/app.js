@@ -89,9 +89,27 @@
     if (form) disclose(form);
   });
 
+  /* The verdict bar comes in while the full verdict is above the viewport. The state is kept on the
+     root element, so the bar swapped in by each update keeps it; the new verdict is watched in turn. */
+  var verdictWatch = "IntersectionObserver" in window ? new IntersectionObserver(function (entries) {
+    entries.forEach(function (entry) {
+      var away = !entry.isIntersecting && entry.boundingClientRect.top < 0;
+      document.documentElement.classList.toggle("verdict-away", away);
+    });
+  }) : null;
+  function watchVerdict() {
+    if (!verdictWatch) return;
+    verdictWatch.disconnect();
+    var verdict = document.querySelector("#summary .verdict");
+    if (verdict) verdictWatch.observe(verdict);
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", watchVerdict);
+  else watchVerdict();
+
   document.addEventListener("htmx:afterSettle", function () {
     var form = document.getElementById("calc");
     if (form) markInvalid(form);
+    watchVerdict();
   });
   document.addEventListener("htmx:oobAfterSwap", function () {
     var form = document.getElementById("calc");

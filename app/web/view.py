@@ -123,6 +123,16 @@ class Verdict:
 
 
 @dataclass(frozen=True)
+class CompactVerdict:
+    """The verdict in one line, for the bar that stays in view while the inputs are edited."""
+
+    kind: Literal["fits", "over", "none"]
+    headline: str
+    peak: str  # "peak 152.51 GiB of 80.00 GiB" (or "peak 152.51 GiB per GPU" without a GPU)
+    used: str | None  # the peak as a percentage of the capacity, at most 100, for the meter; None without a GPU
+
+
+@dataclass(frozen=True)
 class TermLine:
     label: str
     formula: str
@@ -153,6 +163,7 @@ class ResultView:
     unit: Unit
     unit_name: str
     verdict: Verdict
+    compact: CompactVerdict
     peak_total: str
     peak_total_exact: str
     per_gpu_total: str  # the sum of every buffer, an upper bound on the peak
@@ -231,6 +242,15 @@ def verdict(fit: core.GpuFit | None, peak_bytes: int, unit: Unit, *, gpus: int, 
                    f"{where_peak} it needs {peak} on {where}, which has {capacity}.")
 
 
+def compact_verdict(full: Verdict, peak_bytes: int, capacity: int | None, unit: Unit) -> CompactVerdict:
+    """The headline with the peak against the capacity, and how full the GPU is (capped at 100 %)."""
+    peak = format_bytes(peak_bytes, unit)
+    if not capacity:
+        return CompactVerdict(full.kind, full.headline, f"peak {peak} per GPU", None)
+    return CompactVerdict(full.kind, full.headline, f"peak {peak} of {format_bytes(capacity, unit)}",
+                          percent(min(peak_bytes, capacity), capacity))
+
+
 def peak_note(peak: core.Peak, per_gpu: core.Breakdown, unit: Unit) -> str:
     """One sentence on how the peak relates to the sum of every buffer, category by category.
 
@@ -295,10 +315,12 @@ def result_view(result: core.Estimate, parallelism: core.Parallelism, unit: Unit
     if parallelism.pipeline > 1:
         stage_note = (f"Per-GPU figures are those of pipeline stage {result.pipeline_stage + 1} of "
                       f"{parallelism.pipeline}, the most loaded.")
+    said = verdict(result.gpu, peak.bytes, unit, gpus=world, at=f"{peak.event}, step {peak.step}")
     return ResultView(
         unit=unit,
         unit_name=UNIT_NAMES[unit],
-        verdict=verdict(result.gpu, peak.bytes, unit, gpus=world, at=f"{peak.event}, step {peak.step}"),
+        verdict=said,
+        compact=compact_verdict(said, peak.bytes, capacity, unit),
         peak_total=format_bytes(peak.bytes, unit),
         peak_total_exact=format_exact_bytes(peak.bytes),
         per_gpu_total=format_bytes(per_gpu_total, unit),

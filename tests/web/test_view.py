@@ -5,6 +5,7 @@ from __future__ import annotations
 from app import core
 from app.web.view import (
     attention_note,
+    compact_verdict,
     format_bytes,
     format_bytes_per_param,
     format_count,
@@ -148,3 +149,17 @@ def test_bytes_per_parameter_of_the_classic_rule():
     # bf16 weights and gradients, fp32 master copy, two fp32 Adam moments: 2 + 2 + 4 + 8 (ZeRO, section 3.1).
     assert view.bytes_per_param_sum == "2 + 2 + 4 + 8"
     assert view.bytes_per_param_total == "16"
+
+
+def test_the_compact_verdict_is_the_headline_with_the_peak_against_the_capacity():
+    gpu = core.get_gpu("h100-80gb")
+    # 60 GiB of the capacity: the meter is filled to 60 / capacity; over the capacity it is full, never more.
+    said = verdict(core.GpuFit(gpu, True, gpu.capacity_bytes - 60 * GIB), 60 * GIB, "GiB", gpus=1)
+    compact = compact_verdict(said, 60 * GIB, gpu.capacity_bytes, "GiB")
+    assert compact.headline == said.headline and compact.kind == "fits"
+    assert compact.peak == f"peak 60.00 GiB of {format_bytes(gpu.capacity_bytes, 'GiB')}"
+    assert float(compact.used) == round(100 * 60 * GIB / gpu.capacity_bytes, 3)
+    over = compact_verdict(said, 2 * gpu.capacity_bytes, gpu.capacity_bytes, "GiB")
+    assert over.used == "100.000"
+    bare = compact_verdict(verdict(None, 3 * GIB, "GiB", gpus=1), 3 * GIB, None, "GiB")
+    assert bare.peak == "peak 3.00 GiB per GPU" and bare.used is None

@@ -1,0 +1,84 @@
+"""The page in a real Chromium, for the answers it gives beside the verdict: the verdict kept in view, the ways to
+make a setup fit, the sweep charts, a pinned setup to compare with, and no horizontal overflow on a phone."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import Page, expect
+
+pytestmark = pytest.mark.browser
+
+PHONE = {"width": 390, "height": 844}
+DESKTOP = {"width": 1280, "height": 900}
+
+
+@pytest.fixture
+def watched(page: Page, base_url: str):
+    """The page, with every console error, page error and off-origin request recorded; none may happen."""
+    problems: list[str] = []
+    page.on("console", lambda message: message.type == "error" and problems.append(f"console: {message.text}"))
+    page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+    page.on("request", lambda request: request.url.startswith((base_url, "data:")) or problems.append(f"off-origin: {request.url}"))
+    yield page
+    assert problems == []
+
+
+def _inside(box: dict, viewport: dict) -> bool:
+    return box["x"] >= 0 and box["y"] >= 0 and box["x"] + box["width"] <= viewport["width"] + 0.5 \
+        and box["y"] + box["height"] <= viewport["height"] + 0.5
+
+
+def _overlap(a: dict, b: dict) -> bool:
+    return a["x"] < b["x"] + b["width"] and b["x"] < a["x"] + a["width"] \
+        and a["y"] < b["y"] + b["height"] and b["y"] < a["y"] + a["height"]
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["desktop", "phone"])
+def test_the_verdict_stays_in_view_while_the_last_input_is_edited(watched: Page, base_url: str, viewport, artifacts_dir):
+    page = watched
+    page.set_viewport_size(viewport)
+    page.goto(base_url + "/")
+    page.locator("#inputs details.more > summary", has_text="Advanced").click()
+    last = page.locator("#f-framework_overhead_bytes")
+    last.scroll_into_view_if_needed()
+    last.focus()
+    bar = page.locator("#verdict-bar")
+    expect(bar).to_be_visible()
+    expect(bar).to_contain_text("Does not fit, by")
+    expect(bar).to_contain_text("peak ")
+    page.wait_for_timeout(300)  # the bar slides in
+    assert not page.locator("#summary .verdict").evaluate("e => e.getBoundingClientRect().bottom > 0")
+    bar_box, input_box = bar.bounding_box(), last.bounding_box()
+    assert _inside(bar_box, viewport), bar_box
+    assert _inside(input_box, viewport) and not _overlap(bar_box, input_box), (bar_box, input_box)
+    assert page.evaluate("document.documentElement.scrollWidth") <= viewport["width"]
+
+    # Typing there updates the bar in place, and it stays in view.
+    last.fill("20 GiB")
+    expect(bar).to_contain_text("Does not fit, by")
+    before = bar.inner_text()
+    page.locator("#f-gpu").select_option("b200-180gb")
+    expect(bar).to_contain_text("Fits, with")
+    assert bar.inner_text() != before
+    assert _inside(bar.bounding_box(), viewport)
+    page.screenshot(path=artifacts_dir / f"verdict-bar-{viewport['width']}.png")
+
+
+def test_the_verdict_bar_is_not_shown_beside_the_full_verdict(watched: Page, base_url: str):
+    page = watched
+    page.set_viewport_size(PHONE)
+    page.goto(base_url + "/")
+    expect(page.locator("#summary .verdict")).to_be_visible()
+    expect(page.locator("#verdict-bar")).to_be_hidden()
+
+
+def test_without_javascript_the_verdict_bar_is_sticky(browser, base_url: str):
+    context = browser.new_context(java_script_enabled=False, viewport=PHONE)
+    page = context.new_page()
+    page.goto(base_url + "/")
+    page.locator("#f-gpu").scroll_into_view_if_needed()
+    page.focus("#f-gpu")
+    box = page.locator("#verdict-bar").bounding_box()
+    assert _inside(box, PHONE) and box["y"] < 5, box
+    assert not _overlap(box, page.locator("#f-gpu").bounding_box())
+    context.close()
