@@ -42,7 +42,7 @@ def create_app() -> FastAPI:
 
     # Outermost last: headers on everything (refusals included), then compression, then the bounds.
     application.add_middleware(Guard)
-    application.add_middleware(GZipMiddleware, minimum_size=512, compresslevel=6)
+    application.add_middleware(GZipMiddleware, minimum_size=512, compresslevel=3)
     application.add_middleware(Headers)
     return application
 

@@ -92,3 +92,15 @@ def test_bad_requests_are_422s_naming_the_field(path, body, loc):
     response = client.post(path, json=BODY | body)
     assert response.status_code == 422, response.text
     assert response.json()["detail"][0]["loc"][:len(loc)] == loc
+
+
+def test_answers_conform_to_their_documented_models():
+    from app.api.schemas import EstimateResponse, SolveResponse, SweepResponse
+
+    EstimateResponse.model_validate(_estimate(BODY))
+    EstimateResponse.model_validate(_estimate({"model": {"num_params": 7_000_000_000}}))
+    solved = client.post("/api/v1/solve", json=BODY | {"target": "seq_len", "gpu": "h100-80gb",
+                                                       "parallelism": {"data": 1}}).json()
+    SolveResponse.model_validate(solved)
+    swept = client.post("/api/v1/sweep", json=BODY | {"vary": {"field": "gpu", "values": ["a100-40gb"]}}).json()
+    SweepResponse.model_validate(swept)
