@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
+import pkgutil
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 
 from app.core.errors import DomainError
 
@@ -29,7 +29,9 @@ class GpuFit:
 
 @cache
 def gpu_catalogue() -> dict[str, Gpu]:
-    raw = json.loads(resources.files("app.core").joinpath("data/gpus.json").read_text(encoding="utf-8"))
+    # pkgutil reads package data from a directory or a zip as importlib.resources does, without
+    # importing tempfile, shutil and the compression modules into the command line's start-up.
+    raw = json.loads(pkgutil.get_data("app.core", "data/gpus.json").decode("utf-8"))  # type: ignore[union-attr]
     return {
         gpu_id: Gpu(id=gpu_id, name=entry["name"], capacity_bytes=entry["capacity_bytes"], source=entry["source"])
         for gpu_id, entry in raw.items()

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
+import pkgutil
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 
 from app.core.architecture import Architecture
 from app.core.errors import DomainError
@@ -24,7 +24,9 @@ class ModelPreset:
 @cache
 def model_presets() -> dict[str, ModelPreset]:
     """All presets by id, in the order of the data file."""
-    raw = json.loads(resources.files("app.core").joinpath("data/models.json").read_text(encoding="utf-8"))
+    # pkgutil reads package data from a directory or a zip as importlib.resources does, without
+    # importing tempfile, shutil and the compression modules into the command line's start-up.
+    raw = json.loads(pkgutil.get_data("app.core", "data/models.json").decode("utf-8"))  # type: ignore[union-attr]
     presets = {}
     for preset_id, entry in raw.items():
         if preset_id.startswith("_"):
