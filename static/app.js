@@ -73,12 +73,23 @@
     return new URLSearchParams(detail.formData).toString();
   }
   document.addEventListener("htmx:configRequest", function (event) {
+    if (event.detail.elt.id !== "calc") {
+      /* A link that applies an answer brings a new form: whatever it sends next is news. */
+      shownQuery = null;
+      return;
+    }
     var query = queryOf(event.detail);
     if (query === shownQuery) {
       event.preventDefault();
       return;
     }
     shownQuery = query;
+  });
+
+  /* After a link applied an answer (and the form came back with it), focus goes to the new verdict. */
+  var applied = false;
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    applied = event.detail.elt.hasAttribute("data-apply");
   });
   window.addEventListener("popstate", function () {
     shownQuery = location.search.replace(/^\?/, "");
@@ -110,6 +121,11 @@
     var form = document.getElementById("calc");
     if (form) markInvalid(form);
     watchVerdict();
+    if (applied) {
+      applied = false;
+      var summary = document.getElementById("summary");
+      if (summary) summary.focus();
+    }
   });
   document.addEventListener("htmx:oobAfterSwap", function () {
     var form = document.getElementById("calc");

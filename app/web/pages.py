@@ -2,7 +2,9 @@
 
 ``GET /`` renders the whole page. The same URL requested by htmx (``HX-Request``) renders only
 what changes: the results region, plus out-of-band updates for the explanation, the per-field
-messages and the fields a preset fills. A history-restore request gets the whole page.
+messages and the fields a preset fills. A history-restore request gets the whole page, and so does
+a link that applies an answer (htmx targets the form, ``HX-Target: calc``): it changes fields the
+person did not touch, so the form comes back with them.
 
 When the input is invalid the htmx answer is still a 200 (htmx does not swap error statuses by
 default) with ``HX-Reswap: none``: the last good result is left in place, and out-of-band swaps
@@ -12,6 +14,7 @@ input is a 422 that shows the same messages. Nothing here lets an exception beco
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Final
 
@@ -19,32 +22,51 @@ from fastapi import APIRouter, Header, Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
-from app.api.schemas import ARCHITECTURE_FIELDS, to_parallelism
-from app.web import controls
+from app import core
+from app.api.schemas import ARCHITECTURE_FIELDS, to_job, to_parallelism
+from app.core.job import Job
+from app.web import controls, links
 from app.web.accuracy import accuracy
+from app.web.answers import fit_answers
 from app.web.form import ALL_CONTROLS, CUSTOM_PRECISION, DTYPE_FIELDS, ParsedForm, parse_form
 from app.web.view import format_size_input, result_view
 
 TEMPLATES_DIR: Final = Path(__file__).resolve().parent.parent.parent / "templates"
-VARY: Final = "HX-Request, HX-History-Restore-Request"
+VARY: Final = "HX-Request, HX-History-Restore-Request, HX-Target"
+FORM_ID: Final = "calc"  # an htmx request that targets the whole form gets the whole page
+STATE_NAMES: Final = ALL_CONTROLS | {links.PIN}
 
 templates = Jinja2Templates(directory=TEMPLATES_DIR)
 router = APIRouter(include_in_schema=False)
 
 
-def page_context(form: ParsedForm) -> dict[str, Any]:
+def _job(form: ParsedForm) -> Job | None:
+    if form.request is None:
+        return None
+    try:
+        return to_job(form.request)
+    except core.DomainError:
+        return None
+
+
+def page_context(form: ParsedForm, params: Mapping[str, str]) -> dict[str, Any]:
+    """What the templates need for `form`; `params` is the query, whose state the answers' links carry on."""
     values = dict(form.values)
     if not form.errors.get("framework_overhead_bytes") and form.request is not None:
         values["framework_overhead_bytes"] = format_size_input(form.request.training.framework_overhead_bytes)
-    view = None
+    view = answers = None
     if form.ok and form.request is not None and form.estimate is not None:
         view = result_view(form.estimate, to_parallelism(form.request.parallelism), form.unit,
                            attention=form.request.training.attention)
+        job = _job(form)
+        if job is not None:
+            answers = fit_answers(job, form.estimate, links.state_of(params, names=STATE_NAMES), form.unit)
     return {
         "form": form,
         "values": values,
         "errors": form.errors,
         "view": view,
+        "answers": answers,
         "accuracy": accuracy(),
         "options": controls.options(),
         "labels": controls.LABELS,
@@ -75,12 +97,13 @@ def calculator(
     request: Request,
     hx_request: Annotated[str | None, Header()] = None,
     hx_history_restore_request: Annotated[str | None, Header()] = None,
+    hx_target: Annotated[str | None, Header()] = None,
 ) -> HTMLResponse:
-    """The calculator; htmx gets the changed fragments, everyone else (and history restores) the page."""
+    """The calculator; htmx gets the changed fragments, everyone else (history restores, applied answers) the page."""
     form = parse_form(request.query_params)
-    context = page_context(form)
+    context = page_context(form, request.query_params)
     from_htmx = hx_request == "true"
-    if from_htmx and hx_history_restore_request != "true":
+    if from_htmx and hx_history_restore_request != "true" and hx_target != FORM_ID:
         context |= _swaps(form)
         response = templates.TemplateResponse(request, "update.html", context)
         if not form.ok:

@@ -3,6 +3,8 @@ make a setup fit, the sweep charts, a pinned setup to compare with, and no horiz
 
 from __future__ import annotations
 
+from urllib.parse import parse_qs, urlparse
+
 import pytest
 from playwright.sync_api import Page, expect
 
@@ -81,4 +83,59 @@ def test_without_javascript_the_verdict_bar_is_sticky(browser, base_url: str):
     box = page.locator("#verdict-bar").bounding_box()
     assert _inside(box, PHONE) and box["y"] < 5, box
     assert not _overlap(box, page.locator("#f-gpu").bounding_box())
+    context.close()
+
+
+OVER = "/?preset=llama-3-8b&seq_len=4096&gpu=h100-80gb"
+
+
+def test_a_make_it_fit_link_applies_the_change_in_place_and_the_verdict_turns_to_fits(watched: Page, base_url: str):
+    page = watched
+    page.set_viewport_size(DESKTOP)
+    page.goto(base_url + OVER)
+    expect(page.locator("#summary .verdict")).to_contain_text("Does not fit")
+    page.evaluate("window.__sameDocument = true")
+    fix = page.locator("#answers a.apply", has_text="Precision Pure bf16")
+    expect(fix).to_be_visible()
+    fix.click()
+    expect(page.locator("#summary .verdict")).to_contain_text("Fits, with")
+    expect(page.locator("#verdict-bar")).to_contain_text("Fits, with")
+    assert page.evaluate("window.__sameDocument === true")  # swapped in place, no navigation
+    page.wait_for_url(lambda url: parse_qs(urlparse(url).query).get("precision") == ["bf16"])
+    expect(page.locator("#f-precision")).to_have_value("bf16")  # the form shows the change
+    expect(page.locator("#summary")).to_be_focused()
+
+    # The form goes on from there: the next edit keeps the change and updates in place.
+    page.fill("#f-seq_len", "2048")
+    page.wait_for_url(lambda url: parse_qs(urlparse(url).query).get("seq_len") == ["2048"])
+    assert parse_qs(urlparse(page.url).query)["precision"] == ["bf16"]
+    expect(page.locator("#summary .verdict")).to_contain_text("Fits, with")
+
+    # Back returns to the setup that did not fit.
+    page.go_back()
+    page.go_back()
+    expect(page.locator("#summary .verdict")).to_contain_text("Does not fit")
+    expect(page.locator("#f-precision")).not_to_have_value("bf16")
+
+
+def test_the_largest_micro_batch_link_fits_and_one_more_does_not(watched: Page, base_url: str):
+    page = watched
+    page.goto(base_url + "/?preset=gpt2&seq_len=1024&gpu=t4-16gb")
+    link = page.locator("#answers a.apply", has_text="Use micro-batch")
+    largest = int(link.inner_text().split()[-1].replace(",", ""))
+    link.click()
+    expect(page.locator("#f-micro_batch_size")).to_have_value(str(largest))
+    expect(page.locator("#summary .verdict")).to_contain_text("Fits, with")
+    expect(page.locator("#answers")).to_contain_text("as now")
+    page.fill("#f-micro_batch_size", str(largest + 1))
+    expect(page.locator("#summary .verdict")).to_contain_text("Does not fit")
+
+
+def test_without_javascript_a_make_it_fit_link_is_a_plain_link(browser, base_url: str):
+    context = browser.new_context(java_script_enabled=False)
+    page = context.new_page()
+    page.goto(base_url + OVER)
+    with page.expect_navigation():
+        page.locator("#answers a.apply").first.click()
+    expect(page.locator("#summary .verdict")).to_contain_text("Fits, with")
     context.close()
