@@ -46,6 +46,9 @@ PROG: Final = "trainmem"
 
 # The model's sources have flags of their own names; every other field's flag is its name with dashes.
 SOURCE_OPTIONS: Final = {"model.preset": "--model", "model.hf_config": "--config", "model.num_params": "--num-params"}
+# Flags whose plain name another field already takes.
+RENAMED_OPTIONS: Final = {"finetuning.dropout": "--lora-dropout"}
+LIST_FIELDS: Final = ("finetuning.target_modules", "finetuning.modules_to_save")
 _ARCHITECTURE_TYPES: Final = {f.name: str(f.type) for f in dataclasses.fields(core.Architecture)}
 
 
@@ -62,13 +65,18 @@ class Flag:
 def _request_paths() -> list[str]:
     return [*SOURCE_OPTIONS, *(f"model.{name}" for name in wire.ARCHITECTURE_FIELDS),
             *(f"training.{name}" for name in wire.TRAINING_FIELDS),
-            *(f"parallelism.{name}" for name in wire.PARALLELISM_FIELDS), "gpu"]
+            *(f"parallelism.{name}" for name in wire.PARALLELISM_FIELDS),
+            *(f"finetuning.{name}" for name in wire.FINETUNING_FIELDS), "gpu"]
 
 
 def _flag(path: str) -> Flag:
-    option = SOURCE_OPTIONS.get(path) or "--" + path.rpartition(".")[2].replace("_", "-")
+    option = SOURCE_OPTIONS.get(path) or RENAMED_OPTIONS.get(path) or "--" + path.rpartition(".")[2].replace("_", "-")
     if path == "model.hf_config":
         return Flag(path, option, "config", None)
+    if path in LIST_FIELDS:
+        return Flag(path, option, "list", None)
+    if path == "finetuning.dropout":
+        return Flag(path, option, "float", None)
     if path in JOB_FIELDS:
         return Flag(path, option, JOB_FIELDS[path].kind, JOB_FIELDS[path])
     # The fields a question cannot vary (the dropout probabilities) are floats of the Architecture.
@@ -193,7 +201,16 @@ def _converter(flag: Flag) -> Any:
         return functools.partial(_int, flag)
     if flag.kind == "choice":
         return functools.partial(_choice, flag)
+    if flag.kind == "list":
+        return _names
     return _float if flag.kind == "float" else _config
+
+
+def _names(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("give one or more names, separated by commas")
+    return names
 
 
 def _help(flag: Flag, defaults: Job) -> str:
@@ -205,7 +222,8 @@ def _help(flag: Flag, defaults: Job) -> str:
     elif flag.kind == "int" and item is not None and item.high:
         text = f"an integer from {item.low:,} to {item.high:,}"
     else:
-        text = {"int": "an integer", "float": "a number", "bool": "on or off"}[flag.kind]
+        text = {"int": "an integer", "float": "a number", "bool": "on or off",
+                "list": "names separated by commas"}[flag.kind]
     if flag.path == "model.preset":
         text = "a model preset, " + text
     if not flag.path.startswith("model.") and flag.path != "gpu":
@@ -220,7 +238,8 @@ def _shown(value: object) -> str:
 
 
 SECTIONS: Final = {"model": "model (give one of --model, --config, --num-params, or the architecture flags)",
-                   "training": "training", "parallelism": "parallelism"}
+                   "training": "training", "parallelism": "parallelism",
+                   "finetuning": "fine-tuning (full, LoRA or QLoRA)"}
 
 
 def _add_request_flags(parser: argparse.ArgumentParser) -> None:
@@ -228,7 +247,7 @@ def _add_request_flags(parser: argparse.ArgumentParser) -> None:
     groups = {section: parser.add_argument_group(title) for section, title in SECTIONS.items()}
     for flag in FLAGS.values():
         group = groups.get(flag.path.partition(".")[0], parser)
-        metavar = {"config": "PATH", "float": "P"}.get(flag.kind, "ID" if flag.kind == "choice" else "N")
+        metavar = {"config": "PATH", "float": "P", "list": "NAMES"}.get(flag.kind, "ID" if flag.kind == "choice" else "N")
         if flag.kind == "bool":
             group.add_argument(flag.option, dest=flag.path, action=argparse.BooleanOptionalAction, default=None,
                                help=_help(flag, defaults))
@@ -483,10 +502,11 @@ def serve(args: argparse.Namespace) -> int:
 
 # The request body's fields, for the JSON form (the API's schema forbids any others too).
 BODY_FIELDS: Final = {
-    "": ("model", "training", "parallelism", "gpu"),
+    "": ("model", "training", "parallelism", "finetuning", "gpu"),
     "model": ("preset", "num_params", "hf_config", *wire.ARCHITECTURE_FIELDS),
     "training": wire.TRAINING_FIELDS,
     "parallelism": wire.PARALLELISM_FIELDS,
+    "finetuning": wire.FINETUNING_FIELDS,
 }
 
 
@@ -498,7 +518,7 @@ def check_body(body: object) -> None:
         raise core.DomainError("model", "field required")
     for section, names in BODY_FIELDS.items():
         fields = body if not section else body.get(section)
-        if fields is None and section in ("training", "parallelism"):
+        if fields is None and section in ("training", "parallelism", "finetuning"):
             continue
         if not isinstance(fields, dict):
             raise core.DomainError(section, "must be a JSON object")

@@ -18,6 +18,7 @@ from fastapi.testclient import TestClient
 from app import cli
 from app.api.schemas import (
     EstimateRequest,
+    FinetuningIn,
     ModelIn,
     ParallelismIn,
     SolveRequest,
@@ -73,7 +74,7 @@ def _options(command: str) -> dict[str, str]:
 
 
 def test_every_request_field_has_a_flag():
-    sections = {"model": ModelIn, "training": TrainingIn, "parallelism": ParallelismIn}
+    sections = {"model": ModelIn, "training": TrainingIn, "parallelism": ParallelismIn, "finetuning": FinetuningIn}
     paths = []
     for name in EstimateRequest.model_fields:
         if name in sections:

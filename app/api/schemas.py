@@ -14,6 +14,9 @@ from app import core
 from app.api import wire
 from app.core import architecture as arch_limits
 from app.core import setup as limits
+from app.core import finetuning as finetuning_limits
+from app.core.finetuning import METHODS as FINETUNING_METHODS
+from app.core.finetuning import QUANTIZATIONS
 from app.core.job import JOB_FIELDS, Job
 from app.core.series import MAX_VALUES
 from app.core.solver import COST_ORDER, TARGETS
@@ -160,6 +163,36 @@ class ParallelismIn(BaseModel):
     zero_stage: int = Field(default=0, ge=0, le=3, description="ZeRO stage: 1 shards optimizer state and master weights, 2 adds gradients, 3 weights.")
 
 
+class FinetuningIn(BaseModel):
+    """What trains: everything (full, optionally freezing the embeddings or the first layers), or LoRA/QLoRA adapters
+    beside a frozen base, counted as peft counts them."""
+
+    model_config = ConfigDict(extra="forbid", strict=True,
+                              json_schema_extra={"examples": [{"method": "qlora", "rank": 16,
+                                                               "target_modules": ["all-linear"]}]})
+
+    method: Literal[FINETUNING_METHODS] = Field(  # type: ignore[valid-type]
+        default="full", description="full: every parameter trains; lora: rank-r adapters beside the frozen base "
+        "(peft); qlora: the same beside a base quantized by bitsandbytes.")
+    rank: int = Field(default=16, ge=1, le=finetuning_limits.MAX_RANK, description="LoRA rank r.")
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "v_proj"], min_length=1, max_length=64,
+        description="Module names as the model family spells them (q_proj, v_proj, ... for Llama-style models; "
+        "c_attn, c_proj, c_fc for GPT-2), or ['all-linear'] for every linear layer but the output layer, as peft "
+        "means it.")
+    dropout: float = Field(default=0.0, ge=0, lt=1, description="LoRA dropout (lora_dropout); above 0 each adapter "
+                           "keeps its own dropped copy of its input.")
+    modules_to_save: list[Literal["embed_tokens", "lm_head"]] = Field(
+        default_factory=list, max_length=2, description="Modules trained in full beside the adapters (peft keeps a "
+        "trainable copy beside the frozen original).")
+    quantization: Literal[QUANTIZATIONS] = Field(  # type: ignore[valid-type]
+        default="nf4-double", description="QLoRA's base storage: nf4 (4 bits + an fp32 scale per 64), nf4-double "
+        "(scales quantized again: ~4.127 bits), int8 (LLM.int8(): a byte and a scale per row).")
+    freeze_embeddings: bool = Field(default=False, description="Full fine-tuning: keep the embeddings frozen.")
+    frozen_layers: int = Field(default=0, ge=0, le=arch_limits.MAX_LAYERS,
+                               description="Full fine-tuning: keep the first k decoder layers frozen.")
+
+
 class EstimateRequest(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
@@ -176,6 +209,7 @@ class EstimateRequest(BaseModel):
     training: TrainingIn = Field(default_factory=TrainingIn, description="The run: batch shape, precision, "
                                  "optimizer, recomputation, attention, loop.")
     parallelism: ParallelismIn = Field(default_factory=ParallelismIn, description="How the job is split over GPUs.")
+    finetuning: FinetuningIn = Field(default_factory=FinetuningIn, description="What trains: full, LoRA or QLoRA.")
     gpu: str | None = Field(default=None, description="A GPU id from GET /api/v1/gpus, for the fit check.")
 
 
@@ -238,7 +272,9 @@ class SavedTensorOut(BaseModel):
 
 
 class EstimateResponse(BaseModel):
-    param_count: int = Field(description="Exact number of parameters.")
+    param_count: int = Field(description="Exact number of parameters, adapters and saved copies included (as peft "
+                             "counts 'all params').")
+    trainable_param_count: int = Field(description="Parameters that train (equal to param_count for full training).")
     per_gpu: BreakdownOut = Field(
         description="Bytes on the most-loaded GPU, every buffer of the ledger summed by category (an upper bound: "
         "not everything is alive at once; see peak)."
@@ -375,7 +411,7 @@ class SweepResponse(BaseModel):
 
 def to_job(request: EstimateRequest) -> Job:
     """The core's job for a validated request; raises core.DomainError for what the core rejects."""
-    return wire.job_from(request.model_dump(include={"model", "training", "parallelism", "gpu"}))
+    return wire.job_from(request.model_dump(include={"model", "training", "parallelism", "finetuning", "gpu"}))
 
 
 def to_parallelism(parallelism: ParallelismIn) -> core.Parallelism:

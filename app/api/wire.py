@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from app import core
+from app.core.finetuning import Finetuning
 from app.core.job import Job
 from app.core.series import SeriesPoint
 from app.core.solver import Fix, Solution
@@ -30,7 +31,8 @@ ARCHITECTURE_FIELDS: Final = (
     "max_position_embeddings", "mlp", "norm", "norms_per_layer", "position_embedding", "dropout",
     "attention_dropout",
 )
-TRAINING_FIELDS: Final = tuple(f.name for f in dataclasses.fields(core.Training))
+TRAINING_FIELDS: Final = tuple(f.name for f in dataclasses.fields(core.Training) if f.name != "finetuning")
+FINETUNING_FIELDS: Final = tuple(f.name for f in dataclasses.fields(Finetuning))
 PARALLELISM_FIELDS: Final = tuple(f.name for f in dataclasses.fields(core.Parallelism))
 
 
@@ -122,8 +124,19 @@ def architecture_from(model: Mapping[str, Any]) -> core.Architecture | None:
     return core.Architecture(**overrides)
 
 
-def training_from(training: Mapping[str, Any]) -> core.Training:
-    values = {name: training[name] for name in TRAINING_FIELDS if training.get(name) is not None}
+def finetuning_from(finetuning: Mapping[str, Any]) -> Finetuning:
+    values = {name: finetuning[name] for name in FINETUNING_FIELDS if finetuning.get(name) is not None}
+    for name in ("target_modules", "modules_to_save"):
+        if name in values:
+            if not isinstance(values[name], list | tuple) or not all(isinstance(x, str) for x in values[name]):
+                raise core.DomainError(f"finetuning.{name}", "must be a list of module names")
+            values[name] = tuple(values[name])
+    return Finetuning(**values)
+
+
+def training_from(training: Mapping[str, Any], finetuning: Mapping[str, Any] | None = None) -> core.Training:
+    values: dict[str, Any] = {name: training[name] for name in TRAINING_FIELDS if training.get(name) is not None}
+    values["finetuning"] = finetuning_from(finetuning or {})
     precision = values.get("precision")
     if isinstance(precision, str):
         values["precision"] = core.precision_preset(precision)
@@ -146,7 +159,7 @@ def job_from(body: Mapping[str, Any]) -> Job:
     return Job(
         architecture=architecture,
         num_params=model.get("num_params") if architecture is None else None,
-        training=training_from(body.get("training") or {}),
+        training=training_from(body.get("training") or {}, body.get("finetuning")),
         parallelism=parallelism_from(body.get("parallelism") or {}),
         gpu=core.get_gpu(body["gpu"]) if body.get("gpu") else None,
     )
@@ -171,6 +184,7 @@ def estimate_json(result: core.Estimate) -> dict[str, Any]:
                "fits": result.gpu.fits, "headroom": result.gpu.headroom_bytes}
     return {
         "param_count": result.param_count,
+        "trainable_param_count": result.trainable_param_count,
         "per_gpu": breakdown_json(result.per_gpu),
         "cluster": breakdown_json(result.cluster),
         "gpu": gpu,

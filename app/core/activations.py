@@ -37,6 +37,7 @@ from typing import Final, Literal, NamedTuple
 
 from app.core.architecture import Architecture
 from app.core.precision import Precision
+from app.core.finetuning import Finetuning, Role, embeddings_train, head_trains, module_names, targeted
 from app.core.units import ceil_div
 
 Implementation = Literal["megatron", "transformers"]
@@ -118,6 +119,7 @@ class ActivationSetup:
     tensor_parallel: int = 1
     sequence_parallel: bool = False
     device: Device = "cuda"
+    finetuning: Finetuning = Finetuning()
 
     @cached_property
     def tokens(self) -> int:
@@ -264,7 +266,8 @@ def _megatron_logits_workspace(arch: Architecture, setup: ActivationSetup) -> li
 # --- Hugging Face transformers ------------------------------------------------------------------
 
 
-def _hf_norm(saved: _Saved, prefix: str, arch: Architecture, setup: ActivationSetup) -> None:
+def _hf_norm(saved: _Saved, prefix: str, arch: Architecture, setup: ActivationSetup, *,
+             weight_grad: bool = True, input_grad: bool = True) -> None:
     """What one norm keeps, without its output (which the consumers keep).
 
     LayerNorm (torch.native_layer_norm) keeps its input and the per-token mean and reciprocal
@@ -275,7 +278,13 @@ def _hf_norm(saved: _Saved, prefix: str, arch: Architecture, setup: ActivationSe
     input dtype (for the multiply by ``weight``). Gemma's RMSNorm keeps the normalised tensor in
     fp32 and multiplies it by ``1.0 + self.weight.float()``, a new fp32 vector of h elements that
     the multiply keeps as well.
+
+    With frozen weights or an input that needs no gradient, autograd keeps only what the gradients
+    still asked for need: the RMSNorm's fp32 input and reciprocal RMS serve the input's gradient,
+    the normalised tensor the weight's; LayerNorm keeps its three while either is asked for.
     """
+    if not (weight_grad or input_grad):
+        return
     n, h = setup.tokens, arch.hidden_size
     ws = setup.stream_bytes
     if arch.norm == "layernorm":
@@ -284,11 +293,13 @@ def _hf_norm(saved: _Saved, prefix: str, arch: Architecture, setup: ActivationSe
         saved.add(f"{prefix}.mean", n, stats_bytes, "sequence")
         saved.add(f"{prefix}.rstd", n, stats_bytes, "sequence")
         return
-    saved.add(f"{prefix}.input_fp32", n * h, FP32_BYTES, "sequence")
-    saved.add(f"{prefix}.rstd", n, FP32_BYTES, "sequence")
+    if input_grad:
+        saved.add(f"{prefix}.input_fp32", n * h, FP32_BYTES, "sequence")
+        saved.add(f"{prefix}.rstd", n, FP32_BYTES, "sequence")
     fp32_normalised = arch.model_type in FP32_NORMALISED_MODELS
-    saved.add(f"{prefix}.normalised", n * h, FP32_BYTES if fp32_normalised else ws, "sequence")
-    if fp32_normalised:
+    if weight_grad:
+        saved.add(f"{prefix}.normalised", n * h, FP32_BYTES if fp32_normalised else ws, "sequence")
+    if fp32_normalised and input_grad:
         saved.add(f"{prefix}.one_plus_weight_fp32", h, FP32_BYTES, "none")
 
 
@@ -303,6 +314,37 @@ def _hf_linear_input(saved: _Saved, name: str, consumers: int, arch: Architectur
         saved.add(f"{name} (half cast x{consumers})", consumers * n * h, setup.half_bytes, "sequence")
     else:
         saved.add(name, n * h, setup.stream_bytes, "sequence")
+
+
+def _hf_adapters(saved: _Saved, modules: tuple[tuple[str, int], ...], input_bytes: int, *, input_kept: bool,
+                 input_grad: bool, name: str, arch: Architecture, setup: ActivationSetup) -> None:
+    """What LoRA adapters beside frozen linear layers keep, for `modules` (module name, input features)
+    that read one input of `input_bytes` per element.
+
+    peft's LoRA Linear.forward (peft/tuners/lora/layer.py) runs ``lora_B(lora_A(dropout(x)))`` after
+    casting x to the adapter's dtype (``_cast_input_dtype``), fp32 by default: each adapter's A keeps
+    that fp32 copy of its input (one per adapter, even where two read the same x), or with
+    dropout the dropout keeps its mask and A the dropped fp32 copy; B keeps A's n × r output. Where
+    the input is already fp32 and there is no dropout, A keeps x itself (once, if nothing else
+    does). The dropout keeps its mask only where the input needs a gradient (not in the lowest
+    trainable layer). Under autocast the matmuls run in half precision: A keeps a half cast of its
+    input and B a half n × r output. Measured on CPU: docs/VALIDATION.md, "Fine-tuning".
+    """
+    ft = setup.finetuning
+    n, r = setup.tokens, ft.rank
+    adapter_bytes = setup.half_bytes if setup.autocast else FP32_BYTES
+    shared = False
+    for module, features in modules:
+        if ft.dropout > 0:
+            if input_grad:
+                saved.mask(f"lora.{module}.dropout_mask", n * features, FP32_BYTES, "sequence")
+            saved.add(f"lora.{module}.dropout_output", n * features, adapter_bytes, "sequence")
+        elif adapter_bytes != input_bytes or setup.autocast:
+            saved.add(f"lora.{module}.input_cast", n * features, adapter_bytes, "sequence")
+        elif not (input_kept or shared):
+            saved.add(f"{name} (kept by the adapters)", n * features, input_bytes, "sequence")
+            shared = True
+        saved.add(f"lora.{module}.a_output", n * r, adapter_bytes, "none")
 
 
 def attention_kernel(arch: Architecture, setup: ActivationSetup) -> Kernel:
@@ -328,12 +370,14 @@ def attention_kernel(arch: Architecture, setup: ActivationSetup) -> Kernel:
     return "memory-efficient" if arch.kv_heads == arch.num_attention_heads else "math"
 
 
-def _hf_attention(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
+def _hf_attention(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, out_proj_input: bool = True,
+                  grads: tuple[bool, bool, bool] = (True, True, True)) -> None:
+    """`grads`: whether Q, K and V need gradients (in the lowest trainable layer, only those with adapters do)."""
     kernel = attention_kernel(arch, setup)
     if kernel == "eager":
-        _hf_eager_attention(saved, arch, setup)
+        _hf_eager_attention(saved, arch, setup, out_proj_input=out_proj_input, grads=grads)
     elif kernel == "math":
-        _hf_sdpa_math_attention(saved, arch, setup)
+        _hf_sdpa_math_attention(saved, arch, setup, out_proj_input=out_proj_input)
     else:
         # A fused kernel keeps Q, K, V, its output (also the output projection's input) and the
         # fp32 log-sum-exp per query and head (Dao et al. 2022, arXiv:2205.14135, Algorithm 2).
@@ -352,7 +396,8 @@ def _hf_attention(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> 
         saved.mask("attn.residual_dropout_mask", setup.tokens * arch.hidden_size, setup.half_bytes, "sequence")
 
 
-def _hf_eager_attention(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
+def _hf_eager_attention(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, out_proj_input: bool = True,
+                        grads: tuple[bool, bool, bool] = (True, True, True)) -> None:
     """eager_attention_forward as written: two matmuls around an explicit softmax.
 
     Grouped K and V are repeated to all a heads (repeat_kv) before the matmuls, which keep the
@@ -360,14 +405,19 @@ def _hf_eager_attention(saved: _Saved, arch: Architecture, setup: ActivationSetu
     the dtype of the query (Llama family) or of the value (GPT-2) (`_hf_probs_bytes`), and with
     attention dropout the dropout keeps its mask at that width on CPU. The second matmul keeps the
     probabilities it multiplies, in the activation dtype (under autocast, its own half cast).
+    Each matmul keeps one operand for the other's gradient: Q only if K needs a gradient, K only if
+    Q does, the probabilities only if V does (`grads`, for frozen projections).
     """
+    q_grad, k_grad, v_grad = grads
     b, s, n = setup.micro_batch_size, setup.seq_len, setup.tokens
     a, d = arch.num_attention_heads, arch.head_size
     wa = setup.half_bytes
     scores = b * a * s * s
     key_heads, value_heads = _hf_eager_kv_heads(arch, setup)
-    saved.add("attn.query", n * a * d, wa, "tensor")
-    saved.add("attn.key", n * key_heads * d, wa, "tensor")
+    if k_grad:
+        saved.add("attn.query", n * a * d, wa, "tensor")
+    if q_grad:
+        saved.add("attn.key", n * key_heads * d, wa, "tensor")
     saved.add("attn.value", n * value_heads * d, wa, "tensor")
     if arch.extra("attn_logit_softcapping"):
         # Gemma 2: scores / cap -> tanh -> * cap; tanh keeps its output.
@@ -380,7 +430,8 @@ def _hf_eager_attention(saved: _Saved, arch: Architecture, setup: ActivationSetu
     elif softmax_bytes != wa:
         # The matmul with V keeps the half-precision probabilities, a second copy.
         saved.add("attn.probs_half", scores, wa, "tensor", core=True)
-    saved.add("attn.out_proj_input", n * a * d, wa, "tensor")
+    if out_proj_input:  # kept by the output projection for its weight's gradient
+        saved.add("attn.out_proj_input", n * a * d, wa, "tensor")
 
 
 def _hf_eager_kv_heads(arch: Architecture, setup: ActivationSetup) -> tuple[int, int]:
@@ -406,7 +457,8 @@ def _cpu_sdpa_falls_back_to_math(arch: Architecture, setup: ActivationSetup) -> 
     return setup.device == "cpu" and arch.attn_dropout > 0
 
 
-def _hf_sdpa_math_attention(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
+def _hf_sdpa_math_attention(saved: _Saved, arch: Architecture, setup: ActivationSetup, *,
+                            out_proj_input: bool = True) -> None:
     """CPU sdpa with attention dropout: torch's _scaled_dot_product_attention_math, op by op.
 
     The math path upcasts fp16/bf16 Q, K and V to fp32, repeats grouped K and V to all a heads
@@ -430,7 +482,8 @@ def _hf_sdpa_math_attention(saved: _Saved, arch: Architecture, setup: Activation
     saved.add("attn.softmax", scores, FP32_BYTES, "tensor", core=True)
     saved.mask("attn.softmax_dropout_mask", scores, FP32_BYTES, "tensor", core=True)
     saved.add("attn.softmax_dropout_output", scores, FP32_BYTES, "tensor", core=True)
-    saved.add("attn.out_proj_input", n * a * d, setup.half_bytes, "tensor")
+    if out_proj_input:
+        saved.add("attn.out_proj_input", n * a * d, setup.half_bytes, "tensor")
 
 
 def _hf_softmax_bytes(arch: Architecture, setup: ActivationSetup) -> int:
@@ -459,7 +512,7 @@ def _hf_probs_bytes(arch: Architecture, setup: ActivationSetup) -> int:
     return setup.stream_bytes
 
 
-def _hf_mlp(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
+def _hf_mlp(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, down_input: bool = True) -> None:
     n, inter = setup.tokens, arch.ffn_size
     wa = setup.half_bytes
     if arch.is_gated:
@@ -468,7 +521,8 @@ def _hf_mlp(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
         saved.add("mlp.gate", n * inter, wa, "tensor")
         saved.add("mlp.act_output", n * inter, wa, "tensor")
         saved.add("mlp.up", n * inter, wa, "tensor")
-        saved.add("mlp.product", n * inter, wa, "tensor")
+        if down_input:
+            saved.add("mlp.product", n * inter, wa, "tensor")
     else:
         if arch.hidden_act == "gelu_new":
             # 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3))): pow keeps x, tanh its
@@ -479,26 +533,71 @@ def _hf_mlp(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
             saved.add("mlp.gelu_one_plus_tanh", n * inter, wa, "tensor")
         elif arch.mlp != "relu":
             saved.add("mlp.act_input", n * inter, wa, "tensor")  # ReLU keeps only its output
-        saved.add("mlp.act_output", n * inter, wa, "tensor")
+        if down_input or arch.mlp == "relu":  # the down projection's input; ReLU's backward needs its output
+            saved.add("mlp.act_output", n * inter, wa, "tensor")
     if arch.dropout > 0:
         saved.mask("mlp.residual_dropout_mask", n * arch.hidden_size, wa, "sequence")
 
 
-def _hf_layer(arch: Architecture, setup: ActivationSetup) -> list[SavedTensor]:
-    """One decoder layer as Hugging Face's modules save it (see module docstring)."""
+def _hf_layer(arch: Architecture, setup: ActivationSetup, role: Role = "full") -> list[SavedTensor]:
+    """One decoder layer as Hugging Face's modules save it (see module docstring).
+
+    `role` says how the layer takes part in backward (finetuning.layer_role). With frozen weights
+    autograd keeps only what the gradients still needed ask for: a frozen linear layer keeps no
+    input (no weight gradient), a frozen norm no normalised tensor; in the lowest trainable layer
+    the input needs no gradient, so its first norm keeps nothing for it; a layer with nothing
+    trainable at or below it keeps nothing at all. Adapters add what `_hf_adapters` says.
+    """
     saved = _Saved(setup)
+    if role == "off":
+        return saved.items
+    ft = setup.finetuning
+    weights = ft.method == "full" and role in ("full", "bottom")
+    input_grad = role in ("full", "through")
+    names = module_names(arch)
+    adapted = {tensor.name.removesuffix(".weight"): tensor.shape for tensor in targeted(arch, ft)}
+
+    def adapters_on(*modules: str) -> tuple[tuple[str, int], ...]:
+        return tuple((names.get(m, m) + ("" if m not in ("attn.o", "mlp.down") or arch.model_type != "gpt2"
+                                         else f" ({m.split('.')[0]})"), adapted[m][1]) for m in modules if m in adapted)
+
+    attn_in = adapters_on("attn.q", "attn.k", "attn.v", "attn.qkv")
+    attn_out = adapters_on("attn.o")
+    mlp_in = adapters_on("mlp.gate", "mlp.up", "mlp.gate_up")
+    mlp_out = adapters_on("mlp.down")
     attn_consumers = 1 if arch.fused_qkv else 3
     mlp_consumers = 1 if (arch.fused_gate_up or not arch.is_gated) else 2
-    _hf_norm(saved, "attn_norm", arch, setup)
-    _hf_linear_input(saved, "attn.qkv_input", attn_consumers, arch, setup)
-    _hf_attention(saved, arch, setup)
-    _hf_norm(saved, "mlp_norm", arch, setup)
-    _hf_linear_input(saved, "mlp.input", mlp_consumers, arch, setup)
-    _hf_mlp(saved, arch, setup)
+    _hf_norm(saved, "attn_norm", arch, setup, weight_grad=weights, input_grad=input_grad)
+    if weights:
+        _hf_linear_input(saved, "attn.qkv_input", attn_consumers, arch, setup)
+    _hf_adapters(saved, attn_in, setup.stream_bytes, input_kept=weights, input_grad=input_grad, name="attn.qkv_input",
+                 arch=arch, setup=setup)
+    attention_records = input_grad or weights or bool(attn_in)
+    if attention_records:
+        def grad(*modules: str) -> bool:
+            return input_grad or weights or any(m in adapted for m in (*modules, "attn.qkv"))
+
+        _hf_attention(saved, arch, setup, out_proj_input=weights,
+                      grads=(grad("attn.q"), grad("attn.k"), grad("attn.v")))
+    if attn_out:
+        kernel_keeps_output = attention_records and attention_kernel(arch, setup) not in ("eager", "math")
+        _hf_adapters(saved, attn_out, setup.half_bytes, input_kept=weights or kernel_keeps_output,
+                     input_grad=attention_records, name="attn.out_proj_input", arch=arch, setup=setup)
+    mlp_grad = input_grad or weights or bool(attn_in or attn_out)
+    _hf_norm(saved, "mlp_norm", arch, setup, weight_grad=weights, input_grad=mlp_grad)
+    if weights:
+        _hf_linear_input(saved, "mlp.input", mlp_consumers, arch, setup)
+    _hf_adapters(saved, mlp_in, setup.stream_bytes, input_kept=weights, input_grad=mlp_grad, name="mlp.input",
+                 arch=arch, setup=setup)
+    mlp_records = mlp_grad or weights or bool(mlp_in)
+    if mlp_records:
+        _hf_mlp(saved, arch, setup, down_input=weights)
+    _hf_adapters(saved, mlp_out, setup.half_bytes, input_kept=weights, input_grad=mlp_records, name="mlp.down_input",
+                 arch=arch, setup=setup)
     for index in range(2, arch.norms_per_layer):
         # Extra norms (Gemma 2's post-attention and post-feedforward norms) feed the residual add,
         # which keeps nothing, so only their internals count.
-        _hf_norm(saved, f"extra_norm{index}", arch, setup)
+        _hf_norm(saved, f"extra_norm{index}", arch, setup, weight_grad=weights, input_grad=True)
     return saved.items
 
 
@@ -506,9 +605,11 @@ def _hf_embedding(arch: Architecture, setup: ActivationSetup) -> list[SavedTenso
     """First stage: token ids (embedding backward), position ids or the shared rotary cos/sin, embedding dropout."""
     saved = _Saved(setup)
     n, s, h = setup.tokens, setup.seq_len, arch.hidden_size
-    saved.add("embed.token_ids", n, INDEX_BYTES, "none")
+    if embeddings_train(setup.finetuning):  # the embedding's weight gradient needs them
+        saved.add("embed.token_ids", n, INDEX_BYTES, "none")
     if arch.position_embedding == "learned":
-        saved.add("embed.position_ids", s, INDEX_BYTES, "none")
+        if embeddings_train(setup.finetuning):  # for the position table's gradient
+            saved.add("embed.position_ids", s, INDEX_BYTES, "none")
     else:
         # cos and sin, computed once per forward and kept by every layer's rotary multiply.
         saved.add("rope.cos_sin", 2 * s * arch.head_size, setup.stream_bytes, "none")
@@ -529,8 +630,10 @@ def _hf_head(arch: Architecture, setup: ActivationSetup) -> list[SavedTensor]:
     saved = _Saved(setup)
     n, v = setup.tokens, arch.vocab_size
     labels = n + 1 if setup.micro_batch_size == 1 else n
-    _hf_norm(saved, "final_norm", arch, setup)
-    _hf_linear_input(saved, "lm_head.input", 1, arch, setup)
+    ft = setup.finetuning
+    _hf_norm(saved, "final_norm", arch, setup, weight_grad=ft.method == "full", input_grad=True)
+    if head_trains(arch, ft):
+        _hf_linear_input(saved, "lm_head.input", 1, arch, setup)
     if arch.extra("final_logit_softcapping"):
         saved.add("logits.softcap_tanh", n * v, setup.half_bytes, "tensor")
     saved.add("loss.log_softmax_fp32", n * v, FP32_BYTES, "tensor")
@@ -555,11 +658,11 @@ def _hf_logits_workspace(arch: Architecture, setup: ActivationSetup) -> list[Sav
 # --- Public functions ----------------------------------------------------------------------------
 
 
-def layer_activations(arch: Architecture, setup: ActivationSetup) -> tuple[SavedTensor, ...]:
+def layer_activations(arch: Architecture, setup: ActivationSetup, role: Role = "full") -> tuple[SavedTensor, ...]:
     """Every tensor one layer keeps for backward, for one micro-batch, without recomputation."""
     if setup.implementation == "megatron":
         return tuple(_megatron_layer(arch, setup))
-    return tuple(_hf_layer(arch, setup))
+    return tuple(_hf_layer(arch, setup, role))
 
 
 def checkpointed_layer_activations(

@@ -16,6 +16,7 @@ from app.core import states
 from app.core.architecture import Architecture
 from app.core.categories import CATEGORIES, MODEL_STATE_CATEGORIES, Breakdown
 from app.core.errors import DomainError
+from app.core.finetuning import Finetuning
 from app.core.gpus import Gpu, GpuFit, fit
 from app.core.ledger import ACTS, FORWARDED, GRADS, Buffer, stage_ledger
 from app.core.optimizers import OPTIMIZER_INFO, optimizer_formula, optimizer_label
@@ -43,6 +44,7 @@ class Estimate:
     timeline: tuple[Point, ...]
     attention_kernel: str | None = None
     layer_activations: tuple[act.SavedTensor, ...] = ()  # what one layer keeps per micro-batch on one rank
+    trainable_param_count: int = 0  # parameters that train (all of them unless fine-tuning freezes some)
 
 
 def estimate(
@@ -99,7 +101,12 @@ def _from_architecture(arch: Architecture, training: Training, parallelism: Para
                    _with_cluster(buffer, cluster_by_key[buffer.key]) for buffer in ledger)
     per_gpu = _sum_by_category(ledger)
     whole = states.stage_shapes(arch, 1, layers=arch.num_hidden_layers, first=True, last=True)
-    count = whole.rank_total
+    count = trainable = whole.rank_total
+    if training.finetuning != Finetuning():
+        tuned = states.finetuned_stage(arch, training.finetuning, training.precision.bits("weights"), 1,
+                                       layers=arch.num_hidden_layers, first=True, last=True, first_layer=0)
+        count += tuned.added_elements
+        trainable = tuned.trainable_rank
     kernel = act.attention_kernel(arch, setup)
     return Estimate(
         param_count=count,
@@ -115,6 +122,7 @@ def _from_architecture(arch: Architecture, training: Training, parallelism: Para
         attention_kernel=kernel,
         layer_activations=act.checkpointed_layer_activations(arch, setup, training.activation_checkpointing,
                                                              full=layer_saved),
+        trainable_param_count=trainable,
     )
 
 
@@ -192,6 +200,7 @@ def _from_count(num_params: int, training: Training, parallelism: Parallelism, g
         bytes_per_param=_bytes_per_param(num_params, whole),
         peak=peak,
         timeline=points,
+        trainable_param_count=num_params,
     )
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from app.core import activations as act
+from app.core import finetuning as ft
 from app.core.architecture import Architecture
 from app.core.errors import DomainError
 from app.core.estimate import Estimate, estimate
@@ -94,6 +95,11 @@ def _job_fields() -> dict[str, JobField]:
         *_ints("parallelism", {"data": (1, MAX_DEGREE), "tensor": (1, MAX_DEGREE), "pipeline": (1, MAX_DEGREE),
                                "zero_stage": (0, 3)}),
         JobField("parallelism.sequence_parallel", "bool"),
+        JobField("finetuning.method", "choice", choices=ft.METHODS),
+        JobField("finetuning.rank", "int", 1, ft.MAX_RANK),
+        JobField("finetuning.quantization", "choice", choices=ft.QUANTIZATIONS),
+        JobField("finetuning.freeze_embeddings", "bool"),
+        JobField("finetuning.frozen_layers", "int", 0, MAX_DEGREE),
         JobField("gpu", "choice", choices=tuple(gpu_catalogue())),
         JobField("model.preset", "choice", choices=tuple(model_presets())),
         JobField("model.num_params", "int", 1, MAX_PARAM_COUNT),
@@ -138,6 +144,9 @@ def with_field(job: Job, path: str, value: object, *, where: str | None = None) 
         return dataclasses.replace(job, training=dataclasses.replace(job.training, **{name: new}))
     if section == "parallelism":
         return dataclasses.replace(job, parallelism=dataclasses.replace(job.parallelism, **{name: value}))
+    if section == "finetuning":
+        tuned = dataclasses.replace(job.training.finetuning, **{name: value})
+        return dataclasses.replace(job, training=dataclasses.replace(job.training, finetuning=tuned))
     if section == "gpu":
         return dataclasses.replace(job, gpu=get_gpu(value))  # type: ignore[arg-type]
     if name == "preset":
@@ -163,6 +172,8 @@ def field_value(job: Job, path: str) -> object:
         return getattr(job.training, name)
     if section == "parallelism":
         return getattr(job.parallelism, name)
+    if section == "finetuning":
+        return getattr(job.training.finetuning, name)
     if section == "gpu":
         return job.gpu.id if job.gpu else None
     if name == "num_params":

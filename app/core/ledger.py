@@ -25,12 +25,14 @@ run, and `zero_grad(set_to_none=True)` frees the gradients):
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Final, NamedTuple
 
 from app.core import activations as act
 from app.core import states
 from app.core.architecture import Architecture
-from app.core.optimizers import OPTIMIZER_INFO, optimizer_formula, optimizer_label
+from app.core.finetuning import Finetuning, layer_roles, linear_modules
+from app.core.optimizers import FP32_BITS, OPTIMIZER_INFO, optimizer_formula, optimizer_label
 from app.core.setup import LOOPS, Parallelism, Training
 from app.core.stages import StageKind
 from app.core.timeline import OPTIMIZER_STEP, START, STEP_PHASE_NAMES, Life, Phase, describe
@@ -113,6 +115,11 @@ class _Stage:
         self.ranks = parallelism.tensor * parallelism.data  # GPUs of one stage
         self.shapes = states.stage_shapes(arch, parallelism.tensor, layers=n, first=kind.first, last=kind.last)
         self.parts = self.shapes.rank
+        self.finetuned = None
+        if training.finetuning != Finetuning():
+            self.finetuned = states.finetuned_stage(arch, training.finetuning, training.precision.bits("weights"),
+                                                    parallelism.tensor, layers=n, first=kind.first, last=kind.last,
+                                                    first_layer=kind.first_layer - 1)
 
     # --- writing ---------------------------------------------------------------------------------
 
@@ -151,6 +158,9 @@ class _Stage:
         return ""
 
     def model_states(self) -> None:
+        if self.finetuned is not None:
+            self._finetuned_states()
+            return
         training, p, shapes = self.training, self.parallelism, self.shapes
         precision = training.precision
         rank = states.states_bytes(list(shapes.rank_shapes), training, count=shapes.rank_total)
@@ -174,6 +184,75 @@ class _Stage:
         self._gradients(precision.bits("gradients"))
         self._optimizer_scratch(bits)
 
+    def _gradient_lives(self) -> dict[str, tuple[str, Life]]:
+        head_from = BWD_LAYER_LAST if self.setup.autocast else BWD_HEAD
+        return {
+            "head": ("of the final norm and output layer", Life("step", head_from, OPTIMIZER_STEP)),
+            "layers": (f"of {self.kind.layers} layers, written layer by layer in backward",
+                       Life("step", BWD_LAYER_LAST, OPTIMIZER_STEP, ramp=GRADS)),
+            "embedding": ("of the embedding", Life("step", BWD_EMBEDDING, OPTIMIZER_STEP)),
+        }
+
+    def _finetuned_states(self) -> None:
+        """Model states under fine-tuning: every weight, but gradients, master copy and optimizer state only for
+        what trains (finetuning module docstring), each part in its own dtype."""
+        training, p, ft = self.training, self.parallelism, self.finetuned
+        assert ft is not None
+        precision = training.precision
+        count = self.kind.count
+        trained = ft.parts.items()
+        weights_rank = ft.frozen_rank_bytes + sum(tensor_bytes(part.rank_elements, part.bits) for _, part in trained)
+        weights_cluster = ft.frozen_cluster_bytes + sum(tensor_bytes(part.cluster_elements, part.bits)
+                                                        for _, part in trained)
+        trained_text = " + ".join(f"{part.rank_elements:,} trainable params ({part.what}) × {part.bits} bit ÷ 8"
+                                  for _, part in trained)
+        always = Life("run", START)
+        self.add("weights", "weights", f"Weights: the frozen base in {precision.weights}, and what trains",
+                 f"{ft.frozen_text} + {trained_text}{self._shard_note('weights')}",
+                 states.on_rank(weights_rank, "weights", p), states.over_group(weights_cluster, "weights", p) * count,
+                 always)
+        master_bits = precision.bits("master_weights")
+        master = [(name, part) for name, part in trained if master_bits > part.bits]
+        if master:
+            rank = sum(tensor_bytes(part.rank_elements, master_bits) for _, part in master)
+            cluster = sum(tensor_bytes(part.cluster_elements, master_bits) for _, part in master)
+            self.add("master_weights", "master_weights", f"Master copy in {precision.master_weights} of what trains "
+                     "in a narrower dtype", " + ".join(f"{part.rank_elements:,} params × {master_bits} bit ÷ 8"
+                                                       for _, part in master) + self._shard_note("master_weights"),
+                     states.on_rank(rank, "master_weights", p),
+                     states.over_group(cluster, "master_weights", p) * count, always)
+        bits = precision.bits("optimizer_states")
+        # torch's optimizers make their state like the parameter (torch.zeros_like): fp32 adapters get fp32 state.
+        adapter_training = replace(training, precision=replace(precision, optimizer_states="fp32"))
+
+        def optimizer_bytes(name: str, shapes: tuple) -> int:
+            owner = adapter_training if training.finetuning.adapters and name == "layers" else training
+            return states.states_bytes(list(shapes), owner)["optimizer_states"]
+
+        rank_states = sum(optimizer_bytes(name, part.rank_shapes) for name, part in trained)
+        cluster_states = sum(optimizer_bytes(name, part.cluster_shapes) for name, part in trained)
+        if training.finetuning.adapters:
+            bits = max(bits, FP32_BITS)
+        share = f"{ft.trainable_rank:,} trainable params"
+        self.add("optimizer_states", "optimizer_states",
+                 optimizer_label(training.optimizer, adafactor_momentum=training.adafactor_momentum) + " of what trains",
+                 optimizer_formula(training.optimizer, share=share, bits=bits,
+                                   adafactor_momentum=training.adafactor_momentum) + self._shard_note("optimizer_states"),
+                 states.on_rank(rank_states, "optimizer_states", p),
+                 states.over_group(cluster_states, "optimizer_states", p) * count, Life("run", OPTIMIZER_STEP))
+        gradient_bits = precision.bits("gradients")
+        for name, (what, life) in self._gradient_lives().items():
+            part = ft.parts.get(name)
+            if part is None:
+                continue
+            part_bits = part.bits if training.finetuning.adapters else gradient_bits
+            self.add(f"gradients.{name}", "gradients", f"Gradients {what} ({part.what})",
+                     f"{part.rank_elements:,} params × {part_bits} bit ÷ 8{self._shard_note('gradients')}",
+                     states.on_rank(tensor_bytes(part.rank_elements, part_bits), "gradients", p),
+                     states.over_group(tensor_bytes(part.cluster_elements, part_bits), "gradients", p) * count, life)
+        largest = max((states.largest_elements(list(part.rank_shapes)) for _, part in trained), default=0)
+        self._optimizer_scratch(bits, params=ft.trainable_rank, largest=largest)
+
     def _gradients(self, bits: int) -> None:
         p = self.parallelism
         dtype = self.training.precision.gradients
@@ -189,14 +268,7 @@ class _Stage:
         # Under autocast the output layer's matmul ran on a half-precision copy, so its backward writes a
         # half-precision gradient first (`autocast.head_grad`); the cast to the fp32 .grad (ToCopyBackward0)
         # runs after that matmul's backward has returned and freed the logits' gradient.
-        head_from = BWD_LAYER_LAST if self.setup.autocast else BWD_HEAD
-        lives = {
-            "head": ("of the final norm and output layer", Life("step", head_from, OPTIMIZER_STEP)),
-            "layers": (f"of {self.kind.layers} layers, written layer by layer in backward",
-                       Life("step", BWD_LAYER_LAST, OPTIMIZER_STEP, ramp=GRADS)),
-            "embedding": ("of the embedding", Life("step", BWD_EMBEDDING, OPTIMIZER_STEP)),
-        }
-        for part, (what, life) in lives.items():
+        for part, (what, life) in self._gradient_lives().items():
             if part not in self.parts:
                 continue
             elements_rank, share = self._share_text((part,))
@@ -206,10 +278,11 @@ class _Stage:
                      states.on_rank(tensor_bytes(elements_rank, bits), "gradients", p),
                      states.over_group(tensor_bytes(cluster, bits), "gradients", p) * self.kind.count, life)
 
-    def _optimizer_scratch(self, bits: int) -> None:
+    def _optimizer_scratch(self, bits: int, *, params: int | None = None, largest: int | None = None) -> None:
         training, p = self.training, self.parallelism
         scratch = OPTIMIZER_INFO[training.optimizer].scratch[training.optimizer_implementation]
-        params, largest = self.shapes.rank_total, self.shapes.largest_rank
+        params = self.shapes.rank_total if params is None else params
+        largest = self.shapes.largest_rank if largest is None else largest
         note = ""
         if states.is_sharded("optimizer_states", p) and p.data > 1:
             params, largest = ceil_div(params, p.data), ceil_div(largest, p.data)
@@ -231,8 +304,11 @@ class _Stage:
         b, s, h = setup.micro_batch_size, setup.seq_len, arch.hidden_size
         policy = act.CHECKPOINTING_CHOICES[checkpointing].about
         current = kind.count  # one micro-batch per stage in the most-loaded position
+        layers_bytes, layers_text = n * per_layer, f"{n} layers × {per_layer:,} B"
+        if self.finetuned is not None:
+            layers_bytes, layers_text = self._finetuned_layers(per_layer)
         self.add("activations.layers", "activations", f"{n} layers' saved tensors ({policy}), b={b}, s={s:,}, h={h:,}",
-                 f"{n} layers × {per_layer:,} B", n * per_layer, n * per_layer * self.ranks * current,
+                 layers_text, layers_bytes, layers_bytes * self.ranks * current,
                  Life("micro-batch", FWD_LAYER_FIRST, self.bwd_end, ramp=ACTS))
         embedding = 0
         if kind.first:
@@ -244,7 +320,7 @@ class _Stage:
                      Life("micro-batch", FWD_EMBEDDING, BWD_EMBEDDING))
         others = kind.in_flight - 1
         if others > 0:
-            held = n * per_layer + embedding
+            held = layers_bytes + embedding
             others_total = kind.in_flight_total - kind.count
             self.add("activations.in_flight", "activations",
                      f"{others} more micro-batches in flight on this stage (1F1B)",
@@ -262,9 +338,32 @@ class _Stage:
                      f"{arch.vocab_size:,}) and the labels", _listed(loss), act.total_bytes(loss),
                      act.total_bytes(loss) * self.ranks, Life("micro-batch", FWD_LOSS, loss_end))
 
+    def _finetuned_layers(self, full_layer: int) -> tuple[int, str]:
+        """The stage's layers by their part in backward (finetuning.layer_role): the lowest trainable layer keeps
+        nothing for its input, frozen layers with nothing trainable below keep nothing at all."""
+        arch, setup, checkpointing = self.arch, self.setup, self.training.activation_checkpointing
+        roles = layer_roles(self.training.finetuning, self.kind.first_layer - 1, self.kind.layers)
+        words = {"full": "layers", "bottom": "lowest trainable layer", "through": "frozen layers gradients pass "
+                 "through", "off": "frozen layers with nothing trainable below"}
+        total, terms = 0, []
+        for role, count in roles.items():
+            if role == "full":
+                each = full_layer
+            elif role == "off":
+                each = 0
+            elif checkpointing == "full":
+                each = act.total_bytes(act.checkpointed_layer_activations(arch, setup, "full"))
+            else:
+                each = act.total_bytes(act.checkpointed_layer_activations(
+                    arch, setup, checkpointing, full=act.layer_activations(arch, setup, role)))
+            total += count * each
+            terms.append(f"{count} {words[role] if count > 1 or role != 'full' else 'layer'} × {each:,} B")
+        return total, " + ".join(terms)
+
     # --- temporaries -----------------------------------------------------------------------------------
 
     def temporaries(self) -> None:
+        self._dequantized()
         self._loss_buffers()
         self._attention_backward()
         self._recomputation()
@@ -313,6 +412,20 @@ class _Stage:
                  f"4 B × {dims}", fp32, self.per_stage(fp32), Life("micro-batch", BWD_LOSS, only=(BWD_LOSS,)))
         self.add("loss.grad_logits_half", "temporary", "Gradient of the logits cast back for the output layer",
                  f"{half} B × {dims}", logits, self.per_stage(logits), Life("micro-batch", BWD_HEAD, only=(BWD_HEAD,)))
+
+    def _dequantized(self) -> None:
+        """QLoRA: bitsandbytes dequantizes each 4-bit or 8-bit weight to the compute dtype for its matmul, forward and
+        backward (bitsandbytes/autograd/_functions.py, MatMul4Bit: ``F.dequantize_4bit(B, quant_state).to(A.dtype)``),
+        one weight at a time."""
+        ft = self.training.finetuning
+        if ft.method != "qlora":
+            return
+        largest = max(tensor.elements for tensor in linear_modules(self.arch))
+        largest = ceil_div(largest, self.parallelism.tensor)
+        size = largest * self.setup.half_bytes
+        self.add("qlora.dequantized", "temporary", f"The largest {ft.quantization} weight dequantized for its matmul",
+                 f"{largest:,} × {self.setup.half_bytes} B", size, self.per_stage(size),
+                 Life("micro-batch", FWD_LAYER_FIRST, self.bwd_end))
 
     def _attention_backward(self) -> None:
         """Eager attention with an fp32 softmax: its backward makes an fp32 gradient of the probabilities.

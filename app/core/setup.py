@@ -8,6 +8,7 @@ from typing import Final, Literal
 from app.core import activations as act
 from app.core.architecture import Architecture
 from app.core.errors import DomainError
+from app.core.finetuning import Finetuning, validate_finetuning
 from app.core.optimizers import OPTIMIZER_IMPLEMENTATIONS, check_optimizer
 from app.core.precision import DEFAULT_PRECISION_PRESET, Precision, precision_preset
 
@@ -71,6 +72,7 @@ class Training:
     loop: LoopId = "plain"
     gradient_accumulation_steps: int = 1
     framework_overhead_bytes: int = DEFAULT_FRAMEWORK_OVERHEAD_BYTES
+    finetuning: Finetuning = Finetuning()
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,12 @@ def validate_setup(training: Training, parallelism: Parallelism, arch: Architect
     for name in ("data", "tensor", "pipeline"):
         check_int(f"parallelism.{name}", getattr(parallelism, name), low=1, high=MAX_DEGREE)
     check_int("parallelism.zero_stage", parallelism.zero_stage, low=0, high=3)
+    precision = training.precision
+    autocast = training.implementation == "transformers" and precision.bits("weights") > precision.bits("activations")
+    validate_finetuning(training.finetuning, arch, autocast=autocast)
+    if training.finetuning != Finetuning() and training.implementation == "megatron":
+        raise DomainError("finetuning.method", "fine-tuning with adapters or frozen parts is modelled for the "
+                                               "transformers implementation")
     if arch is None:
         return
     t, p = parallelism.tensor, parallelism.pipeline
@@ -132,6 +140,10 @@ def validate_setup(training: Training, parallelism: Parallelism, arch: Architect
             "parallelism.pipeline",
             f"num_hidden_layers ({arch.num_hidden_layers}) must be divisible by the pipeline degree ({p})",
         )
+    frozen = training.finetuning.frozen_layers
+    if p > 1 and frozen > arch.num_hidden_layers // p:
+        raise DomainError("finetuning.frozen_layers", f"with {p} pipeline stages, freeze at most the first stage's "
+                                                      f"{arch.num_hidden_layers // p} layers (got {frozen})")
 
 
 def activation_setup(training: Training, parallelism: Parallelism, *, device: act.Device = "cuda") -> act.ActivationSetup:
@@ -144,4 +156,5 @@ def activation_setup(training: Training, parallelism: Parallelism, *, device: ac
         tensor_parallel=parallelism.tensor,
         sequence_parallel=parallelism.sequence_parallel,
         device=device,
+        finetuning=training.finetuning,
     )

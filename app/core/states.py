@@ -17,7 +17,8 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from app.core.architecture import Architecture, ParamTensor, embedding_tensors, head_tensors, layer_tensors
-from app.core.optimizers import OPTIMIZER_INFO, optimizer_state_bytes, optimizer_state_bytes_from_count
+from app.core.finetuning import Finetuning, adapter_tensors, stored_weight_bytes
+from app.core.optimizers import FP32_BITS, OPTIMIZER_INFO, optimizer_state_bytes, optimizer_state_bytes_from_count
 from app.core.units import ceil_div, tensor_bytes
 
 if TYPE_CHECKING:
@@ -158,3 +159,110 @@ def stage_shapes(arch: Architecture, tensor_parallel: int, *, layers: int, first
         cluster_shapes=tuple(all_rank_shapes(everything, t)),
         largest_rank=largest_elements(rank),
     )
+
+
+@dataclass(frozen=True)
+class TrainedPart:
+    """The trainable parameters of one part of a stage: shapes on rank 0 and over the tensor-parallel ranks,
+    their width in bits, and what they are."""
+
+    rank_shapes: tuple[tuple[tuple[int, ...], int], ...]
+    cluster_shapes: tuple[tuple[tuple[int, ...], int], ...]
+    bits: int
+    what: str
+
+    @property
+    def rank_elements(self) -> int:
+        return elements(list(self.rank_shapes))
+
+    @property
+    def cluster_elements(self) -> int:
+        return elements(list(self.cluster_shapes))
+
+
+@dataclass(frozen=True)
+class FinetunedStage:
+    """A stage under fine-tuning: what trains, by part, and the bytes of the frozen base weights."""
+
+    parts: dict[str, TrainedPart]
+    frozen_rank_bytes: int
+    frozen_cluster_bytes: int
+    frozen_text: str
+    added_elements: int  # parameters fine-tuning adds to this stage (adapters, saved copies), on every rank together
+
+    @property
+    def trainable_rank(self) -> int:
+        return sum(part.rank_elements for part in self.parts.values())
+
+    @property
+    def trainable_cluster(self) -> int:
+        return sum(part.cluster_elements for part in self.parts.values())
+
+
+def finetuned_stage(arch: Architecture, finetuning: Finetuning, weight_bits: int, tensor_parallel: int, *,
+                    layers: int, first: bool, last: bool, first_layer: int) -> FinetunedStage:
+    """What trains on a stage of layers first_layer .. first_layer + layers - 1 (finetuning module docstring)."""
+    t = tensor_parallel
+    ft = finetuning
+    one_layer = layer_tensors(arch)
+    head = list(head_tensors(arch))
+    if last and arch.tie_word_embeddings and not first:
+        head.append(embedding_tensors(arch)[0])
+    adapter_bits = FP32_BITS if ft.adapters else weight_bits
+    parts: dict[str, TrainedPart] = {}
+
+    def part(name: str, tensors: list[tuple[ParamTensor, int]], bits: int, what: str) -> None:
+        if tensors:
+            parts[name] = TrainedPart(tuple(rank_shapes(tensors, t)), tuple(all_rank_shapes(tensors, t)), bits, what)
+
+    frozen: list[tuple[ParamTensor, int]] = []
+    quantized_rank = quantized_cluster = 0
+    added = 0
+    if ft.adapters:
+        adapters = adapter_tensors(arch, ft)
+        part("layers", [(tensor, layers) for tensor in adapters], adapter_bits,
+             f"LoRA adapters (r = {ft.rank}) of {layers} layers, fp32")
+        added += layers * sum(tensor.elements for tensor in adapters)
+        quantized = ft.method == "qlora"
+        for tensor in one_layer:
+            if quantized and tensor.matmul:
+                size = stored_weight_bytes(tensor.shape, ft.quantization)
+                quantized_rank += layers * ceil_div(size, t) if tensor.split != "replicated" else layers * size
+                quantized_cluster += layers * size
+            else:
+                frozen.append((tensor, layers))
+        saved = []
+        if first:
+            frozen += [(tensor, 1) for tensor in embedding_tensors(arch)]
+            if "embed_tokens" in ft.modules_to_save:
+                saved.append((embedding_tensors(arch)[0], 1))
+        if last:
+            frozen += [(tensor, 1) for tensor in head]
+            if "lm_head" in ft.modules_to_save:
+                saved.append((next((x for x in head if x.matmul), embedding_tensors(arch)[0]), 1))
+        for name, tensors in (("embedding", [x for x in saved if x[0].name.startswith("embed")]),
+                              ("head", [x for x in saved if not x[0].name.startswith("embed")])):
+            part(name, tensors, weight_bits, "trainable copy (modules_to_save)")
+            added += sum(tensor.elements for tensor, _ in tensors)
+    else:
+        trained_layers = max(0, first_layer + layers - max(first_layer, ft.frozen_layers))
+        frozen_layers = layers - trained_layers
+        frozen += [(tensor, frozen_layers) for tensor in one_layer if frozen_layers]
+        part("layers", [(tensor, trained_layers) for tensor in one_layer if trained_layers], weight_bits,
+             f"{trained_layers} trained layers")
+        if first:
+            embedding = [(tensor, 1) for tensor in embedding_tensors(arch)]
+            if ft.freeze_embeddings:
+                frozen += embedding
+            else:
+                part("embedding", embedding, weight_bits, "the embedding")
+        if last:
+            trained_head = [(x, 1) for x in head if not (ft.freeze_embeddings and x.name.startswith("embed"))]
+            frozen += [(x, 1) for x in head if ft.freeze_embeddings and x.name.startswith("embed")]
+            part("head", trained_head, weight_bits, "the final norm and output layer")
+    frozen_rank = tensor_bytes(elements(rank_shapes(frozen, t)), weight_bits) + quantized_rank
+    frozen_cluster = tensor_bytes(elements(all_rank_shapes(frozen, t)), weight_bits) + quantized_cluster
+    text = f"{elements(rank_shapes(frozen, t)):,} frozen params × {weight_bits} bit ÷ 8"
+    if quantized_rank:
+        text += f" + {layers} layers' linear weights in {ft.quantization} ({quantized_rank:,} B)"
+    return FinetunedStage(parts, frozen_rank, frozen_cluster, text, added)

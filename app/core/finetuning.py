@@ -1,0 +1,239 @@
+"""Fine-tuning: what trains (LoRA adapters, saved modules, unfrozen layers) and how the frozen base is stored.
+
+LoRA (Hu et al. 2021, arXiv:2106.09685) adds, beside each targeted linear layer W (out × in), two
+trainable matrices A (r × in) and B (out × r); the base stays frozen. Counts follow peft 0.21:
+`get_peft_model` adds A and B per targeted module (peft/tuners/lora/layer.py, `update_layer`),
+`modules_to_save` wraps a module in a trainable copy beside the frozen original
+(peft/utils/other.py, `ModulesToSaveWrapper`), and `all-linear` targets every linear layer of the
+decoder layers but not the output layer (peft/tuners/tuners_utils.py,
+`_maybe_include_all_linear_layers`). Llama-2-7B with r = 8 on q_proj and v_proj: 32 × 2 × 8 ×
+(4,096 + 4,096) = 4,194,304 trainable of 6,738,415,616 + 4,194,304 = 6,742,609,920, as peft prints.
+
+Dtypes: `get_peft_model(..., autocast_adapter_dtype=True)` (the default) keeps adapter weights in
+fp32 when the base is fp16 or bf16 (peft/tuners/tuners_utils.py, `_cast_adapter_dtype`), so their
+gradients and optimizer state are fp32 and need no master copy; a saved module's copy keeps the
+module's dtype.
+
+QLoRA (Dettmers et al. 2023, arXiv:2305.14314, section 3): the layers' linear weights in 4-bit
+NormalFloat, two weights a byte, with one fp32 absmax per block of 64 (0.5 bit per parameter), or
+double-quantized: the absmax in 8 bits with one fp32 constant per 256 of them (8/64 + 32/(64·256)
+≈ 0.127 bit); bitsandbytes leaves embeddings, norms and the output layer in 16 bits
+(bitsandbytes/functional.py `quantize_4bit`, blocksize 64; `compress_statistics` quantizes the
+absmax with `quantize_blockwise(..., blocksize=256)`). int8 (LLM.int8(), Dettmers et al. 2022,
+arXiv:2208.07339): one byte per weight and an fp32 scale per output row (`Int8Params.SCB`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from app.core.architecture import Architecture, ParamTensor, layer_tensors
+from app.core.errors import DomainError
+from app.core.units import ceil_div
+
+METHODS: Final = ("full", "lora", "qlora")
+QUANTIZATIONS: Final = ("nf4", "nf4-double", "int8")
+ALL_LINEAR: Final = "all-linear"
+SAVABLE_MODULES: Final = ("embed_tokens", "lm_head")
+MAX_RANK: Final = 1 << 14
+
+NF4_BLOCK: Final = 64
+NF4_DOUBLE_BLOCK: Final = 256
+FP32_BYTES: Final = 4
+
+# Module names as each model family spells them (transformers' modeling_*.py), for the layers' linear weights.
+_GPT2_NAMES: Final = {"attn.qkv": "c_attn", "attn.o": "c_proj", "mlp.up": "c_fc", "mlp.down": "c_proj"}
+_PHI3_NAMES: Final = {"attn.qkv": "qkv_proj", "attn.o": "o_proj", "mlp.gate_up": "gate_up_proj", "mlp.down": "down_proj"}
+_LLAMA_NAMES: Final = {"attn.q": "q_proj", "attn.k": "k_proj", "attn.v": "v_proj", "attn.o": "o_proj",
+                       "mlp.gate": "gate_proj", "mlp.up": "up_proj", "mlp.down": "down_proj"}
+
+
+@dataclass(frozen=True)
+class Finetuning:
+    """What trains. ``full`` trains everything except what is frozen (the embeddings, the first k layers);
+    ``lora`` and ``qlora`` train adapters of rank `rank` on `target_modules` and the `modules_to_save`."""
+
+    method: str = "full"
+    rank: int = 16
+    target_modules: tuple[str, ...] = ("q_proj", "v_proj")
+    dropout: float = 0.0
+    modules_to_save: tuple[str, ...] = ()
+    quantization: str = "nf4-double"  # qlora only
+    freeze_embeddings: bool = False  # full only
+    frozen_layers: int = 0  # full only: the first k decoder layers
+
+    @property
+    def adapters(self) -> bool:
+        return self.method in ("lora", "qlora")
+
+
+def module_names(arch: Architecture) -> dict[str, str]:
+    """Internal linear-weight name (``attn.q``...) -> the family's module name (``q_proj``...)."""
+    if arch.model_type == "gpt2":
+        return _GPT2_NAMES
+    if arch.model_type == "phi3":
+        return _PHI3_NAMES
+    return _LLAMA_NAMES
+
+
+def linear_modules(arch: Architecture) -> tuple[ParamTensor, ...]:
+    """The layers' linear weights (matmul weights), in order."""
+    return tuple(tensor for tensor in layer_tensors(arch) if tensor.matmul)
+
+
+def _module_of(tensor: ParamTensor) -> str:
+    return tensor.name.removesuffix(".weight")
+
+
+def validate_finetuning(finetuning: Finetuning, arch: Architecture | None, *, autocast: bool = False) -> None:
+    """Refuse what peft or the model cannot do, naming the field."""
+    f = finetuning
+    if f.method in ("lora", "qlora") and autocast:
+        raise DomainError("training.precision", "adapters are modelled on a base loaded in its training dtype "
+                                                "(precision bf16, fp16 or fp32, as LoRA runs usually load it), not "
+                                                "under autocast")
+    if f.method not in METHODS:
+        raise DomainError("finetuning.method", f"must be one of {', '.join(METHODS)}, got {f.method!r}")
+    if isinstance(f.rank, bool) or not isinstance(f.rank, int) or not 1 <= f.rank <= MAX_RANK:
+        raise DomainError("finetuning.rank", f"must be an integer from 1 to {MAX_RANK:,}, got {f.rank!r}")
+    if not 0.0 <= f.dropout < 1.0:
+        raise DomainError("finetuning.dropout", f"must be a probability in [0, 1), got {f.dropout}")
+    if f.quantization not in QUANTIZATIONS:
+        raise DomainError("finetuning.quantization", f"must be one of {', '.join(QUANTIZATIONS)}, got {f.quantization!r}")
+    for name in f.modules_to_save:
+        if name not in SAVABLE_MODULES:
+            raise DomainError("finetuning.modules_to_save", f"must name {' or '.join(SAVABLE_MODULES)}, got {name!r}")
+    if isinstance(f.frozen_layers, bool) or not isinstance(f.frozen_layers, int) or f.frozen_layers < 0:
+        raise DomainError("finetuning.frozen_layers", f"must be a whole number, got {f.frozen_layers!r}")
+    if f.method != "full" and (f.freeze_embeddings or f.frozen_layers):
+        raise DomainError("finetuning.frozen_layers" if f.frozen_layers else "finetuning.freeze_embeddings",
+                          "freezing applies to full fine-tuning; with adapters the whole base is frozen")
+    if f.method == "full" and f.modules_to_save:
+        raise DomainError("finetuning.modules_to_save", "applies to LoRA and QLoRA; full fine-tuning trains them")
+    if arch is None:
+        if f.method != "full" or f.freeze_embeddings or f.frozen_layers:
+            raise DomainError("finetuning.method", "needs the architecture (a preset, a config or its fields), "
+                                                   "not num_params: adapters and freezing depend on the shapes")
+        return
+    if f.frozen_layers >= arch.num_hidden_layers:
+        raise DomainError("finetuning.frozen_layers",
+                          f"must leave at least one of the {arch.num_hidden_layers} layers training, got {f.frozen_layers}")
+    if f.adapters:
+        if not f.target_modules:
+            raise DomainError("finetuning.target_modules", "name at least one module, or all-linear")
+        known = set(module_names(arch).values())
+        for name in f.target_modules:
+            if name != ALL_LINEAR and name not in known:
+                raise DomainError("finetuning.target_modules", f"{name!r} is not a linear module of this model; "
+                                                               f"it has {', '.join(sorted(known))} (or all-linear)")
+        if not targeted(arch, f):
+            raise DomainError("finetuning.target_modules", "no linear module of this model matches")
+
+
+def targeted(arch: Architecture, finetuning: Finetuning) -> tuple[ParamTensor, ...]:
+    """The layer weights that get an adapter (peft matches module names by suffix, so GPT-2's `c_proj`
+    names both the attention output and the MLP output)."""
+    if not finetuning.adapters:
+        return ()
+    names = module_names(arch)
+    wanted = set(finetuning.target_modules)
+    return tuple(tensor for tensor in linear_modules(arch)
+                 if ALL_LINEAR in wanted or names.get(_module_of(tensor)) in wanted)
+
+
+def adapter_elements(tensor: ParamTensor, rank: int) -> int:
+    """A (r × in) and B (out × r) beside a weight of shape (out, in)."""
+    out_features, in_features = tensor.shape
+    return rank * (in_features + out_features)
+
+
+def adapter_tensors(arch: Architecture, finetuning: Finetuning) -> tuple[ParamTensor, ...]:
+    """One layer's adapter matrices, split for tensor parallelism as their base weight is."""
+    out: list[ParamTensor] = []
+    r = finetuning.rank
+    for tensor in targeted(arch, finetuning):
+        out_features, in_features = tensor.shape
+        module = _module_of(tensor)
+        # A column-parallel weight splits B's rows; a row-parallel one splits A's columns.
+        a_split = ("row", 1) if tensor.split == "row" else ("replicated", 0)
+        b_split = ("column", 0) if tensor.split == "column" else ("replicated", 0)
+        out.append(ParamTensor(f"{module}.lora_A", (r, in_features), a_split[0], a_split[1], True))  # type: ignore[arg-type]
+        out.append(ParamTensor(f"{module}.lora_B", (out_features, r), b_split[0], b_split[1], True))  # type: ignore[arg-type]
+    return tuple(out)
+
+
+def quantized_bytes(elements: int, quantization: str) -> int:
+    """Bytes of a weight of `elements` stored by bitsandbytes (module docstring)."""
+    if quantization == "int8":
+        raise ValueError("int8 needs the weight's rows: use int8_bytes")
+    packed = ceil_div(elements, 2)
+    blocks = ceil_div(elements, NF4_BLOCK)
+    if quantization == "nf4":
+        return packed + FP32_BYTES * blocks
+    return packed + blocks + FP32_BYTES * ceil_div(blocks, NF4_DOUBLE_BLOCK)
+
+
+def int8_bytes(shape: tuple[int, ...]) -> int:
+    """LLM.int8(): one byte per weight and an fp32 scale per output row."""
+    out_features, in_features = shape
+    return out_features * in_features + FP32_BYTES * out_features
+
+
+def stored_weight_bytes(shape: tuple[int, ...], quantization: str) -> int:
+    if quantization == "int8":
+        return int8_bytes(shape)
+    return quantized_bytes(shape[0] * shape[1], quantization)
+
+
+def trainable_layer(finetuning: Finetuning, index: int) -> bool:
+    """Whether the base weights of decoder layer `index` (from 0) train."""
+    return finetuning.method == "full" and index >= finetuning.frozen_layers
+
+
+def embeddings_train(finetuning: Finetuning) -> bool:
+    if finetuning.method == "full":
+        return not finetuning.freeze_embeddings
+    return "embed_tokens" in finetuning.modules_to_save
+
+
+def head_trains(arch: Architecture, finetuning: Finetuning) -> bool:
+    """Whether the output layer's weight trains (tied to the embedding, it trains with it)."""
+    if arch.tie_word_embeddings:
+        return embeddings_train(finetuning)
+    return finetuning.method == "full" or "lm_head" in finetuning.modules_to_save
+
+
+Role = str  # "full", "bottom", "through", "off": see layer_role
+
+
+def layer_role(finetuning: Finetuning, index: int) -> Role:
+    """How decoder layer `index` (from 0) takes part in backward.
+
+    * ``full``: its input needs a gradient (something below trains), so it keeps what that needs;
+    * ``bottom``: the lowest layer that trains while nothing below does: its input needs no gradient;
+    * ``through``: its weights are frozen but something below trains, so gradients pass through it;
+    * ``off``: frozen with nothing trainable below: autograd records nothing in it.
+    """
+    below = embeddings_train(finetuning)
+    if finetuning.adapters:
+        return "full" if below or index > 0 else "bottom"
+    frozen = index < finetuning.frozen_layers
+    if below:
+        return "through" if frozen else "full"
+    if frozen:
+        return "off"
+    return "bottom" if index == finetuning.frozen_layers else "full"
+
+
+def layer_roles(finetuning: Finetuning, first_index: int, count: int) -> dict[Role, int]:
+    """How many of the layers first_index .. first_index + count - 1 take each role."""
+    roles: dict[Role, int] = {}
+    bottom = finetuning.frozen_layers + 1  # every layer from here up is "full"
+    for index in range(first_index, min(first_index + count, bottom)):
+        role = layer_role(finetuning, index)
+        roles[role] = roles.get(role, 0) + 1
+    rest = first_index + count - max(first_index, bottom)
+    if rest > 0:
+        roles["full"] = roles.get("full", 0) + rest
+    return roles
