@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: run test test-fast bench validate lock clean
+.PHONY: run test test-fast bench load validate lock clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,10 +24,14 @@ $(VENV)/.test: requirements-test.lock $(VENV)/.runtime
 	touch $@
 
 # The validate extra from its hashed lock, and torch 2.13.0 (CPU build) by version: the fast
-# validation subset runs in `make test`, the full sweep in `make validate`.
-$(VENV)/.validate: requirements-validate.lock $(VENV)/.test
+# validation subset runs in `make test`, the full sweep in `make validate`. peft and accelerate (for the
+# fine-tuning measurements) come by version too, without their dependencies: they would pull a CUDA torch
+# into the lock; what else they need (numpy, pyyaml, safetensors, huggingface-hub, tqdm) is in it already.
+PEFT := "peft==0.21.2" "accelerate==1.15.0" "psutil==7.2.2"
+$(VENV)/.validate: requirements-validate.lock Makefile $(VENV)/.test
 	$(BIN)/pip install -q --require-hashes -r requirements-validate.lock
 	$(BIN)/pip install -q --no-deps "torch==2.13.0"
+	$(BIN)/pip install -q --no-deps $(PEFT)
 	touch $@
 
 # Serves on http://$(HOST):$(PORT); `make run PORT=8001` for another port (it says so when the port is taken).
@@ -52,6 +56,12 @@ $(PEERS)/.installed: bench/peers.txt
 bench: $(VENV)/.test
 	@$(MAKE) --no-print-directory $(PEERS)/.installed || echo "bench: could not install bench/peers.txt into $(PEERS); the comparison with llm-analysis will be skipped"
 	BENCH_PEERS=$(PEERS) $(BIN)/python -m bench
+
+# The real server under load (bench/load.py): 20,000 requests at concurrency 32 on a free loopback port, the
+# throughput against /healthz, latency per route and the server's RSS; fails on any error. LOAD_ARGS passes
+# options, e.g. `make load LOAD_ARGS="--url http://127.0.0.1:8000 --pid 1234"`.
+load: $(VENV)/.test
+	$(BIN)/python -m bench.load $(LOAD_ARGS)
 
 # The full measurement sweep against PyTorch (CPU build): live memory through two steps at real size
 # (docs/timeline.json), then saved tensors on small models; writes docs/VALIDATION.md and docs/validation.json.

@@ -104,3 +104,19 @@ def test_answers_conform_to_their_documented_models():
     SolveResponse.model_validate(solved)
     swept = client.post("/api/v1/sweep", json=BODY | {"vary": {"field": "gpu", "values": ["a100-40gb"]}}).json()
     SweepResponse.model_validate(swept)
+
+
+def test_finetuning_in_the_api():
+    body = {"model": {"preset": "llama-2-7b"}, "training": {"precision": "bf16", "seq_len": 2048},
+            "finetuning": {"method": "lora", "rank": 8, "target_modules": ["q_proj", "v_proj"]}, "gpu": "rtx-4090-24gb"}
+    result = _estimate(body)
+    assert (result["trainable_param_count"], result["param_count"]) == (4_194_304, 6_742_609_920)
+    qlora = _estimate(body | {"finetuning": {"method": "qlora", "target_modules": ["all-linear"]}})
+    assert qlora["per_gpu"]["weights"] < result["per_gpu"]["weights"] / 3
+    for bad, loc in (({"method": "lora", "target_modules": ["c_attn"]}, ["body", "finetuning", "target_modules"]),
+                     ({"method": "lora", "rank": 0}, ["body", "finetuning", "rank"]),
+                     ({"method": "dora"}, ["body", "finetuning", "method"])):
+        response = client.post("/api/v1/estimate", json=body | {"finetuning": bad})
+        assert response.status_code == 422 and response.json()["detail"][0]["loc"][:3] == loc
+    swept = client.post("/api/v1/sweep", json=body | {"vary": {"field": "finetuning.rank", "values": [8, 64]}}).json()
+    assert swept["points"][0]["peak"]["bytes"] < swept["points"][1]["peak"]["bytes"]
