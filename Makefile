@@ -68,6 +68,7 @@ load: $(VENV)/.test
 validate: $(VENV)/.validate
 	HF_HUB_OFFLINE=1 $(BIN)/python -m validation.timeline
 	HF_HUB_OFFLINE=1 $(BIN)/python -m validation --full
+	HF_HUB_OFFLINE=1 $(BIN)/python -m validation.finetuning --write
 
 # Regenerate the hashed locks after editing requirements*.in.
 lock: | $(BIN)/python

@@ -7,7 +7,11 @@ Compared, to the byte: the trainable parameter count (peft's own `get_nb_trainab
 parameters, the bytes of every parameter (the weights category), and the saved activations of each
 layer, of the embedding and of the head.
 
-    python -m validation.finetuning        # prints one line per case
+    python -m validation.finetuning           # prints one line per case
+    python -m validation.finetuning --write   # and publishes them in docs/VALIDATION.md ("Fine-tuning")
+
+The peak of two training steps with LoRA is measured by the timeline harness (validation/timeline.py,
+PEAK_CASES below) as for full training.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import dataclasses
 import sys
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
 
 import torch
 from peft import LoraConfig, get_peft_model
@@ -28,6 +34,7 @@ from app.core.finetuning import Finetuning, layer_role
 from validation.measure import SavedTensorRecorder
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+REPORT: Final = Path(__file__).resolve().parent.parent / "docs" / "VALIDATION.md"
 LAYERS = 3
 
 
@@ -131,19 +138,99 @@ CASES = (
 )
 
 
+def peak_cases() -> tuple:
+    from validation import timeline as tl
+    from validation.models import Size
+
+    size = Size(hidden=256, layers=4, heads=4, kv_heads=2, intermediate=704, vocab=2048)
+    return (
+        tl.TimelineCase("llama", precision="bf16", seq=256, batch=2, size=size, lora_rank=8,
+                        lora_targets=("q_proj", "v_proj")),
+        tl.TimelineCase("llama", precision="bf16", seq=256, batch=2, size=size, lora_rank=16,
+                        lora_targets=("all-linear",), lora_dropout=0.1, loop="hf-trainer"),
+        tl.TimelineCase("llama", precision="fp32", seq=256, batch=2, size=size, lora_rank=8,
+                        lora_targets=("q_proj", "v_proj"), implementation="for-loop"),
+    )
+
+
+SECTION: Final = "## Fine-tuning"
+
+
+def section(results: list[Result], peaks: list) -> list[str]:
+    exact = sum(result.passed for result in results)
+    lines = [
+        SECTION, "",
+        "LoRA with peft 0.21.2 on small Llama and GPT-2 models built from a config, on CPU "
+        "(`python -m validation.finetuning`). Each case compares, to the byte, peft's own trainable and total "
+        "parameter counts, the bytes of every parameter (the frozen base in its dtype, the adapters in fp32 as "
+        "peft's `autocast_adapter_dtype` leaves them, the copies `modules_to_save` makes) and the tensors "
+        "autograd keeps for backward in each layer, the embedding and the head (frozen linear layers keep no "
+        f"input; each adapter keeps an fp32 copy of its input, or its dropout's output and mask). "
+        f"**{exact} of {len(results)} cases exact.**", "",
+        "| case | trainable | all params | weights B | layers B (first, others) | embedding B | head B | |",
+        "| --- | ---: | ---: | ---: | --- | ---: | ---: | --- |",
+    ]
+    for result in results:
+        m = result.measured
+        layers = m["layers"]
+        lines.append(f"| {result.case.label} | {m['trainable']:,} | {m['params']:,} | {m['weights']:,} | "
+                     f"{layers[0]:,}, {layers[1]:,} | {m['embedding']:,} | {m['head']:,} | "
+                     f"{'exact' if result.passed else 'differs'} |")
+    lines += ["", "The peak of two training steps with LoRA (the timeline harness, as for full training; "
+              "`tests/validation/test_finetuning.py`):", "",
+              "| case | predicted peak B | measured peak B | error | event (predicted / measured) |",
+              "| --- | ---: | ---: | ---: | --- |"]
+    for row in peaks:
+        lines.append(f"| {row.label} | {row.predicted:,} | {row.measured:,} | {row.error_pct:+.4f}% | "
+                     f"{row.predicted_event}, step {row.predicted_step} / {row.measured_event}, step "
+                     f"{row.measured_step} |")
+    lines += ["", "QLoRA's 4-bit and 8-bit storage is not measured here: bitsandbytes' quantized kernels need a GPU. "
+              "trainmem counts it from bitsandbytes' source: `quantize_4bit` packs two 4-bit weights a byte with "
+              "one fp32 absmax per block of 64 (`blocksize=64`), `compress_statistics` quantizes the absmax to 8 "
+              "bits with an fp32 constant per 256 (`quantize_blockwise(absmax, blocksize=256)`) "
+              "(bitsandbytes/functional.py); `Int8Params` keeps a byte per weight and an fp32 `SCB` scale per row; "
+              "`MatMul4Bit.forward` saves the packed weight, not its input, and dequantizes the weight to the "
+              "compute dtype for each matmul (bitsandbytes/autograd/_functions.py). Adapters under autocast are "
+              "not modelled (trainmem refuses them): LoRA runs load the base in its training dtype.", ""]
+    return lines
+
+
+def write(path: Path, results: list[Result], peaks: list) -> None:
+    """Replaces (or appends) the Fine-tuning section of the report."""
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    if SECTION in lines:
+        start = lines.index(SECTION)
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+        lines[start:end] = section(results, peaks)
+    else:
+        lines += ["", *section(results, peaks)]
+    path.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
+
+
 def run(cases: tuple[Case, ...] = CASES) -> list[Result]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return [Result(case, measure(case), predict(case)) for case in cases]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     results = run()
     for result in results:
         mark = "ok  " if result.passed else "DIFF"
         print(f"{mark} {result.case.label}: measured {result.measured} predicted {result.predicted}")
     failed = sum(not result.passed for result in results)
     print(f"{len(results) - failed} of {len(results)} cases exact")
+    if "--write" in argv:
+        from validation import peak
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            peaks = [peak.run(case) for case in peak_cases()]
+        for row in peaks:
+            print(f"peak {row.label}: predicted {row.predicted:,} measured {row.measured:,} ({row.error_pct:+.4f}%)")
+        write(REPORT, results, peaks)
     return 1 if failed else 0
 
 

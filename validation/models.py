@@ -115,5 +115,7 @@ def build(family: str, size: Size, *, attention: str, precision: str, seed: int 
 
 def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
     """The decoder layers of a causal LM (``model.layers`` for Llama-style models, ``transformer.h`` for GPT-2)."""
+    if hasattr(model, "get_base_model"):  # a peft model: the transformers model it wraps
+        model = model.get_base_model()
     base = model.base_model
     return base.h if hasattr(base, "h") else base.layers

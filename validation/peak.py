@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from app.core.finetuning import Finetuning
 from app.core import Estimate, Training, architecture_from_hf_config, estimate, precision_preset
 from validation import timeline as tl
 
@@ -50,6 +51,8 @@ def training(case: tl.TimelineCase) -> Training:
         optimizer=case.optimizer, optimizer_implementation=case.implementation,
         activation_checkpointing=case.checkpointing, attention=case.attention, implementation="transformers",
         loop=case.loop, gradient_accumulation_steps=case.accumulation, framework_overhead_bytes=0,
+        finetuning=Finetuning(method="lora", rank=case.lora_rank, target_modules=case.lora_targets,
+                              dropout=case.lora_dropout) if case.lora_rank else Finetuning(),
     )
 
 

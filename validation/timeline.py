@@ -355,6 +355,9 @@ class Timeline:
             if index == 0:
                 self.close("forward: embedding", then="forward: layer 1")
                 hidden = args[0] if args else kwargs["hidden_states"]
+                # With frozen embeddings (LoRA) the first layer's input has no gradient: its backward ends
+                # with the micro-batch (end_micro_batch closes it).
+                self.first_input_graded = hidden.grad_fn is not None
                 if hidden.grad_fn is not None:
                     hidden.grad_fn.register_prehook(self._on_backward("backward: layer 1", "backward: embedding"))
 
@@ -408,6 +411,8 @@ class Timeline:
         self.close("step start", then="forward: embedding")
 
     def end_micro_batch(self) -> None:
+        if not getattr(self, "first_input_graded", True):
+            self.close("backward: layer 1", then="backward: embedding")
         self.close("backward: embedding")
         self.micro_batch += 1
         self.tracker.origin = "optimizer" if self.micro_batch > self.accumulation else "forward"
@@ -480,6 +485,9 @@ class TimelineCase:
     seq: int = 4096
     size: Size | None = None  # for the small families
     fake_tensors: bool | None = None  # None: fake for the real-size families, real for the small ones
+    lora_rank: int = 0  # above 0: peft's LoRA of this rank on lora_targets, the base frozen
+    lora_targets: tuple[str, ...] = ()
+    lora_dropout: float = 0.0
 
     @property
     def fake(self) -> bool:
@@ -494,6 +502,9 @@ class TimelineCase:
         if self.accumulation > 1:
             parts.append(f"ga{self.accumulation}")
         parts.append(self.loop)
+        if self.lora_rank:
+            parts.append(f"lora r{self.lora_rank} {','.join(self.lora_targets)}"
+                         + (f" dropout {self.lora_dropout}" if self.lora_dropout else ""))
         return " ".join(parts)
 
     def as_dict(self) -> dict:
@@ -566,6 +577,12 @@ def build_model(case: TimelineCase) -> tuple[nn.Module, dict]:
             _cast(model, dtype)
         else:
             model.to(dtype)
+    if case.lora_rank:
+        from peft import LoraConfig, get_peft_model
+
+        targets = "all-linear" if case.lora_targets == ("all-linear",) else list(case.lora_targets)
+        model = get_peft_model(model, LoraConfig(r=case.lora_rank, lora_alpha=2 * case.lora_rank,
+                                                 target_modules=targets, lora_dropout=case.lora_dropout))
     model.train()
     if case.checkpointing == "full":
         enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable

@@ -21,3 +21,12 @@ pytestmark = pytest.mark.validation
 def test_counts_weights_and_saved_tensors_match_peft(case):
     measured, predicted = finetuning.measure(case), finetuning.predict(case)
     assert measured == predicted
+
+
+@pytest.mark.parametrize("case", finetuning.peak_cases(), ids=lambda case: case.label)
+def test_lora_peak_of_two_steps_within_two_percent(case):
+    from validation import peak
+
+    row = peak.run(case)
+    assert abs(row.error_pct) <= peak.PEAK_TARGET_PCT
+    assert (row.predicted_event, row.predicted_step) == (row.measured_event, row.measured_step)
