@@ -4,18 +4,23 @@ The core's solver answers three questions about the job as given (the largest mi
 longest sequence, the fewest data-parallel GPUs for its ZeRO stage) and lists the changes that
 fit, cheapest first. Here each becomes a sentence with the resulting peak and a link that applies
 it (app/web/links.py): a plain href, which htmx follows in place.
+
+The solver runs the fixes with each answer, some twenty estimates, so three answers cost three
+times the fixes (about 14 ms of the page's time when the setup does not fit). What the page needs
+of them is kept for the most recent jobs, keyed by the job: a frozen dataclass, equal for equal inputs.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Final
 
 from app import core
 from app.core.job import Job
-from app.core.solver import TARGETS, Fix, Solution, fixes, solve
+from app.core.solver import TARGETS, Fix, fixes, solve
 from app.web import links
 from app.web.form import Unit
 from app.web.view import format_bytes
@@ -25,10 +30,40 @@ COST_LABELS: Final[dict[str, str]] = {
     "none": "free", "throughput": "throughput", "compute": "compute", "communication": "communication",
     "hardware": "more GPUs", "numerics": "numerics",
 }
+# Answers are kept for this many recent jobs: the unit switch, a pin and the way back ask again for the same job.
+CACHED_JOBS: Final = 64
 # Fixes listed before the rest are folded away; the list is cheapest first.
 FIXES_SHOWN: Final = 5
 # The core writes sizes in its notes as exact byte counts ("162,204,303,360 B"); the page shows them in its unit.
 EXACT_BYTES: Final = re.compile(r"\b(\d{1,3}(?:,\d{3})+|\d+) B\b")
+
+
+@dataclass(frozen=True)
+class Solved:
+    """What the page keeps of one of the solver's answers: the value, the peak there, why there is none."""
+
+    target: str
+    value: int | None
+    peak_bytes: int
+    note: str | None
+
+
+@dataclass(frozen=True)
+class Found:
+    """What the page keeps of a fix: the change, its peak and headroom, and its cost."""
+
+    change: tuple[tuple[str, object], ...]  # API field path -> value, in the solver's order
+    summary: str
+    peak_bytes: int
+    headroom_bytes: int
+    cost_kind: str
+    cost: str
+
+
+@dataclass(frozen=True)
+class Solutions:
+    answers: tuple[Solved | str, ...]  # one per target in TARGETS order; a string says why it cannot be solved
+    fixes: tuple[Found, ...]
 
 
 @dataclass(frozen=True)
@@ -64,26 +99,44 @@ class FitAnswers:
     more_fixes: tuple[FixLink, ...]  # the rest, folded away
 
 
+@lru_cache(maxsize=CACHED_JOBS)
+def solutions(job: Job) -> Solutions:
+    """The solver's three answers and the fixes for `job` (which has a GPU), kept small for the cache.
+
+    Every fix list is the same whichever target was solved, so the first solution's is taken.
+    """
+    answers: list[Solved | str] = []
+    found: tuple[Fix, ...] | None = None
+    for target in TARGETS:
+        try:
+            solution = solve(job, target)
+        except core.DomainError as error:  # a bare parameter count has no batch or sequence to solve for
+            answers.append(_sentence(error.message))
+            continue
+        answers.append(Solved(target, solution.value, solution.estimate.peak.bytes, solution.note))
+        found = solution.fixes if found is None else found
+    if found is None:
+        found = fixes(job)
+    kept = tuple(Found(tuple(fix.change.items()), fix.summary, fix.estimate.peak.bytes,
+                       fix.estimate.gpu.headroom_bytes if fix.estimate.gpu else 0, fix.cost.kind, fix.cost.text)
+                 for fix in found)
+    return Solutions(tuple(answers), kept)
+
+
 def fit_answers(job: Job, given: core.Estimate, state: Mapping[str, str], unit: Unit) -> FitAnswers | None:
     """The panel's content for `job` (whose estimate is `given`), links built on `state`; None without a GPU."""
     if job.gpu is None:
         return None
-    solutions: dict[str, Solution | core.DomainError] = {}
-    for target in ("micro_batch_size", "seq_len", "data"):
-        try:
-            solutions[target] = solve(job, target)
-        except core.DomainError as error:  # a bare parameter count has no batch or sequence to solve for
-            solutions[target] = error
-    solved = [item for item in solutions.values() if isinstance(item, Solution)]
-    found = solved[0].fixes if solved else fixes(job, given)  # the same for every target
+    solved = dict(zip(TARGETS, solutions(job).answers, strict=True))
+    found = solutions(job).fixes
+    stage = job.parallelism.zero_stage
     answers = (
-        _answer(solutions["micro_batch_size"], "Largest micro-batch that fits", job.training.micro_batch_size,
+        _answer(solved["micro_batch_size"], "Largest micro-batch that fits", job.training.micro_batch_size,
                 state, unit, value_text=lambda v: f"{v:,}", action=lambda v: f"Use micro-batch {v:,}"),
-        _answer(solutions["seq_len"], "Longest sequence that fits", job.training.seq_len, state, unit,
+        _answer(solved["seq_len"], "Longest sequence that fits", job.training.seq_len, state, unit,
                 value_text=lambda v: f"{v:,} tokens", action=lambda v: f"Use {v:,} tokens"),
-        _answer(solutions["data"], f"Fewest data-parallel GPUs with ZeRO stage {job.parallelism.zero_stage}",
-                job.parallelism.data, state, unit, value_text=_gpus,
-                action=lambda v: f"Use {_gpus(v)}", also={"parallelism.zero_stage": job.parallelism.zero_stage}),
+        _answer(solved["data"], f"Fewest data-parallel GPUs with ZeRO stage {stage}", job.parallelism.data, state, unit,
+                value_text=_gpus, action=lambda v: f"Use {_gpus(v)}", also={"parallelism.zero_stage": stage}),
     )
     links_to_fixes = tuple(link for link in (_fix_link(fix, state, unit) for fix in found) if link is not None)
     return FitAnswers(
@@ -99,35 +152,34 @@ def _gpus(value: int) -> str:
     return f"{value:,} GPU" + ("" if value == 1 else "s")
 
 
-def _answer(solution: Solution | core.DomainError, question: str, current: int, state: Mapping[str, str], unit: Unit,
-            *, value_text, action, also: Mapping[str, object] | None = None) -> Answer:
-    if isinstance(solution, core.DomainError):
-        return Answer(question, None, None, None, None, False, _sentence(solution.message))
-    note = in_unit(_sentence(solution.note), unit) if solution.note else None
-    if solution.value is None:
+def _answer(solved: Solved | str, question: str, current: int, state: Mapping[str, str], unit: Unit,
+            *, value_text: Callable[[int], str], action: Callable[[int], str],
+            also: Mapping[str, object] | None = None) -> Answer:
+    if isinstance(solved, str):
+        return Answer(question, None, None, None, None, False, solved)
+    note = in_unit(_sentence(solved.note), unit) if solved.note else None
+    if solved.value is None:
         return Answer(question, None, None, None, None, False, note)
-    value = solution.value
-    peak = format_bytes(solution.estimate.peak.bytes, unit)
+    value = solved.value
+    peak = format_bytes(solved.peak_bytes, unit)
     if value == current:
         return Answer(question, value_text(value), peak, None, None, True, note)
-    target = links.href(links.changed(state, {TARGETS[solution.target]: value, **(also or {})}))
+    target = links.href(links.changed(state, {TARGETS[solved.target]: value, **(also or {})}))
     return Answer(question, value_text(value), peak, target, action(value), False, note)
 
 
-def _fix_link(fix: Fix, state: Mapping[str, str], unit: Unit) -> FixLink | None:
+def _fix_link(fix: Found, state: Mapping[str, str], unit: Unit) -> FixLink | None:
     try:
-        target = links.href(links.changed(state, fix.change))
+        target = links.href(links.changed(state, dict(fix.change)))
     except ValueError:  # a change the page has no control for
         return None
-    result = fix.estimate
-    spare = result.gpu.headroom_bytes if result.gpu else 0
     return FixLink(
         summary=fix.summary,
-        peak=format_bytes(result.peak.bytes, unit),
-        spare=format_bytes(spare, unit),
-        cost_kind=fix.cost.kind,
-        cost_label=COST_LABELS.get(fix.cost.kind, fix.cost.kind),
-        cost=_sentence(fix.cost.text),
+        peak=format_bytes(fix.peak_bytes, unit),
+        spare=format_bytes(fix.headroom_bytes, unit),
+        cost_kind=fix.cost_kind,
+        cost_label=COST_LABELS.get(fix.cost_kind, fix.cost_kind),
+        cost=_sentence(fix.cost),
         href=target,
     )
 

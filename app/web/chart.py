@@ -134,25 +134,49 @@ def nice_step(value: float, *, ticks: int = TICKS_WANTED) -> float:
     raise AssertionError("unreachable: 10^(k+1) always covers")
 
 
-def _decimals(step: float) -> int:
+def decimals_for(step: float) -> int:
     return max(0, -math.floor(math.log10(step) + 1e-9))
 
 
-def _r(value: float) -> float:
+def rounded(value: float) -> float:
     return round(value, 1)
 
 
-def _num(value: float) -> str:
+def num(value: float) -> str:
     """A coordinate as the markup writes it: one decimal at most, no trailing ``.0``."""
-    return f"{_r(value):g}"
+    return f"{rounded(value):g}"
 
 
-def _points(xs: Sequence[float], ys: Sequence[float]) -> str:
-    return " ".join(f"{_num(x)},{_num(y)}" for x, y in zip(xs, ys, strict=True))
+def points_attr(xs: Sequence[float], ys: Sequence[float]) -> str:
+    return " ".join(f"{num(x)},{num(y)}" for x, y in zip(xs, ys, strict=True))
 
 
 def text_width(text: str) -> float:
     return len(text) * CHAR_WIDTH
+
+
+@dataclass(frozen=True)
+class ValueAxis:
+    """A bytes axis from zero in 1, 2 or 5 × 10^k steps of the unit, up to the first gridline at or above the top."""
+
+    step_bytes: float
+    labels: tuple[str, ...]  # from zero up
+    scale_bytes: float  # the value of the top gridline
+    left: float  # where the plot starts: room for the widest label and a pad either side
+
+    def ticks(self, y_of: Callable[[int], float]) -> tuple[Tick, ...]:
+        return tuple(Tick(y, label, rounded(y + FONT / 3))
+                     for y, label in ((y_of(round(k * self.step_bytes)), label) for k, label in enumerate(self.labels)))
+
+
+def value_axis(highest: int, *, unit: str, unit_bytes: int, ticks: int = TICKS_WANTED) -> ValueAxis:
+    """The axis for values up to `highest` bytes, labelled in `unit` (`unit_bytes` each)."""
+    step = nice_step(highest / unit_bytes, ticks=ticks) if highest else 1.0
+    count = max(1, math.ceil(highest / unit_bytes / step - 1e-9)) if highest else 1
+    decimals = decimals_for(step)
+    labels = tuple(f"{k * step:,.{decimals}f} {unit}" for k in range(count + 1))
+    left = rounded(max(text_width(label) for label in labels) + 2 * PAD)
+    return ValueAxis(step * unit_bytes, labels, count * step * unit_bytes, left)
 
 
 def timeline_chart(
@@ -168,26 +192,19 @@ def timeline_chart(
         raise ValueError("a timeline has at least one point")
     totals = [point.bytes for point in points]
     top_index = max(range(len(points)), key=lambda index: (totals[index], -index))
-    highest = max(totals[top_index], capacity_bytes or 0)
-    step = nice_step(highest / unit_bytes) if highest else 1.0
-    tick_count = max(1, math.ceil(highest / unit_bytes / step - 1e-9)) if highest else 1
-    decimals = _decimals(step)
-    tick_labels = [f"{k * step:,.{decimals}f} {unit}" for k in range(tick_count + 1)]
-
-    left = _r(max(text_width(label) for label in tick_labels) + 2 * PAD)
+    axis = value_axis(max(totals[top_index], capacity_bytes or 0), unit=unit, unit_bytes=unit_bytes)
+    left = axis.left
     right, top, bottom = float(WIDTH - RIGHT_GAP), TOP, float(HEIGHT - BOTTOM_GAP)
-    scale_bytes = tick_count * step * unit_bytes
 
     def y_of(value: int) -> float:
-        return _r(bottom - (bottom - top) * value / scale_bytes)
+        return rounded(bottom - (bottom - top) * value / axis.scale_bytes)
 
     n = len(points)
     span = right - left
-    xs = tuple(_r(left + span * index / (n - 1)) if n > 1 else _r(left + span / 2) for index in range(n))
+    xs = tuple(rounded(left + span * index / (n - 1)) if n > 1 else rounded(left + span / 2) for index in range(n))
     ys = tuple(y_of(total) for total in totals)
 
-    ticks = tuple(Tick(y, label, _r(y + FONT / 3))
-                  for y, label in ((y_of(round(k * step * unit_bytes)), label) for k, label in enumerate(tick_labels)))
+    ticks = axis.ticks(y_of)
     bands = _bands(points, xs, y_of, bottom=bottom, left=left, right=right, avoid=top_index)
     steps = _steps(points, xs)
     peak = _peak(points[top_index], top_index, xs[top_index], ys[top_index], size)
@@ -198,9 +215,9 @@ def timeline_chart(
     rows = tuple(Row(point.event, point.step, size(point.bytes), f"{point.bytes:,} bytes", index == top_index)
                  for index, point in enumerate(points))
     return Chart(
-        width=WIDTH, height=HEIGHT, left=left, top=top, right=right, bottom=bottom, tick_label_x=_r(left - PAD),
+        width=WIDTH, height=HEIGHT, left=left, top=top, right=right, bottom=bottom, tick_label_x=rounded(left - PAD),
         step_label_y=bottom + BOTTOM_GAP - PAD - 1, divider_bottom=bottom + BOTTOM_GAP - PAD, line_gap=LINE, xs=xs, ys=ys,
-        line=_points(xs, ys), bands=bands, ticks=ticks, steps=steps, peak=peak, capacity=capacity,
+        line=points_attr(xs, ys), bands=bands, ticks=ticks, steps=steps, peak=peak, capacity=capacity,
         title=f"Memory alive per GPU through {_steps_words(points)}",
         desc=_desc(points, top_index, size, capacity_bytes),
         rows=rows,
@@ -221,14 +238,14 @@ def _bands(points: Sequence[core.Point], xs: tuple[float, ...], y_of: Callable[[
             continue
         above = [low + value for low, value in zip(below, values, strict=True)]
         tops = [y_of(value) for value in above]
-        outline = _points(xs, tops) + f" {_num(xs[-1])},{_num(bottom)} {_num(xs[0])},{_num(bottom)}"
+        outline = points_attr(xs, tops) + f" {num(xs[-1])},{num(bottom)} {num(xs[0])},{num(bottom)}"
         thickness = [y_of(low) - high for low, high in zip(below, tops, strict=True)]
         columns = [index for index in range(len(points)) if index != avoid] or [avoid]
         widest = max(columns, key=lambda index: (thickness[index], -index))
         letter_x = letter_y = None
         if thickness[widest] >= LETTER_MIN_THICKNESS:
-            letter_x = _r(min(max(xs[widest], left + FONT / 2), right - FONT / 2))
-            letter_y = _r(tops[widest] + thickness[widest] / 2 + FONT / 3)
+            letter_x = rounded(min(max(xs[widest], left + FONT / 2), right - FONT / 2))
+            letter_y = rounded(tops[widest] + thickness[widest] / 2 + FONT / 3)
         bands.append(Band(category, outline, core.CATEGORY_TABLE[category].short, letter_x, letter_y))
         below = above
     return tuple(reversed(bands))
@@ -239,8 +256,8 @@ def _steps(points: Sequence[core.Point], xs: tuple[float, ...]) -> tuple[StepMar
     start = 0
     for index in range(1, len(points) + 1):
         if index == len(points) or points[index].step != points[start].step:
-            divider = _r((xs[start - 1] + xs[start]) / 2) if start else None
-            marks.append(StepMark(points[start].step, _r((xs[start] + xs[index - 1]) / 2), divider))
+            divider = rounded((xs[start - 1] + xs[start]) / 2) if start else None
+            marks.append(StepMark(points[start].step, rounded((xs[start] + xs[index - 1]) / 2), divider))
             start = index
     return tuple(marks)
 
@@ -251,7 +268,7 @@ def _peak(point: core.Point, index: int, x: float, y: float, size: Callable[[int
     label_x = min(max(x - width / 2, PAD), WIDTH - PAD - width)
     label_y = FONT + PAD - 2
     leader_top = label_y + LINE + PAD
-    return PeakMark(index, x, y, _r(max(label_x, PAD)), label_y, leader_top, _r(max(y - MARKER_GAP, leader_top)),
+    return PeakMark(index, x, y, rounded(max(label_x, PAD)), label_y, leader_top, rounded(max(y - MARKER_GAP, leader_top)),
                     lines, " ".join(lines))
 
 
@@ -259,7 +276,7 @@ def _capacity(y: float, label: str, *, peak_x: float, left: float, right: float,
     """The label sits on the side away from the peak, above its line where there is room, else below."""
     on_right = peak_x < (left + right) / 2
     label_y = y - PAD if y - PAD - FONT >= TOP else y + FONT + 2
-    return CapacityMark(y, label, _r(right - PAD if on_right else left + PAD), _r(label_y),
+    return CapacityMark(y, label, rounded(right - PAD if on_right else left + PAD), rounded(label_y),
                         "end" if on_right else "start", over)
 
 

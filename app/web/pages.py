@@ -29,7 +29,8 @@ from app.web import controls, links
 from app.web.accuracy import accuracy
 from app.web.answers import fit_answers
 from app.web.form import ALL_CONTROLS, CUSTOM_PRECISION, DTYPE_FIELDS, ParsedForm, parse_form
-from app.web.view import format_size_input, result_view
+from app.web.sweeps import sweeps
+from app.web.view import UNIT_BYTES, format_bytes, format_size_input, result_view
 
 TEMPLATES_DIR: Final = Path(__file__).resolve().parent.parent.parent / "templates"
 VARY: Final = "HX-Request, HX-History-Restore-Request, HX-Target"
@@ -54,19 +55,23 @@ def page_context(form: ParsedForm, params: Mapping[str, str]) -> dict[str, Any]:
     values = dict(form.values)
     if not form.errors.get("framework_overhead_bytes") and form.request is not None:
         values["framework_overhead_bytes"] = format_size_input(form.request.training.framework_overhead_bytes)
-    view = answers = None
+    view = answers = charts = None
     if form.ok and form.request is not None and form.estimate is not None:
-        view = result_view(form.estimate, to_parallelism(form.request.parallelism), form.unit,
+        unit = form.unit
+        view = result_view(form.estimate, to_parallelism(form.request.parallelism), unit,
                            attention=form.request.training.attention)
         job = _job(form)
         if job is not None:
-            answers = fit_answers(job, form.estimate, links.state_of(params, names=STATE_NAMES), form.unit)
+            answers = fit_answers(job, form.estimate, links.state_of(params, names=STATE_NAMES), unit)
+            charts = sweeps(job, form.estimate, size=lambda value: format_bytes(value, unit), unit=unit,
+                            unit_bytes=UNIT_BYTES[unit])
     return {
         "form": form,
         "values": values,
         "errors": form.errors,
         "view": view,
         "answers": answers,
+        "sweeps": charts,
         "accuracy": accuracy(),
         "options": controls.options(),
         "labels": controls.LABELS,

@@ -70,3 +70,38 @@ def test_a_link_that_applies_an_answer_gets_the_whole_page(client):
 def test_without_a_gpu_there_is_no_panel(client):
     html = client.get("/?gpu=").text
     assert re.search(r'<section id="answers"[^>]*></section>', html)
+
+
+SVG_BUDGET_BYTES = 8_000
+
+
+def _figure(html: str, ident: str) -> str:
+    found = re.search(rf'<figure class="sweep" id="{ident}".*?</figure>', html, re.S)
+    assert found, ident
+    return found.group(0)
+
+
+def test_the_sweep_charts_are_inline_svg_with_their_numbers_as_a_table(client):
+    html = client.get("/?preset=llama-3-8b&seq_len=4096&gpu=h100-80gb&data=8&zero_stage=1").text
+    for ident, rows in (("seq-chart", 25), ("data-chart", 11)):
+        figure = _figure(html, ident)
+        svg = re.search(r"<svg.*?</svg>", figure, re.S).group(0)
+        assert re.search(r'<svg[^>]*viewBox="0 0 \d+ \d+"[^>]*role="img"', svg)
+        assert f'<title id="{ident}-title">' in svg and f'<desc id="{ident}-desc">' in svg
+        assert 'class="capacity-mark' in svg and 'class="now-mark"' in svg
+        assert len(svg.encode()) < SVG_BUDGET_BYTES
+        assert "<details" in figure and len(re.findall(r"<tr(?: class=\"is-current\")?><th scope=\"row\">", figure)) == rows
+        assert figure.count('class="is-current"') == 1
+    assert re.findall(r'class="series zero-(\d)"', _figure(html, "data-chart")) == ["0", "1", "2", "3"]
+    assert "now: 4,096" in _figure(html, "seq-chart") and "now: 8" in _figure(html, "data-chart")
+
+
+def test_the_sweeps_follow_the_form_in_the_htmx_answer(client):
+    fragment = client.get("/?preset=llama-3-8b&seq_len=8192&gpu=h100-80gb", headers=HX).text
+    assert re.search(r'<div id="sweeps"[^>]*hx-swap-oob="true"', fragment)
+    assert "now: 8,192" in fragment
+
+
+def test_no_sweeps_without_an_architecture(client):
+    html = client.get("/?source=params&num_params=7B&gpu=h100-80gb").text
+    assert re.search(r'<div id="sweeps"[^>]*></div>', html)

@@ -113,6 +113,7 @@ def test_a_make_it_fit_link_applies_the_change_in_place_and_the_verdict_turns_to
 
     # Back returns to the setup that did not fit.
     page.go_back()
+    expect(page.locator("#f-seq_len")).to_have_value("4096")
     page.go_back()
     expect(page.locator("#summary .verdict")).to_contain_text("Does not fit")
     expect(page.locator("#f-precision")).not_to_have_value("bf16")
@@ -139,3 +140,58 @@ def test_without_javascript_a_make_it_fit_link_is_a_plain_link(browser, base_url
         page.locator("#answers a.apply").first.click()
     expect(page.locator("#summary .verdict")).to_contain_text("Fits, with")
     context.close()
+
+
+def test_the_sweep_charts_follow_the_form_and_have_their_numbers_as_a_table(watched: Page, base_url: str, artifacts_dir):
+    page = watched
+    page.set_viewport_size(DESKTOP)
+    page.goto(base_url + "/?preset=llama-3-8b&seq_len=4096&gpu=h100-80gb&data=8&zero_stage=1")
+    for ident in ("seq-chart", "data-chart"):
+        expect(page.locator(f'#{ident} svg[role="img"]')).to_be_visible()
+    seq_now = page.locator("#seq-chart .now-mark text")
+    expect(seq_now).to_have_text("now: 4,096")
+    page.evaluate("window.__sameDocument = true")
+    page.fill("#f-seq_len", "8192")
+    expect(seq_now).to_have_text("now: 8,192")
+    assert page.evaluate("window.__sameDocument === true")
+    # Eager attention: the activations at the peak grow with the square of the length.
+    page.locator("label.pill", has_text="Eager").click()
+    expect(page.locator("#seq-chart desc")).to_contain_text("multiplies the activations at the peak by 3.")
+    # The text alternative, from the keyboard.
+    table = page.locator("#seq-chart details")
+    table.locator("summary").focus()
+    page.keyboard.press("Enter")
+    expect(table.locator("tbody tr").first).to_be_visible()
+    expect(table.locator("tr.is-current")).to_contain_text("8,192 (now)")
+    page.locator("#data-chart details summary").click()
+    expect(page.locator("#data-chart tr.is-current")).to_contain_text("8")
+    page.locator("#sweeps").screenshot(path=artifacts_dir / "sweeps-desktop.png")
+
+
+def test_the_charts_read_in_dark_mode(watched: Page, base_url: str, artifacts_dir):
+    page = watched
+    page.emulate_media(color_scheme="dark")
+    page.set_viewport_size(DESKTOP)
+    page.goto(base_url + "/?seq_len=4096&data=8&zero_stage=1")
+    label = page.locator("#data-chart .series-label.zero-1")
+    colour = label.evaluate("e => getComputedStyle(e).fill")
+    assert colour not in ("rgb(11, 87, 208)", "rgb(0, 0, 0)")  # the light scheme's blue would be too dark here
+    tick = page.locator("#seq-chart .grid text").first.evaluate("e => getComputedStyle(e).fill")
+    assert tick != "rgb(0, 0, 0)"
+    page.locator("#sweeps").screenshot(path=artifacts_dir / "sweeps-dark.png")
+
+
+@pytest.mark.parametrize("query", ["/", "/?seq_len=4096&data=8&zero_stage=1&attention=eager",
+                                   "/?source=params&num_params=7B", "/?gpu="])
+def test_nothing_is_wider_than_a_phone(watched: Page, base_url: str, query: str, artifacts_dir):
+    page = watched
+    page.set_viewport_size(PHONE)
+    page.goto(base_url + query)
+    for details in page.locator("#results details").all():
+        details.evaluate("e => e.open = true")
+    assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+    for svg in page.locator("#results svg.chart").all():
+        box = svg.bounding_box()
+        assert box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"], box
+    if query == "/":
+        page.screenshot(path=artifacts_dir / "answers-phone.png", full_page=True)
