@@ -14,6 +14,7 @@ from app import core
 from app.api import wire
 from app.core import architecture as arch_limits
 from app.core import setup as limits
+from app import configs
 from app.core import finetuning as finetuning_limits
 from app.core.finetuning import METHODS as FINETUNING_METHODS
 from app.core.finetuning import QUANTIZATIONS
@@ -161,6 +162,12 @@ class ParallelismIn(BaseModel):
     pipeline: int = Field(default=1, ge=1, le=limits.MAX_DEGREE, description="Pipeline-parallel degree (stages).")
     sequence_parallel: bool = Field(default=False, description="Megatron sequence parallelism over the tensor-parallel group.")
     zero_stage: int = Field(default=0, ge=0, le=3, description="ZeRO stage: 1 shards optimizer state and master weights, 2 adds gradients, 3 weights.")
+    offload: Literal[tuple(limits.OFFLOADS)] = Field(  # type: ignore[valid-type]
+        default="none", description="none; optimizer: optimizer state, master copy and an fp32 gradient partition in "
+        "host memory, the update on the CPU (ZeRO-Offload; needs ZeRO 1-3); optimizer+parameters: the parameter "
+        "partitions too (ZeRO-Infinity, FSDP CPU offload; needs ZeRO-3).")
+    gpus_per_node: int = Field(default=8, ge=1, le=limits.MAX_GPUS_PER_NODE,
+                               description="GPUs sharing one host, for host memory per node.")
 
 
 class FinetuningIn(BaseModel):
@@ -259,6 +266,13 @@ class GpuFitOut(BaseModel):
     headroom: int = Field(description="capacity - peak, in bytes; negative when it does not fit.")
 
 
+class HostOut(BaseModel):
+    per_gpu: BreakdownOut = Field(description="Host memory each GPU's offloaded states take, by category, in bytes.")
+    gpus_per_node: int = Field(description="GPUs counted on one host (gpus_per_node, at most the job's GPUs).")
+    per_node_bytes: int = Field(description="Host memory one node needs for them, in bytes.")
+    ledger: list[BufferOut] = Field(description="The buffers in host memory.")
+
+
 class TermOut(BaseModel):
     category: str = Field(description="The per_gpu category this line explains.")
     label: str = Field(description="What the bytes are, in words.")
@@ -291,6 +305,7 @@ class EstimateResponse(BaseModel):
     attention_kernel: str | None = Field(
         description="The attention kernel assumed (eager, flash, memory-efficient or math); null without an architecture."
     )
+    host: HostOut | None = Field(description="Host memory for offloaded states; null without offloading.")
     layer_activations: list[SavedTensorOut] = Field(
         description="The tensors one decoder layer keeps for backward under the chosen recomputation, for one "
         "micro-batch; empty when the architecture is unknown."
@@ -424,3 +439,121 @@ def run_estimate(request: EstimateRequest) -> core.Estimate:
 
 def estimate_response(result: core.Estimate) -> EstimateResponse:
     return EstimateResponse.model_validate(wire.estimate_json(result))
+
+
+# --- configs in and out ---------------------------------------------------------------------------------
+
+ConfigKindName = Literal[configs.IMPORT_KINDS]  # type: ignore[valid-type]
+ExportKindName = Literal[configs.EXPORT_KINDS]  # type: ignore[valid-type]
+_KINDS_TEXT = ("deepspeed (its JSON), training-arguments (the JSON TrainingArguments.to_json_string() writes), "
+               "accelerate (its YAML), axolotl (its YAML), torchtitan (its TOML job config), megatron (Megatron-LM's "
+               "command line as text), or auto (told from the text; the answer's kind says which)")
+
+
+class ConfigFileIn(BaseModel):
+    """One file of a run's configuration."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    kind: ConfigKindName = Field(default="auto", description="What the text is: " + _KINDS_TEXT + ".")
+    text: str = Field(max_length=configs.MAX_TEXT_BYTES, description="The file's contents. Nothing in it is run, "
+                      "opened or fetched: paths and model ids are reported.")
+
+
+class ImportRequest(BaseModel):
+    """A config file (kind and text), or several files of one run (files)."""
+
+    model_config = ConfigDict(
+        extra="forbid", strict=True,
+        json_schema_extra={"examples": [
+            {"kind": "deepspeed", "text": '{"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 8, '
+                                          '"train_batch_size": 256, "zero_optimization": {"stage": 2}, '
+                                          '"bf16": {"enabled": true}}'},
+            {"files": [{"kind": "training-arguments", "text": '{"per_device_train_batch_size": 4, "bf16": true, '
+                                                              '"deepspeed": "ds_config.json"}'},
+                       {"kind": "deepspeed", "text": '{"zero_optimization": {"stage": 3}, "bf16": {"enabled": "auto"}, '
+                                                     '"train_micro_batch_size_per_gpu": "auto"}'}]},
+        ]},
+    )
+
+    kind: ConfigKindName | None = Field(default=None, description="What text is (with text; default auto): "
+                                        + _KINDS_TEXT + ".")
+    text: str | None = Field(default=None, max_length=configs.MAX_TEXT_BYTES,
+                             description="One config file's contents (instead of files).")
+    files: list[ConfigFileIn] | None = Field(
+        default=None, min_length=1, max_length=configs.MAX_FILES,
+        description="Several files of one run, e.g. the Trainer's arguments and the DeepSpeed file they name. They "
+        "merge launcher (accelerate) < the script's arguments (Trainer, axolotl) < DeepSpeed: a later one wins where "
+        "two differ (the loser is listed in ignored), the Trainer fills DeepSpeed's \"auto\" values, and where "
+        "the Trainer and DeepSpeed both state a batch or precision value that differs, the answer is a 422 naming "
+        "both keys, as transformers refuses such a pair.",
+    )
+
+    @model_validator(mode="after")
+    def _one_form(self) -> ImportRequest:
+        if self.files is not None and (self.text is not None or self.kind is not None):
+            raise ValueError("give text (with kind) or files, not both")
+        if self.files is None and self.text is None:
+            raise ValueError("give text (with kind), or files")
+        return self
+
+
+class UnderstoodOut(BaseModel):
+    key: str = Field(description="The key path in the file (a flag for megatron), e.g. 'zero_optimization.stage'.")
+    value: Any = Field(description="The value as the file has it.")
+    field: str = Field(description="The estimate-body field it sets, e.g. 'parallelism.zero_stage'.")
+    file: int | None = Field(description="Which file (its index in files; 0 for text).")
+    note: str | None = Field(description="How the value was read, where that needs saying.")
+
+
+class IgnoredOut(BaseModel):
+    key: str = Field(description="The key path in the file.")
+    why: str = Field(description="Why the estimate leaves it aside.")
+    file: int | None = Field(description="Which file (its index in files; 0 for text).")
+
+
+class AssumedOut(BaseModel):
+    field: str = Field(description="The estimate-body field.")
+    value: Any = Field(description="The value used.")
+    why: str = Field(description="Why: a default, a value worked out from others, or a reading that needed a choice.")
+    file: int | None = Field(description="The file it comes from, or null for trainmem's own default.")
+
+
+class ImportResponse(BaseModel):
+    kind: str = Field(description="The kind read (detected for auto); for several files, their kinds joined by '+'.")
+    kinds: list[str] = Field(description="The kind of each file, in the order given.")
+    request: EstimateRequest = Field(description="An estimate body: post it to /estimate, /solve (with target) or "
+                                     "/sweep (with vary).")
+    understood: list[UnderstoodOut] = Field(description="Each key read, with the field it set.")
+    ignored: list[IgnoredOut] = Field(description="Each key left aside, with the reason (nothing is dropped "
+                                      "silently).")
+    assumed: list[AssumedOut] = Field(description="Each value the files do not state, and why it was chosen.")
+
+
+class ExportRequest(EstimateRequest):
+    model_config = ConfigDict(
+        extra="forbid", strict=True,
+        json_schema_extra={"examples": [{"kind": "deepspeed", "model": {"preset": "llama-3-8b"},
+                                         "training": {"micro_batch_size": 2, "gradient_accumulation_steps": 8},
+                                         "parallelism": {"data": 8, "zero_stage": 3}}]},
+    )
+
+    kind: ExportKindName = Field(description="The config to write: deepspeed (ds_config.json), training-arguments "
+                                 "(TrainingArguments as JSON), accelerate or axolotl (YAML).")
+
+
+class UnexpressedOut(BaseModel):
+    field: str = Field(description="A field of the request the file does not carry.")
+    value: Any = Field(description="The request's value for it.")
+    why: str = Field(description="Why the framework's config cannot say it, and where it is set instead.")
+
+
+class ExportResponse(BaseModel):
+    kind: str = Field(description="The kind written.")
+    filename: str = Field(description="The file name the framework usually reads it from.")
+    text: str = Field(description="The config. Imported back, it gives the request again, except the unexpressed "
+                      "fields.")
+    notes: list[str] = Field(description="What the file needs that trainmem does not model (learning rate, data, the "
+                             "model's path); YAML carries these as comments too.")
+    unexpressed: list[UnexpressedOut] = Field(description="The request's fields the file does not carry, with why.")
+

@@ -196,12 +196,18 @@ def estimate_json(result: core.Estimate) -> dict[str, Any]:
         "peak": peak_json(result.peak),
         "timeline": [{"event": p.event, "step": p.step, "bytes": p.bytes, "breakdown": dict(p.breakdown)}
                      for p in result.timeline],
-        "ledger": [{"category": b.category, "label": b.label, "formula": b.formula, "bytes": b.bytes,
-                    "cluster_bytes": b.cluster_bytes, "allocated": b.allocated, "freed": b.freed}
-                   for b in result.ledger],
+        "ledger": [_buffer_json(b) for b in result.ledger],
         "attention_kernel": result.attention_kernel,
+        "host": None if result.host is None else {
+            "per_gpu": breakdown_json(result.host.per_gpu), "gpus_per_node": result.host.gpus_per_node,
+            "per_node_bytes": result.host.per_node_bytes, "ledger": [_buffer_json(b) for b in result.host.ledger]},
         "layer_activations": [{"name": t.name, "bytes": t.bytes} for t in result.layer_activations],
     }
+
+
+def _buffer_json(buffer: core.Buffer) -> dict[str, Any]:
+    return {"category": buffer.category, "label": buffer.label, "formula": buffer.formula, "bytes": buffer.bytes,
+            "cluster_bytes": buffer.cluster_bytes, "allocated": buffer.allocated, "freed": buffer.freed}
 
 
 def fix_json(fix: Fix) -> dict[str, Any]:

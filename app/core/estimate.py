@@ -45,6 +45,25 @@ class Estimate:
     attention_kernel: str | None = None
     layer_activations: tuple[act.SavedTensor, ...] = ()  # what one layer keeps per micro-batch on one rank
     trainable_param_count: int = 0  # parameters that train (all of them unless fine-tuning freezes some)
+    host: Host | None = None  # host memory, when offloading
+
+
+@dataclass(frozen=True)
+class Host:
+    """Host memory that offloading uses: each GPU's share by category, its buffers, and a node's total."""
+
+    per_gpu: Breakdown
+    ledger: tuple[Buffer, ...]
+    gpus_per_node: int
+    per_node_bytes: int
+
+
+def _host(buffers: tuple[Buffer, ...], parallelism: Parallelism) -> Host | None:
+    if not buffers:
+        return None
+    per_gpu = _sum_by_category(buffers)
+    gpus = min(parallelism.gpus_per_node, parallelism.world_size)
+    return Host(per_gpu, buffers, gpus, per_gpu.total_bytes * gpus)
 
 
 def estimate(
@@ -81,7 +100,7 @@ def _from_architecture(arch: Architecture, training: Training, parallelism: Para
     cluster = dict.fromkeys(CATEGORIES, 0)
     cluster_by_key: dict[str, int] = {}
     for kind in stage_kinds(arch, pipeline=parallelism.pipeline, micro_batches=m):
-        ledger, phases = stage_ledger(arch, training, parallelism, kind, setup, layer_saved=layer_saved)
+        ledger, phases, host = stage_ledger(arch, training, parallelism, kind, setup, layer_saved=layer_saved)
         for buffer in ledger:
             cluster[buffer.category] += buffer.cluster_bytes
             cluster_by_key[buffer.key] = cluster_by_key.get(buffer.key, 0) + buffer.cluster_bytes
@@ -94,9 +113,9 @@ def _from_architecture(arch: Architecture, training: Training, parallelism: Para
         steps = plan(phases, micro_batches=m, carried={GRADS: kind.layers})
         points, peak = sweep([(b.category, b.bytes, b.life) for b in ledger], steps, totals)
         if best is None or peak.bytes > best[3].bytes:
-            best = (kind, ledger, points, peak)
+            best = (kind, ledger, points, peak, host)
     assert best is not None
-    kind, ledger, points, peak = best
+    kind, ledger, points, peak, host = best
     ledger = tuple(buffer if buffer.cluster_bytes == cluster_by_key[buffer.key] else
                    _with_cluster(buffer, cluster_by_key[buffer.key]) for buffer in ledger)
     per_gpu = _sum_by_category(ledger)
@@ -123,6 +142,7 @@ def _from_architecture(arch: Architecture, training: Training, parallelism: Para
         layer_activations=act.checkpointed_layer_activations(arch, setup, training.activation_checkpointing,
                                                              full=layer_saved),
         trainable_param_count=trainable,
+        host=_host(host, parallelism),
     )
 
 

@@ -33,7 +33,7 @@ from app.core import states
 from app.core.architecture import Architecture
 from app.core.finetuning import Finetuning, layer_roles, linear_modules
 from app.core.optimizers import FP32_BITS, OPTIMIZER_INFO, optimizer_formula, optimizer_label
-from app.core.setup import LOOPS, Parallelism, Training
+from app.core.setup import LOOPS, OFFLOADS, Parallelism, Training
 from app.core.stages import StageKind
 from app.core.timeline import OPTIMIZER_STEP, START, STEP_PHASE_NAMES, Life, Phase, describe
 from app.core.units import ceil_div, tensor_bytes
@@ -75,6 +75,12 @@ class Buffer(NamedTuple):
         return describe(self.life, self.names)[1]
 
 
+class StageLedger(NamedTuple):
+    buffers: tuple[Buffer, ...]  # in GPU memory
+    phases: tuple[Phase, ...]
+    host: tuple[Buffer, ...] = ()  # in host memory (offloading)
+
+
 def stage_phases(kind: StageKind) -> tuple[Phase, ...]:
     """The events of one micro-batch on a stage of this kind, with the layer counts at each."""
     n, low = kind.layers, kind.first_layer
@@ -112,6 +118,17 @@ class _Stage:
         self.fwd_end = FWD_LAYER_LAST if n > 1 else FWD_LAYER_FIRST
         self.bwd_end = BWD_LAYER_FIRST if n > 1 else BWD_LAYER_LAST
         self.buffers: list[Buffer] = []
+        self.host: list[Buffer] = []  # what offloading keeps in host memory instead (setup.OFFLOADS)
+        offload = OFFLOADS[parallelism.offload]
+        self.host_keys: set[str] = set()
+        if offload.optimizer:
+            self.host_keys |= {"optimizer_states", "master_weights", "optimizer.scratch"}
+        if offload.parameters:
+            self.host_keys.add("weights")
+        # ZeRO-2/3 with offload: each gradient partition is copied to the host as it is reduced; the GPU keeps
+        # only the layer's unsharded gradient until then (DeepSpeed stage_1_and_2.py, cpu_offload: async copy of
+        # the reduced partition into single_partition_of_fp32_groups' .grad).
+        self.gradients_leave = offload.optimizer and parallelism.zero_stage >= 2
         self.ranks = parallelism.tensor * parallelism.data  # GPUs of one stage
         self.shapes = states.stage_shapes(arch, parallelism.tensor, layers=n, first=kind.first, last=kind.last)
         self.parts = self.shapes.rank
@@ -124,7 +141,28 @@ class _Stage:
     # --- writing ---------------------------------------------------------------------------------
 
     def add(self, key: str, category: str, label: str, formula: str, size: int, cluster: int, life: Life) -> None:
-        self.buffers.append(Buffer(key, category, label, formula, size, cluster, life, self.names))
+        buffer = Buffer(key, category, label, formula, size, cluster, life, self.names)
+        if key == "optimizer.scratch" and OFFLOADS[self.parallelism.offload].optimizer:
+            return  # DeepSpeedCPUAdam updates in place in its C++ kernel (deepspeed/ops/csrc/adam/cpu_adam_impl.cpp)
+        if key in self.host_keys:
+            self.host.append(buffer._replace(label=buffer.label + " (in host memory)"))
+        elif self.gradients_leave and key.startswith("gradients."):
+            return  # streamed to the host partition (host_gradients)
+        else:
+            self.buffers.append(buffer)
+
+    def host_gradients(self) -> None:
+        """Offloaded optimizers update on the CPU from an fp32 copy of this rank's gradient partition."""
+        if not OFFLOADS[self.parallelism.offload].optimizer:
+            return
+        p = self.parallelism
+        params = self.finetuned.trainable_rank if self.finetuned is not None else self.shapes.rank_total
+        cluster = self.finetuned.trainable_cluster if self.finetuned is not None else self.shapes.cluster_total
+        rank = ceil_div(params, p.data)
+        size = tensor_bytes(rank, FP32_BITS)
+        self.host.append(Buffer("offload.fp32_gradients", "gradients", "fp32 gradient partition for the CPU optimizer "
+                                "(in host memory)", f"{params:,} params ÷ {p.data} × 32 bit ÷ 8", size,
+                                tensor_bytes(cluster, FP32_BITS) * self.kind.count, Life("run", START), self.names))
 
     def per_stage(self, size: int) -> int:
         """Cluster bytes of a buffer every GPU of every stage of this kind holds once."""
@@ -532,7 +570,7 @@ def _listed(items: tuple[act.SavedTensor, ...]) -> str:
 
 def stage_ledger(arch: Architecture, training: Training, parallelism: Parallelism, kind: StageKind,
                  setup: act.ActivationSetup, *, layer_saved: tuple[act.SavedTensor, ...] | None = None,
-                 ) -> tuple[tuple[Buffer, ...], tuple[Phase, ...]]:
+                 ) -> StageLedger:
     """Every buffer on the most-loaded GPU of a stage of this kind, and the stage's micro-batch events.
 
     `layer_saved` is what one layer saves without recomputation, if already worked out.
@@ -541,6 +579,7 @@ def stage_ledger(arch: Architecture, training: Training, parallelism: Parallelis
         layer_saved = act.layer_activations(arch, setup)
     stage = _Stage(arch, training, parallelism, kind, setup, layer_saved)
     stage.model_states()
+    stage.host_gradients()
     stage.activations()
     stage.temporaries()
-    return tuple(stage.buffers), stage.phases
+    return StageLedger(tuple(stage.buffers), stage.phases, tuple(stage.host))

@@ -33,6 +33,34 @@ UNUSUAL_SEQ_LEN: Final = 1 << 20
 UNUSUAL_MICRO_BATCH: Final = 4096
 
 LoopId = Literal["plain", "hf-trainer"]
+MAX_GPUS_PER_NODE: Final = 64
+
+
+@dataclass(frozen=True)
+class Offload:
+    """What moves to host memory (ZeRO-Offload, Ren et al. 2021, arXiv:2101.06840; ZeRO-Infinity, Rajbhandari et
+    al. 2021, arXiv:2104.07857; FSDP's CPUOffload(offload_params=True))."""
+
+    id: str
+    label: str
+    about: str
+    optimizer: bool  # optimizer state, the fp32 master copy, an fp32 gradient partition and the update itself
+    parameters: bool  # the 16-bit parameter partitions too (ZeRO-3 only)
+
+
+OFFLOADS: Final[dict[str, Offload]] = {
+    item.id: item
+    for item in (
+        Offload("none", "No offload", "Everything on the GPU.", False, False),
+        Offload("optimizer", "Optimizer to CPU (ZeRO-Offload)",
+                "Optimizer state, the fp32 master copy and an fp32 copy of the gradient partition live in host "
+                "memory; the update runs on the CPU (DeepSpeed offload_optimizer: cpu).", True, False),
+        Offload("optimizer+parameters", "Optimizer and parameters to CPU (ZeRO-Infinity, FSDP offload)",
+                "As optimizer offload, and the 16-bit parameter partitions too: each layer's weights are gathered "
+                "to the GPU only while it computes (DeepSpeed offload_param: cpu with ZeRO-3; FSDP "
+                "CPUOffload(offload_params=True)).", True, True),
+    )
+}
 
 
 @dataclass(frozen=True)
@@ -82,6 +110,8 @@ class Parallelism:
     pipeline: int = 1
     sequence_parallel: bool = False
     zero_stage: int = 0
+    offload: str = "none"  # a key of OFFLOADS
+    gpus_per_node: int = 8  # for host memory per node
 
     @property
     def world_size(self) -> int:
@@ -116,6 +146,14 @@ def validate_setup(training: Training, parallelism: Parallelism, arch: Architect
     for name in ("data", "tensor", "pipeline"):
         check_int(f"parallelism.{name}", getattr(parallelism, name), low=1, high=MAX_DEGREE)
     check_int("parallelism.zero_stage", parallelism.zero_stage, low=0, high=3)
+    check_choice("parallelism.offload", parallelism.offload, OFFLOADS)
+    check_int("parallelism.gpus_per_node", parallelism.gpus_per_node, low=1, high=MAX_GPUS_PER_NODE)
+    offload = OFFLOADS[parallelism.offload]
+    if offload.optimizer and parallelism.zero_stage == 0:
+        raise DomainError("parallelism.offload", "offloading runs under ZeRO: choose ZeRO stage 1, 2 or 3")
+    if offload.parameters and parallelism.zero_stage < 3:
+        raise DomainError("parallelism.offload", "parameters are offloaded only with ZeRO stage 3 (their "
+                                                 "partitions are what moves)")
     precision = training.precision
     autocast = training.implementation == "transformers" and precision.bits("weights") > precision.bits("activations")
     validate_finetuning(training.finetuning, arch, autocast=autocast)

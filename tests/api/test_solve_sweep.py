@@ -120,3 +120,15 @@ def test_finetuning_in_the_api():
         assert response.status_code == 422 and response.json()["detail"][0]["loc"][:3] == loc
     swept = client.post("/api/v1/sweep", json=body | {"vary": {"field": "finetuning.rank", "values": [8, 64]}}).json()
     assert swept["points"][0]["peak"]["bytes"] < swept["points"][1]["peak"]["bytes"]
+
+
+def test_offload_answers_host_memory():
+    body = {"model": {"preset": "llama-3-8b"}, "parallelism": {"data": 8, "zero_stage": 3, "offload": "optimizer",
+                                                                "gpus_per_node": 4}, "gpu": "a100-40gb"}
+    result = _estimate(body)
+    assert result["host"]["gpus_per_node"] == 4
+    assert result["host"]["per_node_bytes"] == 4 * result["host"]["per_gpu"]["total"]
+    assert result["per_gpu"]["optimizer_states"] == 0 and result["host"]["per_gpu"]["optimizer_states"] > 0
+    assert _estimate({"model": {"preset": "gpt2"}})["host"] is None
+    response = client.post("/api/v1/estimate", json=body | {"parallelism": {"zero_stage": 0, "offload": "optimizer"}})
+    assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body", "parallelism", "offload"]

@@ -163,7 +163,7 @@ def test_a_middle_stage_never_outweighs_the_first(pipeline):
         setup = activation_setup(training, parallelism)
         peaks = []
         for kind in stage_kinds(arch, pipeline=pipeline, micro_batches=training.gradient_accumulation_steps):
-            ledger, phases = stage_ledger(arch, training, parallelism, kind, setup)
+            ledger, phases, _ = stage_ledger(arch, training, parallelism, kind, setup)
             steps = plan(phases, micro_batches=training.gradient_accumulation_steps, carried={GRADS: kind.layers})
             totals = dict.fromkeys((ACTS, FORWARDED, GRADS), kind.layers)
             peaks.append(sweep([(b.category, b.bytes, b.life) for b in ledger], steps, totals)[1].bytes)
