@@ -409,6 +409,8 @@ def peak_text(peak: Mapping[str, Any]) -> str:
 
 def estimate_text(result: Mapping[str, Any]) -> list[str]:
     lines = [f"Parameters: {result['param_count']:,}"]
+    if result["trainable_param_count"] != result["param_count"]:
+        lines[0] += f" ({result['trainable_param_count']:,} trainable)"
     fit = verdict(result["gpu"])
     if fit:
         lines.append(fit)
@@ -418,6 +420,10 @@ def estimate_text(result: Mapping[str, Any]) -> list[str]:
             for category in core.CATEGORY_TABLE.values()]
     rows.append(["Total", gib(result["peak"]["bytes"]), gib(per_gpu["total"])])
     lines += table(["Category", "At the peak (GiB)", "Per-GPU sum (GiB)"], rows, right=[False, True, True])
+    host = result.get("host")
+    if host:
+        lines += ["", f"Host memory (offloaded): {gib(host['per_gpu']['total'])} GiB per GPU, "
+                      f"{gib(host['per_node_bytes'])} GiB per node of {host['gpus_per_node']} GPUs"]
     if result["warnings"]:
         lines += ["", "Warnings:", *(f"- {warning}" for warning in result["warnings"])]
     return lines
