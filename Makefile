@@ -69,6 +69,7 @@ validate: $(VENV)/.validate
 	HF_HUB_OFFLINE=1 $(BIN)/python -m validation.timeline
 	HF_HUB_OFFLINE=1 $(BIN)/python -m validation --full
 	HF_HUB_OFFLINE=1 $(BIN)/python -m validation.finetuning --write
+	HF_HUB_OFFLINE=1 $(BIN)/python -m validation.moe --write
 
 # Regenerate the hashed locks after editing requirements*.in.
 lock: | $(BIN)/python

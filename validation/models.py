@@ -88,6 +88,14 @@ def _gemma(size: Size) -> PretrainedConfig:
     )
 
 
+def _mixtral(size: Size) -> PretrainedConfig:
+    return transformers.MixtralConfig(
+        hidden_size=size.hidden, num_hidden_layers=size.layers, num_attention_heads=size.heads,
+        num_key_value_heads=size.kv_heads, intermediate_size=size.intermediate, vocab_size=size.vocab,
+        max_position_embeddings=size.positions, head_dim=size.head_dim, num_local_experts=4, num_experts_per_tok=2,
+    )
+
+
 FAMILIES: dict[str, Callable[[Size], PretrainedConfig]] = {
     "gpt2": _gpt2,
     "gpt2-no-dropout": _gpt2_no_dropout,
@@ -96,6 +104,7 @@ FAMILIES: dict[str, Callable[[Size], PretrainedConfig]] = {
     "mistral": _mistral,
     "qwen2": _qwen2,
     "gemma": _gemma,
+    "mixtral": _mixtral,
 }
 
 # Dtypes of the precision presets the harness runs.

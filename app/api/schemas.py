@@ -78,6 +78,11 @@ class ModelIn(BaseModel):
     )
     dropout: float | None = Field(default=None, ge=0, lt=1, description="Residual/embedding dropout probability; masks are stored when > 0.")
     attention_dropout: float | None = Field(default=None, ge=0, lt=1, description="Dropout on attention probabilities; defaults to dropout.")
+    num_local_experts: int | None = _count("Experts per mixture-of-experts layer (E); 0 or absent for a dense MLP.",
+                                           arch_limits.MAX_EXPERTS, low=0)
+    num_experts_per_tok: int | None = _count("Experts each token is routed to (k).", arch_limits.MAX_EXPERTS)
+    moe_intermediate_size: int | None = _count("Each expert's MLP width; defaults to intermediate_size.",
+                                               64 * arch_limits.MAX_HIDDEN_SIZE)
 
     def architecture_overrides(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in ARCHITECTURE_FIELDS if getattr(self, name) is not None}
@@ -289,6 +294,8 @@ class EstimateResponse(BaseModel):
     param_count: int = Field(description="Exact number of parameters, adapters and saved copies included (as peft "
                              "counts 'all params').")
     trainable_param_count: int = Field(description="Parameters that train (equal to param_count for full training).")
+    active_param_count: int = Field(description="Parameters one token uses: all but the experts it is not routed to "
+                                    "(equal to param_count for a dense model).")
     per_gpu: BreakdownOut = Field(
         description="Bytes on the most-loaded GPU, every buffer of the ledger summed by category (an upper bound: "
         "not everything is alive at once; see peak)."

@@ -29,7 +29,7 @@ ARCHITECTURE_FIELDS: Final = (
     "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
     "intermediate_size", "vocab_size", "tie_word_embeddings", "attention_bias", "qkv_bias", "mlp_bias",
     "max_position_embeddings", "mlp", "norm", "norms_per_layer", "position_embedding", "dropout",
-    "attention_dropout",
+    "attention_dropout", "num_local_experts", "num_experts_per_tok", "moe_intermediate_size",
 )
 TRAINING_FIELDS: Final = tuple(f.name for f in dataclasses.fields(core.Training) if f.name != "finetuning")
 FINETUNING_FIELDS: Final = tuple(f.name for f in dataclasses.fields(Finetuning))
@@ -185,6 +185,7 @@ def estimate_json(result: core.Estimate) -> dict[str, Any]:
     return {
         "param_count": result.param_count,
         "trainable_param_count": result.trainable_param_count,
+        "active_param_count": result.active_param_count,
         "per_gpu": breakdown_json(result.per_gpu),
         "cluster": breakdown_json(result.cluster),
         "gpu": gpu,

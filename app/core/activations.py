@@ -512,7 +512,42 @@ def _hf_probs_bytes(arch: Architecture, setup: ActivationSetup) -> int:
     return setup.stream_bytes
 
 
+def _hf_moe(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
+    """A sparse MoE block as transformers 5.24 runs Mixtral's (modeling_mixtral.py: MixtralTopKRouter, then
+    MixtralExperts over the tokens sorted by expert), for n tokens, k experts each, E experts of width I.
+
+    The router's linear keeps its input (n × h); softmax its fp32 output (n × E); top-k its int64 indices
+    (n × k); the renormalisation of the k weights keeps them and their sum (fp32). Routing keeps the
+    int64 order of the n·k routed tokens twice and int32 counts per expert; the experts' gate-and-up
+    matmul keeps the gathered tokens (n·k × h) and SiLU its whole (n·k × 2I) output, the product the
+    activation's output (n·k × I), the down matmul its input (n·k × I); the weighting keeps the fp32
+    routing weights (n·k) and the experts' outputs (n·k × h); the scatter back its int64 index.
+    The sum over experts does not depend on how evenly tokens are routed. Measured on CPU:
+    docs/VALIDATION.md.
+    """
+    n, h, e, k = setup.tokens, arch.hidden_size, arch.num_local_experts, arch.num_experts_per_tok
+    width, wa = arch.expert_size, setup.half_bytes
+    routed = n * k
+    saved.add("moe.router_input", n * h, wa, "sequence")
+    saved.add("moe.router_probs_fp32", n * e, FP32_BYTES, "none")
+    saved.add("moe.topk_indices", n * k, INDEX_BYTES, "none")
+    saved.add("moe.topk_weights_fp32", n * k, FP32_BYTES, "none")
+    saved.add("moe.topk_weight_sum_fp32", n, FP32_BYTES, "none")
+    saved.add("moe.routing_order", 2 * routed, INDEX_BYTES, "none")
+    saved.add("moe.tokens_per_expert", e, 4, "none")
+    saved.add("moe.gathered_tokens", routed * h, wa, "none")
+    saved.add("moe.gate_up", routed * 2 * width, wa, "tensor")
+    saved.add("moe.act_output", routed * width, wa, "tensor")
+    saved.add("moe.product", routed * width, wa, "tensor")
+    saved.add("moe.routing_weights_fp32", routed, FP32_BYTES, "none")
+    saved.add("moe.expert_output", routed * h, wa, "none")
+    saved.add("moe.scatter_index", routed, INDEX_BYTES, "none")
+
+
 def _hf_mlp(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, down_input: bool = True) -> None:
+    if arch.is_moe:
+        _hf_moe(saved, arch, setup)
+        return
     n, inter = setup.tokens, arch.ffn_size
     wa = setup.half_bytes
     if arch.is_gated:
@@ -585,7 +620,7 @@ def _hf_layer(arch: Architecture, setup: ActivationSetup, role: Role = "full") -
                      input_grad=attention_records, name="attn.out_proj_input", arch=arch, setup=setup)
     mlp_grad = input_grad or weights or bool(attn_in or attn_out)
     _hf_norm(saved, "mlp_norm", arch, setup, weight_grad=weights, input_grad=mlp_grad)
-    if weights:
+    if weights and not arch.is_moe:  # a MoE block's router keeps its input (_hf_moe)
         _hf_linear_input(saved, "mlp.input", mlp_consumers, arch, setup)
     _hf_adapters(saved, mlp_in, setup.stream_bytes, input_kept=weights, input_grad=mlp_grad, name="mlp.input",
                  arch=arch, setup=setup)

@@ -13,6 +13,9 @@ Llama's SwiGLU MLP and RMSNorm; Ainslie et al. 2023 for grouped-query attention)
   ``a`` is ``num_attention_heads``, ``g`` ``num_key_value_heads`` and ``d`` ``head_dim``;
 * MLP: two matrices ``h x I`` and ``I x h`` (gelu, relu) or three (swiglu, geglu: gate, up, down);
 * ``norms_per_layer`` norms of ``h`` weights each, plus ``h`` biases for LayerNorm.
+* mixture of experts (Shazeer et al. 2017; Jiang et al. 2024 for Mixtral): in place of the MLP, a
+  router ``E x h`` and ``num_local_experts`` (E) gated experts of width ``moe_intermediate_size``
+  (defaults to ``intermediate_size``), each token sent to ``num_experts_per_tok`` (k) of them.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ MAX_HIDDEN_SIZE: Final = 1_000_000
 MAX_HEADS: Final = 100_000
 MAX_VOCAB_SIZE: Final = 100_000_000
 MAX_POSITIONS: Final = 1 << 30
+MAX_EXPERTS: Final = 4096
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,9 @@ class Architecture:
     attention_dropout: float | None = None
     fused_qkv: bool = False
     fused_gate_up: bool = False
+    num_local_experts: int = 0  # 0: a dense MLP
+    num_experts_per_tok: int = 2
+    moe_intermediate_size: int | None = None
     model_type: str | None = None
     hidden_act: str | None = None
     extras: tuple[tuple[str, float], ...] = field(default=())
@@ -102,6 +109,15 @@ class Architecture:
     @property
     def has_qkv_bias(self) -> bool:
         return self.attention_bias if self.qkv_bias is None else self.qkv_bias
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_local_experts > 0
+
+    @property
+    def expert_size(self) -> int:
+        """Each expert's MLP width."""
+        return self.moe_intermediate_size or self.ffn_size
 
     @property
     def is_gated(self) -> bool:
@@ -151,6 +167,14 @@ def validate_architecture(arch: Architecture) -> None:
         _require_range("intermediate_size", arch.intermediate_size, low=1, high=64 * MAX_HIDDEN_SIZE)
     if arch.mlp not in MLP_KINDS:
         raise DomainError("model.mlp", f"must be one of {', '.join(MLP_KINDS)}, got {arch.mlp!r}")
+    if arch.num_local_experts:
+        _require_range("num_local_experts", arch.num_local_experts, low=1, high=MAX_EXPERTS)
+        _require_range("num_experts_per_tok", arch.num_experts_per_tok, low=1, high=arch.num_local_experts)
+        if arch.moe_intermediate_size is not None:
+            _require_range("moe_intermediate_size", arch.moe_intermediate_size, low=1, high=64 * MAX_HIDDEN_SIZE)
+        if arch.mlp not in GATED_MLPS or arch.fused_gate_up or arch.mlp_bias:
+            raise DomainError("model.num_local_experts", "experts are modelled as gated MLPs without biases "
+                                                         "(Mixtral's layout)")
     if arch.norm not in NORM_KINDS:
         raise DomainError("model.norm", f"must be one of {', '.join(NORM_KINDS)}, got {arch.norm!r}")
     if arch.position_embedding not in POSITION_KINDS:
@@ -212,7 +236,6 @@ def layer_tensors(arch: Architecture) -> tuple[ParamTensor, ...]:
     """
     h, d = arch.hidden_size, arch.head_size
     q_out, kv_out = arch.num_attention_heads * d, arch.kv_heads * d
-    inter = arch.ffn_size
     tensors: list[ParamTensor] = []
 
     if arch.fused_qkv:
@@ -228,25 +251,43 @@ def layer_tensors(arch: Architecture) -> tuple[ParamTensor, ...]:
     if arch.attention_bias:
         tensors.append(ParamTensor("attn.o.bias", (h,)))
 
-    up_names = ("gate", "up") if arch.is_gated else ("up",)
-    if arch.fused_gate_up and arch.is_gated:
-        tensors.append(ParamTensor("mlp.gate_up.weight", (2 * inter, h), "column", 0, True))
-        if arch.mlp_bias:
-            tensors.append(ParamTensor("mlp.gate_up.bias", (2 * inter,), "column"))
-    else:
-        for name in up_names:
-            tensors.append(ParamTensor(f"mlp.{name}.weight", (inter, h), "column", 0, True))
-            if arch.mlp_bias:
-                tensors.append(ParamTensor(f"mlp.{name}.bias", (inter,), "column"))
-    tensors.append(ParamTensor("mlp.down.weight", (h, inter), "row", 1, True))
-    if arch.mlp_bias:
-        tensors.append(ParamTensor("mlp.down.bias", (h,)))
+    tensors += _mlp_tensors(arch) if not arch.is_moe else _moe_tensors(arch)
 
     for index in range(arch.norms_per_layer):
         tensors.append(ParamTensor(f"norm{index}.weight", (h,)))
         if arch.norm == "layernorm":
             tensors.append(ParamTensor(f"norm{index}.bias", (h,)))
     return tuple(tensors)
+
+
+def _mlp_tensors(arch: Architecture) -> list[ParamTensor]:
+    h, inter = arch.hidden_size, arch.ffn_size
+    tensors: list[ParamTensor] = []
+    if arch.fused_gate_up and arch.is_gated:
+        tensors.append(ParamTensor("mlp.gate_up.weight", (2 * inter, h), "column", 0, True))
+        if arch.mlp_bias:
+            tensors.append(ParamTensor("mlp.gate_up.bias", (2 * inter,), "column"))
+    else:
+        for name in ("gate", "up") if arch.is_gated else ("up",):
+            tensors.append(ParamTensor(f"mlp.{name}.weight", (inter, h), "column", 0, True))
+            if arch.mlp_bias:
+                tensors.append(ParamTensor(f"mlp.{name}.bias", (inter,), "column"))
+    tensors.append(ParamTensor("mlp.down.weight", (h, inter), "row", 1, True))
+    if arch.mlp_bias:
+        tensors.append(ParamTensor("mlp.down.bias", (h,)))
+    return tensors
+
+
+def _moe_tensors(arch: Architecture) -> list[ParamTensor]:
+    """The router and the experts. transformers' MixtralExperts keeps every expert's gate and up projections as
+    one E x 2I x h tensor and the down projections as E x h x I (modeling_mixtral.py); tensor parallelism
+    splits each expert's width as it splits a dense MLP's."""
+    h, e, width = arch.hidden_size, arch.num_local_experts, arch.expert_size
+    return [
+        ParamTensor("moe.router.weight", (e, h)),
+        ParamTensor("moe.experts.gate_up", (e, 2 * width, h), "column", 1, True),
+        ParamTensor("moe.experts.down", (e, h, width), "row", 2, True),
+    ]
 
 
 def embedding_tensors(arch: Architecture) -> tuple[ParamTensor, ...]:
@@ -275,6 +316,14 @@ def parameter_tensors(arch: Architecture) -> tuple[ParamTensor, ...]:
 
 def sum_elements(tensors: tuple[ParamTensor, ...]) -> int:
     return sum(tensor.elements for tensor in tensors)
+
+
+def active_param_count(arch: Architecture) -> int:
+    """Parameters one token uses: all but the experts it is not routed to (E - k of them in every layer)."""
+    if not arch.is_moe:
+        return param_count(arch)
+    unused = arch.num_local_experts - arch.num_experts_per_tok
+    return param_count(arch) - arch.num_hidden_layers * unused * 3 * arch.hidden_size * arch.expert_size
 
 
 def param_count(arch: Architecture) -> int:

@@ -13,7 +13,7 @@ from typing import Final
 
 from app.core import activations as act
 from app.core import states
-from app.core.architecture import Architecture
+from app.core.architecture import Architecture, active_param_count, param_count
 from app.core.categories import CATEGORIES, MODEL_STATE_CATEGORIES, Breakdown
 from app.core.errors import DomainError
 from app.core.finetuning import Finetuning
@@ -46,6 +46,7 @@ class Estimate:
     layer_activations: tuple[act.SavedTensor, ...] = ()  # what one layer keeps per micro-batch on one rank
     trainable_param_count: int = 0  # parameters that train (all of them unless fine-tuning freezes some)
     host: Host | None = None  # host memory, when offloading
+    active_param_count: int = 0  # parameters one token uses (fewer than param_count for mixtures of experts)
 
 
 @dataclass(frozen=True)
@@ -143,6 +144,7 @@ def _from_architecture(arch: Architecture, training: Training, parallelism: Para
                                                              full=layer_saved),
         trainable_param_count=trainable,
         host=_host(host, parallelism),
+        active_param_count=count - (param_count(arch) - active_param_count(arch)),
     )
 
 
@@ -221,6 +223,7 @@ def _from_count(num_params: int, training: Training, parallelism: Parallelism, g
         peak=peak,
         timeline=points,
         trainable_param_count=num_params,
+        active_param_count=num_params,
     )
 
 

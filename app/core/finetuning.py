@@ -79,7 +79,7 @@ def module_names(arch: Architecture) -> dict[str, str]:
 
 def linear_modules(arch: Architecture) -> tuple[ParamTensor, ...]:
     """The layers' linear weights (matmul weights), in order."""
-    return tuple(tensor for tensor in layer_tensors(arch) if tensor.matmul)
+    return tuple(tensor for tensor in layer_tensors(arch) if tensor.matmul and len(tensor.shape) == 2)
 
 
 def _module_of(tensor: ParamTensor) -> str:
@@ -127,6 +127,8 @@ def validate_finetuning(finetuning: Finetuning, arch: Architecture | None, *, au
             if name != ALL_LINEAR and name not in known:
                 raise DomainError("finetuning.target_modules", f"{name!r} is not a linear module of this model; "
                                                                f"it has {', '.join(sorted(known))} (or all-linear)")
+        if arch.is_moe and f.method == "qlora":
+            raise DomainError("finetuning.method", "QLoRA of mixture-of-experts models is not modelled yet")
         if not targeted(arch, f):
             raise DomainError("finetuning.target_modules", "no linear module of this model matches")
 

@@ -13,14 +13,15 @@ from typing import Any, Final
 from app.core.architecture import Architecture
 from app.core.errors import DomainError
 
-SUPPORTED_MODEL_TYPES: Final = ("gpt2", "llama", "mistral", "qwen2", "gemma", "gemma2", "phi3")
+SUPPORTED_MODEL_TYPES: Final = ("gpt2", "llama", "mistral", "qwen2", "gemma", "gemma2", "phi3", "mixtral")
 FIELD_PREFIX: Final = "model.hf_config"
 
 # max_position_embeddings when config.json omits it: each configuration class's default in
 # transformers (LlamaConfig 2048, MistralConfig 4096 * 32, Qwen2Config 32768, GemmaConfig and
 # Gemma2Config 8192, Phi3Config 4096). It shapes no parameter of these rotary models; it only
 # decides when a sequence is longer than the model supports.
-DEFAULT_MAX_POSITIONS: Final = {"llama": 2048, "mistral": 131072, "qwen2": 32768, "gemma": 8192, "gemma2": 8192, "phi3": 4096}
+DEFAULT_MAX_POSITIONS: Final = {"llama": 2048, "mistral": 131072, "qwen2": 32768, "gemma": 8192, "gemma2": 8192, "phi3": 4096,
+                                "mixtral": 131072}
 
 # Activation names Hugging Face uses (transformers/activations.py ACT2FN) mapped to our MLP kinds
 # for the two-matrix MLP of GPT-2; gated models use them inside SwiGLU/GeGLU.
@@ -171,6 +172,9 @@ def _llama_family(reader: _Reader, model_type: str) -> Architecture:
         attention_dropout=reader.float("attention_dropout", 0.0),
         fused_qkv=model_type == "phi3",
         fused_gate_up=model_type == "phi3",
+        # MixtralConfig: num_local_experts 8, num_experts_per_tok 2; intermediate_size is each expert's width.
+        num_local_experts=reader.int("num_local_experts", 8) if model_type == "mixtral" else 0,
+        num_experts_per_tok=reader.int("num_experts_per_tok", 2) if model_type == "mixtral" else 2,
         model_type=model_type,
         hidden_act=act,
         extras=tuple(extras),

@@ -75,7 +75,8 @@ def _ints(section: str, limits: dict[str, tuple[int, int]]) -> list[JobField]:
 
 # Architecture integers are range-checked by the Architecture itself (architecture.validate_architecture).
 _ARCH_INTS: Final = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
-                     "intermediate_size", "vocab_size", "max_position_embeddings", "norms_per_layer")
+                     "intermediate_size", "vocab_size", "max_position_embeddings", "norms_per_layer",
+                     "num_local_experts", "num_experts_per_tok", "moe_intermediate_size")
 _ARCH_CHOICES: Final = {"mlp": ("gelu", "relu", "swiglu", "geglu"), "norm": ("layernorm", "rmsnorm"),
                         "position_embedding": ("learned", "rope")}
 _ARCH_BOOLS: Final = ("tie_word_embeddings", "attention_bias", "qkv_bias", "mlp_bias")

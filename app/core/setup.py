@@ -162,6 +162,15 @@ def validate_setup(training: Training, parallelism: Parallelism, arch: Architect
                                                "transformers implementation")
     if arch is None:
         return
+    if arch.is_moe:
+        if training.implementation == "megatron":
+            raise DomainError("training.implementation", "mixture-of-experts layers are modelled as transformers runs "
+                                                         "them; Megatron-LM's MoE is not modelled yet")
+        if training.finetuning != Finetuning():
+            raise DomainError("finetuning.method", "fine-tuning mixture-of-experts models is not modelled yet")
+        if autocast:
+            raise DomainError("training.precision", "mixture-of-experts layers are modelled in their training dtype "
+                                                    "(bf16, fp16 or fp32), not under autocast")
     t, p = parallelism.tensor, parallelism.pipeline
     if arch.num_attention_heads % t:
         raise DomainError(

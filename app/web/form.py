@@ -214,6 +214,7 @@ def architecture_values(architecture: core.Architecture) -> dict[str, str]:
         "head_dim": architecture.head_size,
         "intermediate_size": architecture.ffn_size,
         "attention_dropout": architecture.attn_dropout,
+        "moe_intermediate_size": architecture.expert_size,
     }
     values = {}
     for name in ARCHITECTURE_FIELDS:

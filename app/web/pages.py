@@ -28,6 +28,7 @@ from app.core.job import Job
 from app.web import controls, links
 from app.web.accuracy import accuracy
 from app.web.answers import fit_answers
+from app.web.compare import pin
 from app.web.form import ALL_CONTROLS, CUSTOM_PRECISION, DTYPE_FIELDS, ParsedForm, parse_form
 from app.web.sweeps import sweeps
 from app.web.view import UNIT_BYTES, format_bytes, format_size_input, result_view
@@ -72,6 +73,7 @@ def page_context(form: ParsedForm, params: Mapping[str, str]) -> dict[str, Any]:
         "view": view,
         "answers": answers,
         "sweeps": charts,
+        "pinned": pin(params, form, form.unit),
         "accuracy": accuracy(),
         "options": controls.options(),
         "labels": controls.LABELS,

@@ -21,6 +21,7 @@ PUBLISHED_TOTALS = {
     "llama-3.1-405b": 405_853_388_800,
     "mistral-7b": 7_241_732_096,
     "qwen2.5-7b": 7_615_616_512,
+    "mixtral-8x7b": 46_702_792_704,  # safetensors total_size 93,405,585,408 B in bf16 (model.safetensors.index.json)
 }
 
 
@@ -85,3 +86,12 @@ def test_impossible_shapes_name_their_field(changes, field):
     with pytest.raises(DomainError) as error:
         Architecture(**{**base, **changes})
     assert error.value.field == field
+
+
+def test_mixtral_active_parameters():
+    # Mixtral of Experts (Jiang et al. 2024, arXiv:2401.04088): 47B parameters, 13B active per token (2 of 8
+    # experts). Exactly: all parameters less 6 unused experts × 3 × 4,096 × 14,336 in each of 32 layers.
+    from app.core.architecture import active_param_count
+
+    arch = get_preset("mixtral-8x7b").architecture
+    assert active_param_count(arch) == 46_702_792_704 - 32 * 6 * 3 * 4096 * 14336 == 12_879_925_248

@@ -105,3 +105,53 @@ def test_the_sweeps_follow_the_form_in_the_htmx_answer(client):
 def test_no_sweeps_without_an_architecture(client):
     html = client.get("/?source=params&num_params=7B&gpu=h100-80gb").text
     assert re.search(r'<div id="sweeps"[^>]*></div>', html)
+
+
+PIN = "/?preset=llama-3-8b&seq_len=8192&gpu=h100-80gb&pin=" + "source%3Dpreset%26seq_len%3D4096%26gpu%3Dh100-80gb"
+
+
+def test_a_pinned_url_opens_the_comparison(client):
+    response = client.get(PIN)
+    assert response.status_code == 200
+    section = _section(response.text, "section", "compare")
+    assert "Compared with the pinned setup" in section
+    assert "Sequence length: 4,096 → 8,192" in section
+    assert re.search(r'<tr data-compare="activations">.*?class="delta delta-more">\+[\d,.]+ GiB</td>', section)
+    assert re.search(r'<tr data-compare="total">', section)
+    # The pin travels with the form.
+    assert '<input type="hidden" name="pin" value="source=preset&amp;seq_len=4096&amp;gpu=h100-80gb">' in section
+    unpin = unescape(re.search(r'<a class="apply" href="([^"]+)"[^>]*data-unpin>Unpin</a>', section).group(1))
+    assert "pin=" not in unpin and "seq_len=8192" in unpin
+    # The ways to fit keep the pin, so applying one compares it with the pinned setup.
+    fixes = _apply_links(_section(response.text, "section", "answers"))
+    assert fixes and all("pin=source%3Dpreset" in href for href in fixes)
+
+
+def test_the_comparison_follows_the_form_in_the_htmx_answer(client):
+    fragment = client.get(PIN.replace("seq_len=8192", "seq_len=2048"), headers=HX).text
+    assert re.search(r'<section id="compare"[^>]*hx-swap-oob="true"', fragment)
+    assert "Sequence length: 4,096 → 2,048" in fragment and 'name="pin"' in fragment
+
+
+def test_the_pin_link_pins_the_current_setup(client):
+    html = client.get("/?seq_len=4096&gpu=h100-80gb").text
+    href = unescape(re.search(r'<a class="apply" href="([^"]+)"[^>]*data-pin>Pin this setup</a>', html).group(1))
+    pinned = client.get(href).text
+    assert "Pinned. Change any input" in pinned
+
+
+BAD_PINS = ["", "%", "%zz", "seq_len=abc", "tensor=3", "gpu=nope", "pin=pin%3Dpin", "source=config&hf_config=%7B",
+            "a" * 20_000, "seq_len=99999999999999999999999999", "=&=&&", "\x00", "source=params&num_params=0"]
+
+
+def test_a_bad_pin_is_a_message_never_a_500(client):
+    for raw in BAD_PINS:
+        for headers in ({}, HX):
+            response = client.get("/", params={"seq_len": "4096", "pin": raw}, headers=headers)
+            assert response.status_code == 200, (raw, response.status_code)
+    message = _section(client.get("/", params={"pin": "tensor=3"}).text, "section", "compare")
+    assert "The pinned setup cannot be estimated:" in message and "Unpin" in message
+    # A pin with invalid input beside it: the page's own 422, the pin kept for the next submission.
+    response = client.get("/", params={"tensor": "3", "pin": "seq_len=4096"})
+    assert response.status_code == 422 and 'name="pin" value="seq_len=4096"' in response.text
+

@@ -195,3 +195,60 @@ def test_nothing_is_wider_than_a_phone(watched: Page, base_url: str, query: str,
         assert box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"], box
     if query == "/":
         page.screenshot(path=artifacts_dir / "answers-phone.png", full_page=True)
+
+
+def test_pin_compare_and_unpin_through_the_url(watched: Page, base_url: str, browser, artifacts_dir):
+    page = watched
+    page.set_viewport_size(DESKTOP)
+    page.goto(base_url + "/?seq_len=4096&gpu=h100-80gb&precision=bf16")
+    page.evaluate("window.__sameDocument = true")
+    page.locator("#compare a[data-pin]").click()
+    page.wait_for_url(lambda url: "pin" in parse_qs(urlparse(url).query))
+    expect(page.locator("#compare")).to_contain_text("Pinned. Change any input")
+    assert page.evaluate("window.__sameDocument === true")
+
+    page.fill("#f-seq_len", "8192")
+    expect(page.locator("#compare .changes")).to_contain_text("Sequence length: 4,096 → 8,192")
+    expect(page.locator('#compare tr[data-compare="activations"] .delta')).to_contain_text("+")
+    expect(page.locator('#compare tr[data-compare="weights"] .delta')).to_have_text("same")
+    page.wait_for_url(lambda url: parse_qs(urlparse(url).query).get("seq_len") == ["8192"])
+    assert "seq_len=4096" in parse_qs(urlparse(page.url).query)["pin"][0]
+    page.locator("#compare").screenshot(path=artifacts_dir / "compare-desktop.png")
+
+    # The URL is shareable: opened elsewhere, it shows the same comparison.
+    other = browser.new_page()
+    other.goto(page.url)
+    expect(other.locator("#compare .changes")).to_contain_text("Sequence length: 4,096 → 8,192")
+    assert other.locator("#compare tfoot").inner_text() == page.locator("#compare tfoot").inner_text()
+    other.close()
+
+    page.locator("#compare a[data-unpin]").click()
+    page.wait_for_url(lambda url: "pin" not in parse_qs(urlparse(url).query))
+    expect(page.locator("#compare a[data-pin]")).to_have_text("Pin this setup")
+    expect(page.locator("#compare table")).to_have_count(0)
+    expect(page.locator("#f-seq_len")).to_have_value("8192")
+
+
+def test_a_bad_pin_shows_a_message_and_unpins(watched: Page, base_url: str):
+    page = watched
+    page.goto(base_url + "/?seq_len=4096&pin=tensor%3D3")
+    expect(page.locator("#compare .compare-message")).to_contain_text("The pinned setup cannot be estimated")
+    expect(page.locator("#summary .verdict")).to_be_visible()
+    page.locator("#compare a[data-unpin]").click()
+    page.wait_for_url(lambda url: "pin" not in parse_qs(urlparse(url).query))
+    expect(page.locator("#compare .compare-message")).to_have_count(0)
+
+
+def test_without_javascript_the_pin_stays_with_the_form(browser, base_url: str):
+    context = browser.new_context(java_script_enabled=False)
+    page = context.new_page()
+    page.goto(base_url + "/?seq_len=4096")
+    with page.expect_navigation():
+        page.locator("#compare a[data-pin]").click()
+    page.fill("#f-seq_len", "1024")
+    with page.expect_navigation():
+        page.click(".submit-row button")
+    expect(page.locator("#compare .changes")).to_contain_text("Sequence length: 4,096 → 1,024")
+    expect(page.locator('#compare tfoot .delta')).to_contain_text("\u2212")
+    context.close()
+
