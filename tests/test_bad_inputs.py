@@ -1,0 +1,176 @@
+"""Hostile inputs against the real server: each is refused with a 4xx within a second, and /healthz keeps
+answering within a second while they are sent, one at a time and all at once.
+
+The bounds that make this true: `wire.loads_bounded` (size, nesting, number length, floats) before the API parses
+a body, the form's own parsers for the page, and `middleware.Guard` for the body's size.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import httpx
+import pytest
+
+LIMIT_S = 1.0
+DIGITS = "9" * 4301  # one past Python's 4,300-digit limit on int() from text
+JSON = {"content-type": "application/json"}
+
+
+@dataclass(frozen=True)
+class Bad:
+    id: str
+    method: str
+    path: str
+    status: int
+    body: bytes | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def _json(text: str) -> dict:
+    return {"body": text.encode(), "headers": JSON}
+
+
+CASES = [
+    Bad("page: num_params 1e999999", "GET", "/?source=params&num_params=1e999999", 422),
+    Bad("page: framework overhead 1e999999", "GET", "/?framework_overhead_bytes=1e999999", 422),
+    Bad("page: 4,301 digits in num_params", "GET", f"/?source=params&num_params={DIGITS}", 422),
+    Bad("page: 4,301 digits in micro_batch_size", "GET", f"/?micro_batch_size={DIGITS}", 422),
+    Bad("api: 4,301 digits", "POST", "/api/v1/estimate", 422, **_json(f'{{"model": {{"num_params": {DIGITS}}}}}')),
+    Bad("api: hf_config of 100,000 brackets", "POST", "/api/v1/estimate", 422,
+        **_json('{"model": {"hf_config": "' + "[" * 100_000 + '"}}')),
+    Bad("api: nesting of 100,000 brackets", "POST", "/api/v1/estimate", 422,
+        **_json('{"model": {"hf_config": ' + "[" * 100_000 + "]" * 100_000 + "}}")),
+    Bad("api: 1e999999", "POST", "/api/v1/estimate", 422, **_json('{"model": {"num_params": 1e999999}}')),
+    Bad("api: 2 MB body", "POST", "/api/v1/estimate", 413,
+        **_json('{"model": {"preset": "gpt2"}, "pad": "' + "x" * 2_000_000 + '"}')),
+    Bad("api: true for zero_stage", "POST", "/api/v1/estimate", 422,
+        **_json('{"model": {"preset": "gpt2"}, "parallelism": {"zero_stage": true}}')),
+    Bad("api: \"4096\" for seq_len", "POST", "/api/v1/estimate", 422,
+        **_json('{"model": {"preset": "gpt2"}, "training": {"seq_len": "4096"}}')),
+    Bad("HEAD /", "HEAD", "/", 200),
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server_url():
+    port = _free_port()
+    env = os.environ | {"PORT": str(port), "TRAINMEM_HOST": "127.0.0.1"}
+    process = subprocess.Popen([sys.executable, "-m", "app.serve"], env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline or process.poll() is not None:
+            process.kill()
+            pytest.fail("the server did not start: " + process.stderr.read().decode()[-2000:])
+        time.sleep(0.2)
+    # Warm: the page's templates and the model's caches, so that the timings are of the inputs, not the first call.
+    with httpx.Client(base_url=url, timeout=10) as client:
+        client.get("/")
+        client.post("/api/v1/estimate", json={"model": {"preset": "gpt2"}})
+    yield url
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+class HealthPoller:
+    """Polls /healthz from its own thread while the block runs, keeping each answer's start, status and time.
+
+    The block starts after a first answer and ends after an answer to a poll sent once the block's work was done,
+    so the polls cover the whole time the hostile requests were in the server.
+    """
+
+    def __init__(self, url: str, every_s: float = 0.05) -> None:
+        self.url, self.every_s = url, every_s
+        self.answers: list[tuple[float, int | str, float]] = []
+        self.ended = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=LIMIT_S * 5) as client:
+            while not self._stop.is_set():
+                start = time.perf_counter()
+                try:
+                    status: int | str = client.get(f"{self.url}/healthz").status_code
+                except httpx.HTTPError as error:
+                    status = type(error).__name__
+                self.answers.append((start, status, time.perf_counter() - start))
+                self._stop.wait(self.every_s)
+
+    def _wait_for_answer_after(self, moment: float) -> None:
+        deadline = time.perf_counter() + LIMIT_S * 10
+        while not any(start >= moment for start, _, _ in self.answers) and time.perf_counter() < deadline:
+            time.sleep(0.01)
+
+    def __enter__(self) -> HealthPoller:
+        self._thread.start()
+        self._wait_for_answer_after(0.0)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.ended = time.perf_counter()
+        self._wait_for_answer_after(self.ended)
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def check(self) -> None:
+        assert len(self.answers) >= 2 and self.answers[-1][0] >= self.ended, self.answers
+        late = [(status, round(elapsed, 3)) for _, status, elapsed in self.answers
+                if status != 200 or elapsed > LIMIT_S]
+        assert not late, f"/healthz failed or was slow: {late}"
+
+
+def send(url: str, case: Bad) -> tuple[int, bytes, float]:
+    # A fresh connection for each: the server closes a connection after refusing a body.
+    with httpx.Client(base_url=url, timeout=LIMIT_S * 10) as client:
+        start = time.perf_counter()
+        response = client.request(case.method, case.path, content=case.body, headers=case.headers)
+        return response.status_code, response.content, time.perf_counter() - start
+
+
+def _check(case: Bad, status: int, body: bytes, elapsed: float) -> None:
+    assert status == case.status, (case.id, status, body[:300])
+    assert elapsed < LIMIT_S, (case.id, f"{elapsed:.3f} s")
+    if case.method == "HEAD":
+        assert body == b""
+    else:
+        assert 400 <= status < 500
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
+def test_refused_within_a_second_while_healthz_answers(server_url, case):
+    with HealthPoller(server_url) as poller:
+        _check(case, *send(server_url, case))
+    poller.check()
+
+
+def test_all_at_once(server_url):
+    with HealthPoller(server_url) as poller, ThreadPoolExecutor(len(CASES)) as pool:
+        results = list(pool.map(lambda case: send(server_url, case), CASES))
+    for case, result in zip(CASES, results):
+        _check(case, *result)
+    poller.check()
