@@ -1,6 +1,6 @@
-"""Mixture of experts measured: transformers' Mixtral on CPU against trainmem's prediction.
+"""Mixture of experts and the newer layouts measured: transformers' Mixtral, Qwen3-MoE and Qwen3 on CPU.
 
-Small Mixtral models built from a config (no download); each case compares, to the byte, the parameter
+Small models built from a config (no download); each case compares, to the byte, the parameter
 count transformers' model class has, and the tensors autograd keeps in each layer, the embedding
 and the head (validation/measure.py's recorder). The peak of two training steps is measured by the
 timeline harness (PEAK_CASES) as for dense models.
@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import Final
 
 import torch
-from transformers import MixtralConfig, MixtralForCausalLM
+from transformers import (
+    MixtralConfig,
+    MixtralForCausalLM,
+    PretrainedConfig,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+    Qwen3MoeConfig,
+    Qwen3MoeForCausalLM,
+)
 
 from app import core
 from app.core import activations as act
@@ -27,11 +35,13 @@ from validation.measure import SavedTensorRecorder
 
 DTYPES: Final = {"bf16": torch.bfloat16, "fp32": torch.float32}
 REPORT: Final = Path(__file__).resolve().parent.parent / "docs" / "VALIDATION.md"
-SECTION: Final = "## Mixture of experts"
+SECTION: Final = "## Mixture of experts and Qwen3"
+MODELS: Final = {"mixtral": MixtralForCausalLM, "qwen3_moe": Qwen3MoeForCausalLM, "qwen3": Qwen3ForCausalLM}
 
 
 @dataclass(frozen=True)
 class Case:
+    family: str  # a key of MODELS
     precision: str
     attention: str
     experts: int
@@ -39,29 +49,44 @@ class Case:
     batch: int
     seq: int
     width: int
+    norm_topk_prob: bool = False  # Qwen3-MoE's option (Mixtral always renormalises)
 
     @property
     def label(self) -> str:
-        return (f"mixtral E{self.experts} k{self.per_token} I{self.width} {self.precision} {self.attention} "
+        experts = f" E{self.experts} k{self.per_token}" if self.experts else ""
+        norm = " norm_topk_prob" if self.norm_topk_prob else ""
+        return (f"{self.family}{experts}{norm} I{self.width} {self.precision} {self.attention} "
                 f"b{self.batch} s{self.seq}")
 
-    def config(self) -> MixtralConfig:
-        return MixtralConfig(hidden_size=64, intermediate_size=self.width, num_hidden_layers=2, num_attention_heads=4,
-                             num_key_value_heads=2, vocab_size=300, num_local_experts=self.experts,
-                             num_experts_per_tok=self.per_token, max_position_embeddings=256,
-                             attn_implementation=self.attention)
+    def config(self) -> PretrainedConfig:
+        shape = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=300,
+                     max_position_embeddings=256, attn_implementation=self.attention)
+        if self.family == "mixtral":
+            return MixtralConfig(intermediate_size=self.width, num_local_experts=self.experts,
+                                 num_experts_per_tok=self.per_token, **shape)
+        if self.family == "qwen3_moe":
+            return Qwen3MoeConfig(intermediate_size=96, moe_intermediate_size=self.width, head_dim=32,
+                                  num_experts=self.experts, num_experts_per_tok=self.per_token,
+                                  norm_topk_prob=self.norm_topk_prob, **shape)
+        return Qwen3Config(intermediate_size=self.width, head_dim=32, **shape)
 
 
-CASES: Final = tuple(
-    Case(precision, attention, experts, per_token, batch, seq, width)
-    for precision in ("bf16", "fp32") for attention in ("sdpa", "eager")
-    for experts, per_token, batch, seq, width in ((4, 2, 2, 32, 96), (8, 2, 1, 48, 80), (6, 3, 3, 16, 64), (4, 1, 2, 24, 96))
+CASES: Final = (
+    *(Case("mixtral", precision, attention, experts, per_token, batch, seq, width)
+      for precision in ("bf16", "fp32") for attention in ("sdpa", "eager")
+      for experts, per_token, batch, seq, width in ((4, 2, 2, 32, 96), (8, 2, 1, 48, 80), (6, 3, 3, 16, 64),
+                                                    (4, 1, 2, 24, 96))),
+    *(Case("qwen3_moe", precision, attention, experts, per_token, 2, 32, 48, norm)
+      for precision in ("bf16", "fp32") for attention in ("sdpa", "eager")
+      for experts, per_token, norm in ((4, 2, False), (6, 3, True))),
+    *(Case("qwen3", precision, attention, 0, 0, 2, 32, 96)
+      for precision in ("bf16", "fp32") for attention in ("sdpa", "eager")),
 )
 
 
 def measure(case: Case) -> dict[str, object]:
     torch.manual_seed(0)
-    model = MixtralForCausalLM(case.config()).to(DTYPES[case.precision])
+    model = MODELS[case.family](case.config()).to(DTYPES[case.precision])
     model.train()
     recorder = SavedTensorRecorder(model, model.model.layers)
     ids = torch.randint(0, 300, (case.batch, case.seq))
@@ -96,9 +121,10 @@ def peak_cases() -> tuple:
 def section(rows: list[tuple[Case, dict, dict]], peaks: list) -> list[str]:
     exact = sum(measured == predicted for _, measured, predicted in rows)
     lines = [SECTION, "",
-             "transformers 5.24's Mixtral on CPU (`python -m validation.moe`): the router's input, fp32 probabilities "
-             "and top-k, the routing order, and for the n·k routed tokens the gathered inputs, the experts' "
-             "gate-and-up output, activation, product and output, and the fp32 routing weights. Compared to the "
+             "transformers 5.24's Mixtral, Qwen3-MoE and Qwen3 on CPU (`python -m validation.moe`): the router's input, "
+             "fp32 probabilities and top-k, the routing order, and for the n·k routed tokens the gathered inputs, the "
+             "experts' gate-and-up output, activation, product and output, and the routing weights; Qwen3's RMSNorm "
+             "over each head of Q and K. Compared to the "
              f"byte with the parameter count and each layer's, the embedding's and the head's saved tensors. "
              f"**{exact} of {len(rows)} cases exact.**", "",
              "| case | params | active params | layer B | embedding B | head B | |",

@@ -83,6 +83,9 @@ class ModelIn(BaseModel):
     num_experts_per_tok: int | None = _count("Experts each token is routed to (k).", arch_limits.MAX_EXPERTS)
     moe_intermediate_size: int | None = _count("Each expert's MLP width; defaults to intermediate_size.",
                                                64 * arch_limits.MAX_HIDDEN_SIZE)
+    norm_topk_prob: bool | None = Field(default=None, description="The k routing weights renormalised to sum to 1 "
+                                        "(Mixtral: always; Qwen3-MoE: its config's norm_topk_prob).")
+    qk_norm: bool | None = Field(default=None, description="An RMSNorm over each head of the query and key (Qwen3).")
 
     def architecture_overrides(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in ARCHITECTURE_FIELDS if getattr(self, name) is not None}

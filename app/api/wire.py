@@ -29,7 +29,8 @@ ARCHITECTURE_FIELDS: Final = (
     "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
     "intermediate_size", "vocab_size", "tie_word_embeddings", "attention_bias", "qkv_bias", "mlp_bias",
     "max_position_embeddings", "mlp", "norm", "norms_per_layer", "position_embedding", "dropout",
-    "attention_dropout", "num_local_experts", "num_experts_per_tok", "moe_intermediate_size",
+    "attention_dropout", "num_local_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob",
+    "qk_norm",
 )
 TRAINING_FIELDS: Final = tuple(f.name for f in dataclasses.fields(core.Training) if f.name != "finetuning")
 FINETUNING_FIELDS: Final = tuple(f.name for f in dataclasses.fields(Finetuning))

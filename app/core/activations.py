@@ -512,6 +512,18 @@ def _hf_probs_bytes(arch: Architecture, setup: ActivationSetup) -> int:
     return setup.stream_bytes
 
 
+def _hf_qk_norms(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, weight_grad: bool) -> None:
+    """Qwen3's RMSNorm over each head of Q and K (modeling_qwen3.py, q_norm and k_norm), before the rotary
+    multiply: as every RMSNorm, its fp32 input and reciprocal RMS per head, and the normalised tensor for
+    its weight's gradient."""
+    n, d = setup.tokens, arch.head_size
+    for name, heads in (("q_norm", arch.num_attention_heads), ("k_norm", arch.kv_heads)):
+        saved.add(f"attn.{name}.input_fp32", n * heads * d, FP32_BYTES, "tensor")
+        saved.add(f"attn.{name}.rstd", n * heads, FP32_BYTES, "tensor")
+        if weight_grad:
+            saved.add(f"attn.{name}.normalised", n * heads * d, setup.half_bytes, "tensor")
+
+
 def _hf_moe(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
     """A sparse MoE block as transformers 5.24 runs Mixtral's (modeling_mixtral.py: MixtralTopKRouter, then
     MixtralExperts over the tokens sorted by expert), for n tokens, k experts each, E experts of width I.
@@ -522,8 +534,9 @@ def _hf_moe(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
     matmul keeps the gathered tokens (n·k × h) and SiLU its whole (n·k × 2I) output, the product the
     activation's output (n·k × I), the down matmul its input (n·k × I); the weighting keeps the fp32
     routing weights (n·k) and the experts' outputs (n·k × h); the scatter back its int64 index.
-    The sum over experts does not depend on how evenly tokens are routed. Measured on CPU:
-    docs/VALIDATION.md.
+    The sum over experts does not depend on how evenly tokens are routed. Qwen3-MoE renormalises
+    only with ``norm_topk_prob`` and casts the weights to the activations' dtype.
+    Measured on CPU: docs/VALIDATION.md.
     """
     n, h, e, k = setup.tokens, arch.hidden_size, arch.num_local_experts, arch.num_experts_per_tok
     width, wa = arch.expert_size, setup.half_bytes
@@ -531,15 +544,17 @@ def _hf_moe(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
     saved.add("moe.router_input", n * h, wa, "sequence")
     saved.add("moe.router_probs_fp32", n * e, FP32_BYTES, "none")
     saved.add("moe.topk_indices", n * k, INDEX_BYTES, "none")
-    saved.add("moe.topk_weights_fp32", n * k, FP32_BYTES, "none")
-    saved.add("moe.topk_weight_sum_fp32", n, FP32_BYTES, "none")
+    if arch.norm_topk_prob:  # the division by their sum keeps the k weights and the sum
+        saved.add("moe.topk_weights_fp32", n * k, FP32_BYTES, "none")
+        saved.add("moe.topk_weight_sum_fp32", n, FP32_BYTES, "none")
     saved.add("moe.routing_order", 2 * routed, INDEX_BYTES, "none")
     saved.add("moe.tokens_per_expert", e, 4, "none")
     saved.add("moe.gathered_tokens", routed * h, wa, "none")
     saved.add("moe.gate_up", routed * 2 * width, wa, "tensor")
     saved.add("moe.act_output", routed * width, wa, "tensor")
     saved.add("moe.product", routed * width, wa, "tensor")
-    saved.add("moe.routing_weights_fp32", routed, FP32_BYTES, "none")
+    # Mixtral applies its fp32 routing weights as they are; Qwen3-MoE casts them to the activations' dtype first.
+    saved.add("moe.routing_weights", routed, FP32_BYTES if arch.model_type in (None, "mixtral") else wa, "none")
     saved.add("moe.expert_output", routed * h, wa, "none")
     saved.add("moe.scatter_index", routed, INDEX_BYTES, "none")
 
@@ -608,6 +623,8 @@ def _hf_layer(arch: Architecture, setup: ActivationSetup, role: Role = "full") -
     _hf_adapters(saved, attn_in, setup.stream_bytes, input_kept=weights, input_grad=input_grad, name="attn.qkv_input",
                  arch=arch, setup=setup)
     attention_records = input_grad or weights or bool(attn_in)
+    if arch.qk_norm and attention_records:
+        _hf_qk_norms(saved, arch, setup, weight_grad=weights)
     if attention_records:
         def grad(*modules: str) -> bool:
             return input_grad or weights or any(m in adapted for m in (*modules, "attn.qkv"))

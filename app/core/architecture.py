@@ -87,6 +87,8 @@ class Architecture:
     num_local_experts: int = 0  # 0: a dense MLP
     num_experts_per_tok: int = 2
     moe_intermediate_size: int | None = None
+    norm_topk_prob: bool = True  # the k routing weights renormalised to sum to 1 (Mixtral; Qwen3-MoE's option)
+    qk_norm: bool = False  # an RMSNorm over each head of the query and the key (Qwen3)
     model_type: str | None = None
     hidden_act: str | None = None
     extras: tuple[tuple[str, float], ...] = field(default=())
@@ -250,6 +252,9 @@ def layer_tensors(arch: Architecture) -> tuple[ParamTensor, ...]:
     tensors.append(ParamTensor("attn.o.weight", (h, q_out), "row", 1, True))
     if arch.attention_bias:
         tensors.append(ParamTensor("attn.o.bias", (h,)))
+    if arch.qk_norm:  # Qwen3Attention.q_norm and k_norm: one weight over the head dimension each
+        tensors.append(ParamTensor("attn.q_norm.weight", (d,)))
+        tensors.append(ParamTensor("attn.k_norm.weight", (d,)))
 
     tensors += _mlp_tensors(arch) if not arch.is_moe else _moe_tensors(arch)
 

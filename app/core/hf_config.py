@@ -13,7 +13,8 @@ from typing import Any, Final
 from app.core.architecture import Architecture
 from app.core.errors import DomainError
 
-SUPPORTED_MODEL_TYPES: Final = ("gpt2", "llama", "mistral", "qwen2", "gemma", "gemma2", "phi3", "mixtral")
+SUPPORTED_MODEL_TYPES: Final = ("gpt2", "llama", "mistral", "qwen2", "gemma", "gemma2", "phi3", "mixtral", "qwen3",
+                                 "qwen3_moe")
 FIELD_PREFIX: Final = "model.hf_config"
 
 # max_position_embeddings when config.json omits it: each configuration class's default in
@@ -21,7 +22,7 @@ FIELD_PREFIX: Final = "model.hf_config"
 # Gemma2Config 8192, Phi3Config 4096). It shapes no parameter of these rotary models; it only
 # decides when a sequence is longer than the model supports.
 DEFAULT_MAX_POSITIONS: Final = {"llama": 2048, "mistral": 131072, "qwen2": 32768, "gemma": 8192, "gemma2": 8192, "phi3": 4096,
-                                "mixtral": 131072}
+                                "mixtral": 131072, "qwen3": 32768, "qwen3_moe": 32768}
 
 # Activation names Hugging Face uses (transformers/activations.py ACT2FN) mapped to our MLP kinds
 # for the two-matrix MLP of GPT-2; gated models use them inside SwiGLU/GeGLU.
@@ -150,7 +151,13 @@ def _llama_family(reader: _Reader, model_type: str) -> Architecture:
             value = reader.float(name, 0.0)
             if value:
                 extras.append((name, value))
-    head_dim = reader.int("head_dim", 256 if gemma else None, required=False)
+    head_dim = reader.int("head_dim", 256 if gemma else 128 if model_type == "qwen3" else None, required=False)
+    moe = model_type in ("mixtral", "qwen3_moe")
+    if model_type == "qwen3_moe":
+        # Qwen3MoeConfig: sparse every decoder_sparse_step layers except mlp_only_layers; all sparse by default.
+        if reader.int("decoder_sparse_step", 1) != 1 or reader.config.get("mlp_only_layers"):
+            raise DomainError(f"{FIELD_PREFIX}.mlp_only_layers", "dense layers among the sparse ones are not "
+                                                                  "modelled yet")
     return Architecture(
         num_hidden_layers=reader.int("num_hidden_layers"),
         hidden_size=reader.int("hidden_size"),
@@ -172,9 +179,16 @@ def _llama_family(reader: _Reader, model_type: str) -> Architecture:
         attention_dropout=reader.float("attention_dropout", 0.0),
         fused_qkv=model_type == "phi3",
         fused_gate_up=model_type == "phi3",
-        # MixtralConfig: num_local_experts 8, num_experts_per_tok 2; intermediate_size is each expert's width.
-        num_local_experts=reader.int("num_local_experts", 8) if model_type == "mixtral" else 0,
-        num_experts_per_tok=reader.int("num_experts_per_tok", 2) if model_type == "mixtral" else 2,
+        # MixtralConfig: num_local_experts 8, num_experts_per_tok 2, intermediate_size each expert's width;
+        # Qwen3MoeConfig: num_experts 128, num_experts_per_tok 8, moe_intermediate_size 768, norm_topk_prob False.
+        # (transformers' Qwen3MoeConfig maps num_experts to num_local_experts, which its to_dict() writes.)
+        num_local_experts=(reader.int("num_local_experts", 8) if model_type == "mixtral"
+                           else reader.int("num_experts" if reader.config.get("num_experts") is not None
+                                           else "num_local_experts", 128) if moe else 0),
+        num_experts_per_tok=reader.int("num_experts_per_tok", 2 if model_type == "mixtral" else 8) if moe else 2,
+        moe_intermediate_size=reader.int("moe_intermediate_size", 768) if model_type == "qwen3_moe" else None,
+        norm_topk_prob=reader.bool("norm_topk_prob", False) if model_type == "qwen3_moe" else True,
+        qk_norm=model_type in ("qwen3", "qwen3_moe"),
         model_type=model_type,
         hidden_act=act,
         extras=tuple(extras),

@@ -79,7 +79,7 @@ _ARCH_INTS: Final = ("num_hidden_layers", "hidden_size", "num_attention_heads", 
                      "num_local_experts", "num_experts_per_tok", "moe_intermediate_size")
 _ARCH_CHOICES: Final = {"mlp": ("gelu", "relu", "swiglu", "geglu"), "norm": ("layernorm", "rmsnorm"),
                         "position_embedding": ("learned", "rope")}
-_ARCH_BOOLS: Final = ("tie_word_embeddings", "attention_bias", "qkv_bias", "mlp_bias")
+_ARCH_BOOLS: Final = ("tie_word_embeddings", "attention_bias", "qkv_bias", "mlp_bias", "norm_topk_prob", "qk_norm")
 
 
 def _job_fields() -> dict[str, JobField]:

@@ -53,7 +53,7 @@ ARCH_INTS: Final = tuple(
     name for name in ARCHITECTURE_FIELDS if ModelIn.model_fields[name].annotation in (int | None,)
 )
 ARCH_FLOATS: Final = ("dropout", "attention_dropout")
-ARCH_CHECKBOXES: Final = ("tie_word_embeddings", "attention_bias", "mlp_bias")
+ARCH_CHECKBOXES: Final = ("tie_word_embeddings", "attention_bias", "mlp_bias", "norm_topk_prob", "qk_norm")
 ARCH_CHOICES: Final = ("mlp", "norm", "position_embedding", "qkv_bias")
 
 # Which controls each model source submits; the others are in disabled fieldsets.
