@@ -213,7 +213,7 @@ def _megatron_layer(arch: Architecture, setup: ActivationSetup) -> list[SavedTen
             saved.mask("attn.softmax_dropout_mask", b * a * s * s, w, "tensor", core=True)
             saved.add("attn.softmax_dropout_output", b * a * s * s, w, "tensor", core=True)
     else:
-        saved.add("attn.logsumexp", b * a * s, FP32_BYTES, "tensor")
+        saved.add("attn.logsumexp", b * a * s, FP32_BYTES, "tensor", core=True)  # recomputed with the core
     saved.add("attn.out_proj_input", n * a * d, w, "tensor")
     if arch.dropout > 0:
         saved.mask("attn.residual_dropout_mask", n * h, w, "sequence")
@@ -391,7 +391,8 @@ def _hf_attention(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, 
         saved.add("attn.value", n * g * d, wa, "tensor")
         saved.add("attn.output", n * a * d, wa, "tensor")
         queries = s if kernel == "flash" else ceil_div(s, MEM_EFFICIENT_LSE_ALIGN) * MEM_EFFICIENT_LSE_ALIGN
-        saved.add("attn.logsumexp", b * a * queries, FP32_BYTES, "tensor")
+        # Part of the attention core: selective recomputation reruns the kernel and keeps only its inputs.
+        saved.add("attn.logsumexp", b * a * queries, FP32_BYTES, "tensor", core=True)
     if arch.dropout > 0:
         saved.mask("attn.residual_dropout_mask", setup.tokens * arch.hidden_size, setup.half_bytes, "sequence")
 

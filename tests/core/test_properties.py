@@ -3,8 +3,8 @@
 - More work never takes less memory: the peak does not fall as the micro-batch, the sequence or the model grows.
 - Sharding moves bytes, it does not remove them: over the data-parallel group that holds one replica, ZeRO keeps
   exactly one copy of each sharded model state, and every rank's share adds up to at least that copy.
-- Recomputation and fused attention never save more activations than storing everything does. (Flash against
-  eager under selective recomputation does not hold yet: the xfail below names the input.)
+- Recomputation and fused attention never save more activations than storing everything does, flash against
+  eager under selective recomputation included.
 - The peak lies between what lives all run (weights, master copy, optimizer state, overhead, ...) and the sum
   of every buffer (per_gpu, which ignores that not everything is alive at once).
 """
@@ -250,9 +250,6 @@ def test_for_one_token_flash_keeps_more_than_megatron_eager():
     assert flash.per_gpu["activations"] - eager.per_gpu["activations"] == arch.num_hidden_layers * per_layer
 
 
-@pytest.mark.xfail(strict=True, reason="under selective recomputation the attention core is recomputed in backward, "
-                   "but flash attention's fp32 log-sum-exp (b × a × s × 4 bytes a layer) is still counted as saved, "
-                   "while eager's probabilities are not")
 @pytest.mark.parametrize("preset", ["llama-2-7b", "gpt2"])
 def test_flash_attention_never_saves_more_activations_than_eager_under_selective_recomputation(preset):
     arch = architecture(preset)
