@@ -30,6 +30,7 @@ from app.web.accuracy import accuracy
 from app.web.answers import fit_answers
 from app.web.compare import pin
 from app.web.form import ALL_CONTROLS, CUSTOM_PRECISION, DTYPE_FIELDS, ParsedForm, parse_form
+from app.web.recompute import recompute_choices
 from app.web.sweeps import sweeps
 from app.web.view import UNIT_BYTES, format_bytes, format_size_input, result_view
 
@@ -56,7 +57,7 @@ def page_context(form: ParsedForm, params: Mapping[str, str]) -> dict[str, Any]:
     values = dict(form.values)
     if not form.errors.get("framework_overhead_bytes") and form.request is not None:
         values["framework_overhead_bytes"] = format_size_input(form.request.training.framework_overhead_bytes)
-    view = answers = charts = None
+    view = answers = charts = recompute = None
     if form.ok and form.request is not None and form.estimate is not None:
         unit = form.unit
         view = result_view(form.estimate, to_parallelism(form.request.parallelism), unit,
@@ -66,6 +67,7 @@ def page_context(form: ParsedForm, params: Mapping[str, str]) -> dict[str, Any]:
             answers = fit_answers(job, form.estimate, links.state_of(params, names=STATE_NAMES), unit)
             charts = sweeps(job, form.estimate, size=lambda value: format_bytes(value, unit), unit=unit,
                             unit_bytes=UNIT_BYTES[unit])
+            recompute = recompute_choices(job, form.estimate, unit)
     return {
         "form": form,
         "values": values,
@@ -73,6 +75,7 @@ def page_context(form: ParsedForm, params: Mapping[str, str]) -> dict[str, Any]:
         "view": view,
         "answers": answers,
         "sweeps": charts,
+        "recompute": recompute,
         "pinned": pin(params, form, form.unit),
         "accuracy": accuracy(),
         "options": controls.options(),

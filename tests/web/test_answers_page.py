@@ -155,3 +155,13 @@ def test_a_bad_pin_is_a_message_never_a_500(client):
     response = client.get("/", params={"tensor": "3", "pin": "seq_len=4096"})
     assert response.status_code == 422 and 'name="pin" value="seq_len=4096"' in response.text
 
+
+def test_recomputation_costs_sit_beside_the_checkpointing_control(client):
+    html = client.get("/?seq_len=4096&precision=bf16&attention=eager").text
+    control = html.index('id="f-activation_checkpointing"')
+    note = html.index('<div id="checkpointing-cost"')
+    assert control < note < html.index('name="attention"')
+    assert re.search(r"<strong>Full \(layer inputs only\)</strong>: \+\d+\.\d% compute, \u2212[\d,.]+ GiB at the peak", html)
+    fragment = client.get("/?seq_len=4096&precision=bf16&attention=eager&activation_checkpointing=full", headers=HX).text
+    assert re.search(r'<div id="checkpointing-cost"[^>]*hx-swap-oob="true"', fragment)
+    assert re.search(r"<strong>None</strong>: \u2212\d+\.\d% compute, \+[\d,.]+ GiB at the peak", fragment)

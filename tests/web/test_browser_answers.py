@@ -252,3 +252,13 @@ def test_without_javascript_the_pin_stays_with_the_form(browser, base_url: str):
     expect(page.locator('#compare tfoot .delta')).to_contain_text("\u2212")
     context.close()
 
+
+def test_recomputation_costs_follow_the_checkpointing_choice(watched: Page, base_url: str):
+    page = watched
+    page.goto(base_url + "/?seq_len=4096&precision=bf16&attention=eager")
+    cost = page.locator("#checkpointing-cost")
+    expect(cost.locator("li.is-current")).to_contain_text("None: as chosen")
+    expect(cost).to_contain_text("Full (layer inputs only): +")
+    page.select_option("#f-activation_checkpointing", "full")
+    expect(cost.locator("li.is-current")).to_contain_text("Full (layer inputs only): as chosen")
+    expect(cost).to_contain_text("None: \u2212")

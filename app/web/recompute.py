@@ -1,0 +1,62 @@
+"""What recomputation costs in compute beside what it saves at the peak, for each activation-checkpointing choice.
+
+The compute is the core's count of a step's FLOPs (app/core/flops.py, after Korthikanti et al. 2022):
+each choice adds a fraction of the step without recomputation; the difference from the current
+choice is what switching costs (or saves). The memory is the peak of the same job with the other
+choice, an estimate each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from app import core
+from app.core.flops import step_flops
+from app.core.job import Job, with_field
+from app.web.form import Unit
+from app.web.view import format_bytes
+
+PATH: Final = "training.activation_checkpointing"
+MINUS: Final = "\u2212"
+
+
+@dataclass(frozen=True)
+class Choice:
+    choice: str
+    label: str
+    current: bool
+    compute: str  # "+31.0% compute" against the current choice; "" for the current one
+    memory: str  # "−20.50 GiB at the peak", or "the same peak"
+    peak: str
+
+
+def signed_percent(fraction: float) -> str:
+    """``+31.0%``, ``−2.4%``, ``0.0%``: one decimal, a real minus sign."""
+    text = f"{abs(fraction) * 100:.1f}%"
+    if text == "0.0%":
+        return text
+    return ("+" if fraction > 0 else MINUS) + text
+
+
+def recompute_choices(job: Job, given: core.Estimate, unit: Unit) -> tuple[Choice, ...] | None:
+    """Each checkpointing choice beside the current one; None without an architecture (no activations)."""
+    arch = job.architecture
+    if arch is None:
+        return None
+    training = job.training
+    flops = step_flops(arch, micro_batch_size=training.micro_batch_size, seq_len=training.seq_len)
+    now_fraction = flops.recompute_fraction(training.activation_checkpointing)
+    out = []
+    for choice, info in core.CHECKPOINTING_CHOICES.items():
+        current = choice == training.activation_checkpointing
+        try:
+            peak = given.peak.bytes if current else with_field(job, PATH, choice).estimate().peak.bytes
+        except core.DomainError:  # a choice this setup does not allow
+            continue
+        delta = peak - given.peak.bytes
+        memory = "the same peak" if not delta else \
+            f"{'+' if delta > 0 else MINUS}{format_bytes(abs(delta), unit)} at the peak"
+        compute = "" if current else f"{signed_percent(flops.recompute_fraction(choice) - now_fraction)} compute"
+        out.append(Choice(choice, info.label, current, compute, memory, format_bytes(peak, unit)))
+    return tuple(out)
