@@ -25,6 +25,8 @@ from app.api.schemas import (
     run_estimate,
     to_job,
 )
+from app.api.schemas import ExportRequest, ExportResponse, ImportRequest, ImportResponse
+from app.configs import export, import_config, import_files
 from app.core.series import series
 from app.core.solver import solve
 
@@ -67,6 +69,23 @@ def post_sweep(request: SweepRequest) -> AnswerJSON:
     /estimate answers for that value."""
     field = request.vary.field
     return AnswerJSON(wire.series_json(field, series(to_job(request), field, request.vary.values)))
+
+
+@router.post("/import", response_model=ImportResponse, responses=UNPROCESSABLE)
+def post_import(request: ImportRequest) -> AnswerJSON:
+    """A training config (DeepSpeed, TrainingArguments, accelerate, axolotl, torchtitan, Megatron-LM flags), or
+    several files of one run, read into an estimate body, with what was understood, ignored and assumed."""
+    if request.files is not None:
+        return AnswerJSON(import_files([item.model_dump() for item in request.files]))
+    return AnswerJSON(import_config(request.kind or "auto", request.text))
+
+
+@router.post("/export", response_model=ExportResponse, responses=UNPROCESSABLE)
+def post_export(request: ExportRequest) -> AnswerJSON:
+    """An estimate body written as a DeepSpeed, TrainingArguments, accelerate or axolotl config; the fields the file
+    cannot carry are listed with why."""
+    body = request.model_dump(include={"model", "training", "parallelism", "finetuning", "gpu"})
+    return AnswerJSON(export.export_config(body, request.kind))
 
 
 @router.get("/presets", response_model=PresetsResponse)

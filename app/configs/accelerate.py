@@ -1,0 +1,196 @@
+"""accelerate's launch configuration (the YAML `accelerate config` writes, default_config.yaml).
+
+Keys from accelerate's ClusterConfig (accelerate/commands/config/config_args.py) and what `accelerate config`
+asks (commands/config/cluster.py): distributed_type (NO, MULTI_GPU, DEEPSPEED, FSDP, MEGATRON_LM, ...),
+mixed_precision (no, fp16, bf16, fp8), num_processes (every process of the job, across machines),
+deepspeed_config (zero_stage, gradient_accumulation_steps, offload_*_device, deepspeed_config_file; the ZeRO
+stage defaults to 2 in DeepSpeedPlugin), fsdp_config (fsdp_version, fsdp_reshard_after_forward, the older
+fsdp_sharding_strategy, fsdp_activation_checkpointing, fsdp_offload_params), parallelism_config
+(parallelism_config_tp_size, _dp_shard_size, _dp_replicate_size, _cp_size; FSDP2) and megatron_lm_config
+(megatron_lm_tp_degree, _pp_degree, _num_micro_batches, _sequence_parallelism, _recompute_activations,
+_use_distributed_optimizer).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from app.configs import fsdp
+from app.configs.common import COMPILE, FP8, NO_MEMORY, PATH, Reading, describe
+from app.configs.deepspeed import offload_facts
+
+DISTRIBUTED_TYPES: Final = ("NO", "MULTI_GPU", "DEEPSPEED", "FSDP", "MEGATRON_LM", "MULTI_CPU", "MULTI_NPU",
+                            "MULTI_MLU", "MULTI_SDAA", "MULTI_MUSA", "MULTI_XPU", "XLA", "MULTI_HPU", "MULTI_NEURON")
+MIXED_PRECISION: Final = {"no": "no", "fp16": "fp16", "bf16": "bf16", "fp8": "bf16"}
+DISTRIBUTED_OPTIMIZER_NOTE: Final = ("Megatron-LM's distributed optimizer shards the fp32 master weights and the "
+                                     "optimizer state over the data-parallel GPUs, as ZeRO stage 1 does")
+LAUNCH_KEYS: Final = ("compute_environment", "machine_rank", "gpu_ids", "main_process_ip",
+                      "main_process_port", "rdzv_backend", "same_network", "main_training_function",
+                      "enable_cpu_affinity", "debug", "tpu_name", "tpu_zone", "tpu_use_cluster", "tpu_use_sudo",
+                      "command_file", "commands", "tpu_vm", "tpu_env", "mpirun_config", "downcast_bf16")
+
+
+def read(data: Any, r: Reading) -> None:
+    if not isinstance(data, dict):
+        raise r.error("", f"must be a YAML mapping (accelerate's config), got {describe(data)}")
+    if "distributed_type" not in data:
+        raise r.error("distributed_type", "is missing: accelerate needs it (NO, MULTI_GPU, DEEPSPEED, FSDP, ...)")
+    kind = r.choice("distributed_type", data["distributed_type"], DISTRIBUTED_TYPES)
+    if kind in ("DEEPSPEED", "FSDP"):
+        r.said("engine", kind.lower(), "distributed_type", kind, field="")
+        r.also("distributed_type", kind, "parallelism.zero_stage", f"{kind} shards the model states")
+    elif kind == "MEGATRON_LM":
+        r.said("engine", "megatron", "distributed_type", kind, field="")
+        r.said("training.implementation", "megatron", "distributed_type", kind,
+               note="accelerate's Megatron-LM plugin runs the model with Megatron-LM's layers")
+    elif kind not in ("NO", "MULTI_GPU"):
+        r.ignore("distributed_type", f"{kind}: the estimate is for CUDA GPUs")
+    else:
+        r.also("distributed_type", kind, "parallelism.zero_stage", "plain data parallelism (DDP), no sharding")
+        r.said("parallelism.zero_stage", 0, "distributed_type", kind, field="")
+
+    precision = data.get("mixed_precision")
+    if precision is not None:
+        amp = r.choice("mixed_precision", precision, MIXED_PRECISION)
+        r.said("amp", amp, "mixed_precision", precision)
+        if precision == "fp8":
+            r.assume("training.precision", "bf16", f"mixed_precision fp8: {FP8}; accelerate runs bf16 autocast "
+                                                   "around the fp8 matmuls, counted as bf16")
+    else:
+        r.default("amp", "no", "mixed_precision", "accelerate's default: no mixed precision")
+
+    processes = data.get("num_processes")
+    if processes is not None:
+        count = r.integer("num_processes", processes, low=-1)
+        if count == 0:
+            raise r.error("num_processes", "must be -1 (set at launch) or at least 1")
+        if count > 0:
+            r.said("world_size", count, "num_processes", count,
+                   note="every process of the job, one per GPU: data × tensor × pipeline")
+            machines = data.get("num_machines", 1)
+            machines = r.integer("num_machines", machines) if machines is not None else 1
+            if count % machines == 0:
+                r.said("parallelism.gpus_per_node", count // machines, "num_machines", machines,
+                       note="num_processes ÷ num_machines: the GPUs one host's memory serves")
+            else:
+                r.ignore("num_machines", f"{count} processes do not split evenly over {machines} machines")
+        else:
+            r.ignore("num_processes", "-1: the number of processes is given at launch")
+    for key in ("deepspeed_config", "fsdp_config", "megatron_lm_config", "parallelism_config", "dynamo_config"):
+        value = data.get(key)
+        if value in (None, {}):
+            continue
+        value = r.mapping(key, value)
+        if key == "deepspeed_config":
+            _deepspeed(value, r, active=kind == "DEEPSPEED")
+        elif key == "fsdp_config":
+            if kind == "FSDP":
+                fsdp.read_config(r, key, value, strategy_set=False)
+            else:
+                r.ignore_all(value, key, f"distributed_type is {kind}, not FSDP")
+        elif key == "megatron_lm_config":
+            _megatron(value, r, active=kind == "MEGATRON_LM")
+        elif key == "parallelism_config":
+            _parallelism(value, r)
+        else:
+            r.ignore_all(value, key, COMPILE)
+    if kind == "FSDP" and data.get("fsdp_config") in (None, {}):
+        fsdp.default_strategy(r, "fsdp_config")
+    if kind == "DEEPSPEED" and data.get("deepspeed_config") in (None, {}):
+        r.default("parallelism.zero_stage", 2, "deepspeed_config.zero_stage",
+                  "accelerate's DeepSpeed plugin defaults to ZeRO stage 2")
+    for key, value in data.items():
+        if key in ("distributed_type", "mixed_precision", "num_processes", "deepspeed_config", "fsdp_config",
+                   "megatron_lm_config", "parallelism_config", "dynamo_config"):
+            continue
+        if key in LAUNCH_KEYS:
+            r.ignore_all(value, key, "how processes are launched; no memory of its own")
+        elif key == "use_cpu":
+            r.ignore(key, "training on the CPU: the estimate is for GPUs" if value else "no: GPUs are used")
+        else:
+            r.ignore_all(value, key)
+
+
+def _deepspeed(config: dict[str, Any], r: Reading, *, active: bool) -> None:
+    prefix = "deepspeed_config"
+    if not active:
+        r.ignore_all(config, prefix, "distributed_type is not DEEPSPEED")
+        return
+    if "zero_stage" not in config and not config.get("deepspeed_config_file"):
+        r.default("parallelism.zero_stage", 2, f"{prefix}.zero_stage",
+                  "accelerate's DeepSpeed plugin defaults to ZeRO stage 2")
+    devices: dict[str, tuple[str, str]] = {}
+    for name, value in config.items():
+        key = f"{prefix}.{name}"
+        if name == "zero_stage":
+            r.said("parallelism.zero_stage", r.integer(key, value, low=0, high=3), key)
+        elif name == "gradient_accumulation_steps":
+            r.said("training.gradient_accumulation_steps", r.integer(key, value), key)
+        elif name == "deepspeed_config_file":
+            if value:
+                r.ignore(key, f"{PATH}: add the DeepSpeed config as another file to read it")
+        elif name in ("offload_optimizer_device", "offload_param_device"):
+            device = "none" if value is None else r.choice(key, value, ("none", "cpu", "nvme"))
+            if device == "none":
+                r.ignore(key, "none: not offloaded")
+            else:
+                devices["optimizer" if name == "offload_optimizer_device" else "parameters"] = (device, key)
+        elif name in ("offload_optimizer_nvme_path", "offload_param_nvme_path"):
+            r.ignore(key, PATH)
+        elif name == "gradient_clipping":
+            r.ignore(key, NO_MEMORY)
+        else:
+            r.ignore_all(value, key, "how DeepSpeed is launched or saves; no memory of its own")
+    offload_facts(r, devices)
+
+
+def _megatron(config: dict[str, Any], r: Reading, *, active: bool) -> None:
+    prefix = "megatron_lm_config"
+    if not active:
+        r.ignore_all(config, prefix, "distributed_type is not MEGATRON_LM")
+        return
+    for name, value in config.items():
+        key = f"{prefix}.{name}"
+        if name == "megatron_lm_tp_degree":
+            r.said("parallelism.tensor", r.integer(key, value), key)
+        elif name == "megatron_lm_pp_degree":
+            r.said("parallelism.pipeline", r.integer(key, value), key)
+        elif name == "megatron_lm_num_micro_batches":
+            r.said("training.gradient_accumulation_steps", r.integer(key, value), key,
+                   note="micro-batches per step per data-parallel rank")
+        elif name == "megatron_lm_sequence_parallelism":
+            r.said("parallelism.sequence_parallel", r.boolean(key, value), key)
+        elif name == "megatron_lm_recompute_activations":
+            on = r.boolean(key, value)
+            r.said("training.activation_checkpointing", "selective" if on else "none", key, value,
+                   note="Megatron-LM's --recompute-activations: selective recomputation of the attention core")
+        elif name == "megatron_lm_use_distributed_optimizer":
+            if r.boolean(key, value):
+                r.said("parallelism.zero_stage", 1, key, value, note=DISTRIBUTED_OPTIMIZER_NOTE)
+                r.assume("parallelism.zero_stage", 1, DISTRIBUTED_OPTIMIZER_NOTE)
+            else:
+                r.said("parallelism.zero_stage", 0, key, value)
+        else:
+            r.ignore_all(value, key, NO_MEMORY if "clipping" in name else None)
+
+
+def _parallelism(config: dict[str, Any], r: Reading) -> None:
+    data = 1
+    data_keys = []
+    for name, value in config.items():
+        key = f"parallelism_config.{name}"
+        bare = name.removeprefix("parallelism_config_")
+        if bare == "tp_size":
+            r.said("parallelism.tensor", r.integer(key, value), key)
+        elif bare in ("dp_shard_size", "dp_replicate_size"):
+            data *= r.integer(key, value)
+            data_keys.append(key)
+        elif bare == "cp_size" and value not in (None, 1):
+            r.ignore(key, "context parallelism is not modelled: each GPU is counted with the whole sequence")
+        else:
+            r.ignore_all(value, key)
+    if data_keys:
+        r.said("parallelism.data", data, data_keys[0], data,
+               note="dp_shard_size × dp_replicate_size" if len(data_keys) > 1 else "")
+        for key in data_keys[1:]:
+            r.also(key, config[key.split(".", 1)[1]], "parallelism.data")

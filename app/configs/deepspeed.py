@@ -1,0 +1,402 @@
+"""DeepSpeed's JSON configuration (ds_config.json): what it says about the batch, ZeRO, precision and the optimizer.
+
+Key meanings follow DeepSpeed's documentation (docs/_pages/config-json.md) and its runtime
+(deepspeed/runtime/config.py, engine.py):
+
+* ``train_batch_size = train_micro_batch_size_per_gpu × gradient_accumulation_steps × data-parallel GPUs``
+  (DeepSpeedConfig._batch_assertion), so the data-parallel degree follows from the three.
+* ``zero_optimization.stage`` 0-3 (default 0); ``offload_optimizer``/``offload_param`` move state to CPU or NVMe.
+* ``bf16.enabled``: bf16 weights and gradients with an fp32 master copy and fp32 optimizer state (the BF16 and
+  ZeRO optimizers keep the fp32 copy; a DDP-style bf16 run wraps the optimizer in FP16_Optimizer with an fp32
+  master). With ``data_types.grad_accum_dtype: "fp32"`` gradients are accumulated in fp32 (BF16_Optimizer,
+  engine._do_optimizer_sanity_check). ``bf16.bf16_master_weights_and_grads`` with ``bf16_optimizer_states``
+  keeps the master copy and the optimizer state in bf16.
+* ``fp16.enabled``: fp16 weights and gradients, fp32 master and state (the 16 bytes per parameter of ZeRO).
+* ``torch_autocast``: torch.autocast around fp32 weights (``dtype`` bfloat16 by default).
+* ``optimizer.type``: DeepSpeed's own (Adam, AdamW: FusedAdam, Adam in AdamW mode unless ``adam_w_mode`` is
+  false, torch's with ``torch_adam``; Lion: FusedLion; Lamb, Adagrad...) or any ``torch.optim`` class by name.
+* ``"auto"``: left for the Hugging Face integration to fill from the Trainer's arguments
+  (transformers/integrations/deepspeed.py, HfTrainerDeepSpeedConfig.trainer_config_process).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from app.configs.common import COMMS, NO_MEMORY, OFFLOAD, OFFLOAD_DETAIL, Reading, describe, reason
+
+AUTO: Final = "auto"
+
+_AUTO_FILLED: Final = {
+    "train_micro_batch_size_per_gpu": "training.micro_batch_size",
+    "gradient_accumulation_steps": "training.gradient_accumulation_steps",
+    "train_batch_size": "train_batch_size",
+}
+
+# DeepSpeed's own optimizer names (matched without case, as DeepSpeedConfig lower-cases them).
+_DS_OPTIMIZERS: Final = ("adagrad", "adam", "adamw", "lamb", "onebitadam", "zerooneadam", "onebitlamb", "muadam",
+                         "muadamw", "musgd", "lion", "muon")
+# torch.optim classes DeepSpeed falls back to by exact name (engine._configure_basic_optimizer: getattr(torch.optim, name)).
+_TORCH_OPTIMIZERS: Final = ("SGD", "Adafactor", "RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam", "ASGD",
+                            "Rprop", "LBFGS", "SparseAdam", "Adam", "AdamW")
+
+ACTIVATION_CHECKPOINTING_WHY: Final = (
+    "configures deepspeed.checkpointing, which only models that call it use (Megatron-DeepSpeed); a Hugging Face "
+    "model recomputes with the Trainer's gradient_checkpointing")
+
+
+def read(data: Any, r: Reading, prefix: str = "") -> None:
+    """Facts from a DeepSpeed config (a dict); `prefix` is its key path when nested in another file."""
+    data = r.mapping(prefix.rstrip("."), data) if prefix else data
+    if not isinstance(data, dict):
+        raise r.error("", f"must be a JSON object (a DeepSpeed config), got {describe(data)}")
+    p = prefix
+    r.said("engine", "deepspeed", prefix.rstrip("."), "DeepSpeed", field="")
+    offload = _zero(data, r, p)
+    _batch(data, r, p)
+    _precision(data, r, p)
+    _optimizer(data, r, p, offload)
+    handled = {"zero_optimization", "train_batch_size", "train_micro_batch_size_per_gpu",
+               "gradient_accumulation_steps", "bf16", "bfloat16", "fp16", "torch_autocast", "amp", "data_types",
+               "optimizer"}
+    for key, value in data.items():
+        if key in handled:
+            continue
+        if key == "activation_checkpointing":
+            r.ignore_all(value, f"{p}{key}", ACTIVATION_CHECKPOINTING_WHY)
+        elif key == "tensor_parallel":
+            _tensor_parallel(value, r, f"{p}{key}")
+        elif key == "pipeline":
+            r.ignore_all(value, f"{p}{key}", "DeepSpeed's pipeline stages are set in code (PipelineModule(num_stages=...)): "
+                                             "set parallelism.pipeline")
+        elif key == "sequence_parallel_size":
+            r.ignore(f"{p}{key}", "DeepSpeed-Ulysses sequence parallelism is not modelled: each GPU is counted with "
+                                  "the whole sequence")
+        elif key in ("scheduler", "gradient_clipping", "prescale_gradients", "gradient_predivide_factor",
+                     "steps_per_print", "wall_clock_breakdown", "dump_state", "memory_breakdown"):
+            r.ignore_all(value, f"{p}{key}", NO_MEMORY)
+        elif key in ("zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer"):
+            r.ignore(f"{p}{key}", "a check DeepSpeed makes before it starts; no memory of its own")
+        elif key in ("communication_data_type", "seq_parallel_communication_data_type", "sparse_gradients"):
+            r.ignore(f"{p}{key}", COMMS)
+        elif key in ("aio", "nvme_path"):
+            r.ignore_all(value, f"{p}{key}", OFFLOAD_DETAIL)
+        else:
+            r.ignore_all(value, f"{p}{key}")
+
+
+def _auto_or_int(r: Reading, key: str, value: Any, *, low: int = 1) -> int | str:
+    if value == AUTO:
+        return AUTO
+    return r.integer(key, value, low=low)
+
+
+def _batch(data: dict[str, Any], r: Reading, p: str) -> None:
+    for key, name in _AUTO_FILLED.items():
+        if key not in data or data[key] is None:
+            continue
+        value = _auto_or_int(r, f"{p}{key}", data[key])
+        if value == AUTO:
+            r.autos[name] = f"{p}{key}"
+        else:
+            r.said(name, value, f"{p}{key}")
+
+
+def _zero(data: dict[str, Any], r: Reading, p: str) -> bool:
+    """The ZeRO stage and what is offloaded to host memory; whether the optimizer state is offloaded (DeepSpeed
+    then runs its CPU Adam)."""
+    zero = data.get("zero_optimization")
+    key = f"{p}zero_optimization"
+    if zero is None:
+        r.default("parallelism.zero_stage", 0, key, "no zero_optimization section: DeepSpeed runs without ZeRO")
+        return False
+    if isinstance(zero, bool):  # the legacy form: true is stage 1
+        r.said("parallelism.zero_stage", 1 if zero else 0, key, zero)
+        return False
+    zero = r.mapping(key, zero)
+    if "stage" in zero:
+        r.said("parallelism.zero_stage", r.integer(f"{key}.stage", zero["stage"], low=0, high=3), f"{key}.stage")
+    else:
+        r.default("parallelism.zero_stage", 0, f"{key}.stage", "zero_optimization without a stage: DeepSpeed's default, 0")
+    devices: dict[str, tuple[str, str]] = {}  # "optimizer"/"parameters" -> (device, its key)
+    for name, value in zero.items():
+        if name == "stage":
+            continue
+        sub = f"{key}.{name}"
+        if name in ("offload_optimizer", "offload_param"):
+            value = r.mapping(sub, value)
+            device = value.get("device", "none")
+            device = r.choice(f"{sub}.device", device, ("none", "cpu", "nvme")) if "device" in value else "none"
+            if device != "none":
+                devices["optimizer" if name == "offload_optimizer" else "parameters"] = (device, f"{sub}.device")
+            elif "device" in value:
+                r.ignore(f"{sub}.device", "none: not offloaded")
+            for detail, item in value.items():
+                if detail != "device":
+                    r.ignore_all(item, f"{sub}.{detail}", OFFLOAD_DETAIL)
+        elif name in ("cpu_offload", "cpu_offload_params"):  # legacy switches
+            on = r.boolean(sub, value)
+            if on:
+                devices["optimizer" if name == "cpu_offload" else "parameters"] = ("cpu", sub)
+            else:
+                r.ignore(sub, "off")
+        elif name in ("zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_gradients",
+                      "zero_quantized_nontrainable_weights", "mics_shard_size", "mics_hierarchical_params_gather"):
+            r.ignore(sub, "ZeRO++ and MiCS partitioning variants are not modelled: the estimate shards over every "
+                          "data-parallel GPU")
+        elif name in ("stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save",
+                      "stage3_gather_fp16_weights_on_model_save", "elastic_checkpoint", "load_from_fp32_weights",
+                      "ignore_unused_parameters", "legacy_stage1", "round_robin_gradients", "log_trace_cache_warnings"):
+            r.ignore(sub, NO_MEMORY)
+        else:
+            r.ignore_all(value, sub, COMMS if reason(name) == COMMS else None)
+    offload_facts(r, devices)
+    return "optimizer" in devices
+
+
+def offload_facts(r: Reading, devices: dict[str, tuple[str, str]]) -> None:
+    """parallelism.offload from what a config sends to the CPU or NVMe: the optimizer (ZeRO-Offload), or it and
+    the parameters (ZeRO-Infinity). Parameters alone are not a mode trainmem models."""
+    if "optimizer" in devices:
+        device, key = devices["optimizer"]
+        mode = "optimizer+parameters" if "parameters" in devices else "optimizer"
+        r.said("parallelism.offload", mode, key, device,
+               note="optimizer state, master copy and a gradient partition in host memory")
+        if "parameters" in devices:
+            r.also(devices["parameters"][1], devices["parameters"][0], "parallelism.offload",
+                   "the parameter partitions too")
+        if any(device == "nvme" for device, _ in devices.values()):
+            r.assume("parallelism.offload", mode, "offloaded to NVMe: the host-memory figures count it as host "
+                                                  "memory, an upper bound on the RAM it takes")
+    elif "parameters" in devices:
+        r.ignore(devices["parameters"][1], "parameters offloaded without the optimizer state are not modelled: "
+                                           "counted on the GPU")
+
+
+def _enabled(r: Reading, key: str, section: Any) -> bool | str | None:
+    if section is None:
+        return None
+    if isinstance(section, bool):  # "bf16": true is read as enabled by some tools; DeepSpeed wants a mapping
+        raise r.error(key, f"must be a mapping such as {{\"enabled\": true}}, got {describe(section)}")
+    section = r.mapping(key, section)
+    value = section.get("enabled", False)
+    if value == AUTO:
+        return AUTO
+    return r.boolean(f"{key}.enabled", value)
+
+
+def _precision(data: dict[str, Any], r: Reading, p: str) -> None:
+    """The engine's precision: a preset id or explicit dtypes as fact ``ds_precision``; "auto" when bf16/fp16
+    wait for the Trainer. The raw switches go in facts ``ds_bf16``/``ds_fp16`` for the Trainer's check."""
+    bf16_key = f"{p}bf16" if "bf16" in data or "bfloat16" not in data else f"{p}bfloat16"
+    bf16_section = data.get("bf16", data.get("bfloat16"))
+    bf16 = _enabled(r, bf16_key, bf16_section)
+    fp16 = _enabled(r, f"{p}fp16", data.get("fp16"))
+    autocast = _enabled(r, f"{p}torch_autocast", data.get("torch_autocast"))
+    amp = _enabled(r, f"{p}amp", data.get("amp"))
+    if bf16 is True and fp16 is True:
+        raise r.error(f"{p}fp16.enabled", "bf16 and fp16 cannot both be enabled (DeepSpeed: 'this mode cannot be "
+                                          "combined with the fp16 mode')")
+    for switch, key in ((bf16, f"{bf16_key}.enabled"), (fp16, f"{p}fp16.enabled")):
+        if switch is not None:
+            r.said("ds_bf16" if key.startswith(bf16_key) else "ds_fp16", switch, key, field="")
+        if switch == AUTO:
+            r.also(key, AUTO, "training.precision", "filled from the Trainer's bf16/fp16 (false without one)")
+    grad_accum = None
+    types = data.get("data_types")
+    if types is not None:
+        types = r.mapping(f"{p}data_types", types)
+        for name, value in types.items():
+            if name == "grad_accum_dtype":
+                grad_accum = r.choice(f"{p}data_types.{name}", value, ("fp32", "fp16", "bf16", "float32", "float16",
+                                                                      "bfloat16"), fold_case=True)
+            else:
+                r.ignore(f"{p}data_types.{name}")
+    extras = {}
+    if isinstance(bf16_section, dict):
+        for name, value in bf16_section.items():
+            if name == "enabled":
+                continue
+            if name in ("bf16_master_weights_and_grads", "bf16_optimizer_states"):
+                extras[name] = r.boolean(f"{bf16_key}.{name}", value)
+            else:
+                r.ignore(f"{bf16_key}.{name}", NO_MEMORY if name in ("immediate_grad_update", "check_grad_overflow")
+                         else None)
+    if isinstance(data.get("fp16"), dict):
+        for name in data["fp16"]:
+            if name != "enabled":
+                r.ignore(f"{p}fp16.{name}", OFFLOAD if "master_weights" in name else NO_MEMORY)
+    key = None
+    value: Any = None
+    if bf16 is True:
+        key, value = f"{bf16_key}.enabled", "bf16-fp32-master"
+        if extras.get("bf16_master_weights_and_grads") and extras.get("bf16_optimizer_states"):
+            value = {"weights": "bf16", "gradients": "bf16", "master_weights": "bf16", "optimizer_states": "bf16",
+                     "activations": "bf16"}
+        elif extras.get("bf16_master_weights_and_grads"):
+            r.ignore(f"{bf16_key}.bf16_master_weights_and_grads", "bf16 master weights with fp32 optimizer state "
+                                                                  "need ZeRO-Offload, which is not modelled")
+        if grad_accum in ("fp32", "float32") and value == "bf16-fp32-master":
+            value = "megatron-bf16"
+    elif fp16 is True:
+        key, value = f"{p}fp16.enabled", "fp16-fp32-master"
+    elif bf16 == AUTO or fp16 == AUTO:
+        key, value = f"{bf16_key}.enabled" if bf16 == AUTO else f"{p}fp16.enabled", AUTO
+    if autocast is True:
+        if value not in (None, AUTO):
+            raise r.error(f"{p}torch_autocast.enabled", "torch_autocast runs over fp32 weights: it cannot be combined "
+                                                        "with bf16 or fp16 enabled")
+        section = data["torch_autocast"]
+        dtype = section.get("dtype", "bfloat16")
+        half = r.choice(f"{p}torch_autocast.dtype", dtype, {"bfloat16": "bf16", "bf16": "bf16", "torch.bfloat16": "bf16",
+                                                             "float16": "fp16", "fp16": "fp16", "half": "fp16",
+                                                             "torch.float16": "fp16"}, fold_case=True)
+        key, value = f"{p}torch_autocast.enabled", f"autocast-{half}"
+        for name in section:
+            if name not in ("enabled", "dtype"):
+                r.ignore(f"{p}torch_autocast.{name}", COMMS)
+    elif isinstance(data.get("torch_autocast"), dict):
+        r.ignore_all(data["torch_autocast"], f"{p}torch_autocast", "torch_autocast is not enabled")
+    if amp is True:
+        if value not in (None, AUTO):
+            raise r.error(f"{p}amp.enabled", "Apex AMP cannot be combined with bf16 or fp16 mode (DeepSpeed)")
+        section = data["amp"]
+        level = section.get("opt_level", "O1")
+        key, value = f"{p}amp.enabled", "fp16-fp32-master" if level in ("O2", "O3") else "autocast-fp16"
+        r.assume("training.precision", value, f"Apex AMP opt_level {level}: "
+                 + ("fp16 weights with an fp32 master copy" if level in ("O2", "O3") else "fp16 casts around fp32 "
+                    "weights, as torch.autocast"))
+        for name in section:
+            if name not in ("enabled", "opt_level"):
+                r.ignore(f"{p}amp.{name}", NO_MEMORY)
+    elif isinstance(data.get("amp"), dict):
+        r.ignore_all(data["amp"], f"{p}amp", "Apex AMP is not enabled")
+    if key is None:
+        off = [k for switch, k in ((bf16, f"{bf16_key}.enabled"), (fp16, f"{p}fp16.enabled")) if switch is False]
+        if off:
+            r.said("ds_precision", "fp32", off[0], False, field="training.precision")
+        else:
+            r.default("ds_precision", "fp32", f"{p}bf16", "no bf16, fp16 or torch_autocast section enabled: "
+                                                         "DeepSpeed trains in fp32")
+    elif value == AUTO:
+        r.autos["ds_precision"] = key
+        # What bf16 "auto" becomes once filled with true, with this file's other bf16 settings.
+        if grad_accum in ("fp32", "float32"):
+            r.autos["ds_precision:bf16"] = "megatron-bf16"
+    else:
+        r.said("ds_precision", value, key, True, field="training.precision")
+
+
+def _optimizer(data: dict[str, Any], r: Reading, p: str, offload: bool) -> None:
+    section = data.get("optimizer")
+    key = f"{p}optimizer"
+    if section is None:
+        return  # the client's optimizer (the Trainer's optim, or the script's own)
+    section = r.mapping(key, section)
+    name = r.string(f"{key}.type", section.get("type")) if "type" in section else None
+    params = section.get("params") or {}
+    params = r.mapping(f"{key}.params", params)
+    used: set[str] = set()
+    for other in section:
+        if other not in ("type", "params"):
+            r.ignore(f"{key}.{other}", NO_MEMORY if other == "legacy_fusion" else None)
+    if name is None:
+        r.ignore_all(params, f"{key}.params", "no optimizer type given")
+        return
+    lower = name.lower()
+    tkey = f"{key}.type"
+    optimizer = implementation = None
+    note = ""
+    if lower in ("adam", "adamw"):
+        torch_adam = params.get("torch_adam", False)
+        if "torch_adam" in params:
+            r.boolean(f"{key}.params.torch_adam", torch_adam)
+            used.add("torch_adam")
+        w_mode = params.get("adam_w_mode", True)
+        if "adam_w_mode" in params:
+            r.boolean(f"{key}.params.adam_w_mode", w_mode)
+            used.add("adam_w_mode")
+        optimizer = "adamw" if lower == "adamw" or w_mode else "adam"
+        if torch_adam:
+            implementation = _torch_implementation(r, f"{key}.params", params, used)
+            note = "torch.optim's Adam(W) (torch_adam)"
+        elif offload:
+            implementation = "fused"
+            note = "DeepSpeedCPUAdam on the offloaded state (offload is not modelled)"
+        else:
+            implementation = "fused"
+            note = "DeepSpeed's FusedAdam: one multi-tensor kernel, no copy of the state during the step"
+    elif lower == "lion":
+        optimizer, implementation, note = "lion", "fused", "DeepSpeed's FusedLion"
+    elif lower == "lamb":
+        optimizer, implementation = "adamw", "fused"
+        note = "FusedLamb keeps Adam's two moments per parameter: counted as AdamW"
+        r.assume("training.optimizer", "adamw", f"{name}: {note}")
+    elif lower in ("muadam", "muadamw"):
+        optimizer = "adam" if lower == "muadam" else "adamw"
+        implementation = _torch_implementation(r, f"{key}.params", params, used)
+        note = "mup's wrapper around torch.optim's Adam(W)"
+    elif lower == "musgd" or name == "SGD":
+        momentum = params.get("momentum", 0)
+        if "momentum" in params:
+            used.add("momentum")
+            if isinstance(momentum, bool) or not isinstance(momentum, (int, float)):
+                raise r.error(f"{key}.params.momentum", f"must be a number, got {describe(momentum)}")
+        optimizer = "sgd-momentum" if momentum else "sgd"
+        implementation = _torch_implementation(r, f"{key}.params", params, used)
+    elif name == "Adafactor":
+        optimizer = "adafactor"
+        implementation = _torch_implementation(r, f"{key}.params", params, used)
+        note = "torch.optim.Adafactor keeps no first moment"
+        r.said("training.adafactor_momentum", False, tkey, name)
+    elif lower == "adagrad" or name in ("RMSprop",):
+        if name == "RMSprop" and (params.get("momentum") or params.get("centered")):
+            r.ignore(tkey, "RMSprop with momentum or centred keeps two or three buffers per parameter: not modelled")
+            r.ignore_all(params, f"{key}.params", "the optimizer is not modelled")
+            return
+        optimizer = "sgd-momentum"
+        implementation = _torch_implementation(r, f"{key}.params", params, used)
+        note = f"{name} keeps one buffer per parameter, as SGD with momentum does"
+        r.assume("training.optimizer", "sgd-momentum", note)
+    elif lower in _DS_OPTIMIZERS or name in _TORCH_OPTIMIZERS:
+        r.ignore(tkey, f"the {name} optimizer is not modelled: trainmem counts Adam(W), SGD, Adafactor, 8-bit AdamW "
+                       "and Lion")
+        r.ignore_all(params, f"{key}.params", "the optimizer is not modelled")
+        return
+    else:
+        raise r.error(tkey, f"is not an optimizer DeepSpeed knows: {name!r} is neither one of its own "
+                            f"({', '.join(_DS_OPTIMIZERS)}) nor a torch.optim class")
+    r.said("training.optimizer", optimizer, tkey, name, note=note)
+    r.said("training.optimizer_implementation", implementation, tkey, name, note=note)
+    for param, value in params.items():
+        if param in used:
+            r.also(f"{key}.params.{param}", value, "training.optimizer" if param in ("adam_w_mode", "momentum")
+                   else "training.optimizer_implementation")
+        else:
+            r.ignore(f"{key}.params.{param}", NO_MEMORY)
+
+
+def _torch_implementation(r: Reading, key: str, params: dict[str, Any], used: set[str]) -> str:
+    """torch.optim's implementation from its foreach/fused keyword arguments (default: foreach on CUDA)."""
+    fused = params.get("fused")
+    foreach = params.get("foreach")
+    if fused is not None:
+        used.add("fused")
+        if r.boolean(f"{key}.fused", fused):
+            return "fused"
+    if foreach is not None:
+        used.add("foreach")
+        if not r.boolean(f"{key}.foreach", foreach):
+            return "for-loop"
+    return "foreach"
+
+
+def _tensor_parallel(value: Any, r: Reading, key: str) -> None:
+    value = r.mapping(key, value)
+    for name, item in value.items():
+        if name == "autotp_size":
+            size = r.integer(f"{key}.{name}", item, low=0, high=1 << 20)
+            r.said("parallelism.tensor", max(size, 1), f"{key}.{name}", item,
+                   note="AutoTP: 0 turns tensor parallelism off")
+        else:
+            r.ignore_all(item, f"{key}.{name}")

@@ -1,0 +1,472 @@
+"""Facts from one or more files into one estimate body, with what was understood, ignored and assumed.
+
+Several files describe one run: a launcher's config (accelerate), the script's arguments (the Trainer's,
+axolotl's) and the engine's config (DeepSpeed). They merge in that order, later ones winning where two say
+different things, as the frameworks resolve them:
+
+1. accelerate's launch config is the floor: the script's arguments override it (TrainingArguments sets
+   accelerate's mixed precision when bf16 or fp16 is true, and leaves accelerate's otherwise).
+2. The Trainer's or axolotl's arguments fill DeepSpeed's "auto" values. Where DeepSpeed states a value the
+   Trainer also has (micro-batch, accumulation, bf16/fp16), the two must agree: transformers refuses a
+   mismatch (HfTrainerDeepSpeedConfig.trainer_config_process, fill_match), and so does the import, naming
+   both keys.
+3. DeepSpeed's config decides its own settings (ZeRO stage, optimizer when it names one).
+
+A torchtitan or Megatron-LM config describes a whole run and stands alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from app import core
+from app.configs.common import DEFAULT_MODEL_PRESET, Fact, Reading, json_safe
+from app.configs.fsdp import FSDP_PRECISION_NOTE
+from app.core import DomainError
+
+RANK: Final = {"accelerate": 0, "training-arguments": 1, "axolotl": 1, "deepspeed": 2, "torchtitan": 1, "megatron": 1}
+ARGUMENTS: Final = ("training-arguments", "axolotl")
+MUST_MATCH: Final = ("training.micro_batch_size", "training.gradient_accumulation_steps")
+TRAINING_FIELDS: Final = ("micro_batch_size", "seq_len", "precision", "optimizer", "optimizer_implementation",
+                          "adafactor_momentum", "activation_checkpointing", "attention", "implementation", "loop",
+                          "gradient_accumulation_steps")
+PARALLELISM_FIELDS: Final = ("data", "tensor", "pipeline", "sequence_parallel", "zero_stage", "offload", "gpus_per_node")
+FINETUNING_FIELDS: Final = ("method", "rank", "target_modules", "dropout", "modules_to_save", "quantization")
+MAX_ENTRIES: Final = 2000  # per list: a pathological file of thousands of keys is summarised past this
+DEFAULT_WHY: Final = "not in the config: trainmem's default"
+
+
+def defaults() -> dict[str, Any]:
+    training, parallelism = core.Training(), core.Parallelism()
+    values = {f"training.{name}": getattr(training, name) for name in TRAINING_FIELDS}
+    values["training.precision"] = "bf16-fp32-master"
+    values.update({f"parallelism.{name}": getattr(parallelism, name) for name in PARALLELISM_FIELDS})
+    return values
+
+
+class _Merge:
+    def __init__(self, readings: list[Reading]) -> None:
+        self.readings = [r for top in readings for r in _flatten(top)]
+        self.several = len(readings) > 1
+        self.where = {r.file: r.where for r in readings}
+        self.facts: dict[str, list[tuple[int, Fact, Reading]]] = {}
+        for reading in self.readings:
+            for fact in reading.facts:
+                self.facts.setdefault(fact.name, []).append((RANK[reading.kind], fact, reading))
+        self.understood: list[dict[str, Any]] = []
+        self.ignored: list[dict[str, Any]] = [entry for r in self.readings for entry in r.ignored]
+        self.assumed: list[dict[str, Any]] = [entry for r in self.readings for entry in r.assumed]
+        self.values: dict[str, Any] = {}
+        self.sources: dict[str, tuple[int, str]] = {}  # field -> (file, key) it came from
+
+    # --- facts ------------------------------------------------------------------------------------------
+
+    def source(self, fact: Fact) -> str:
+        return f"files[{fact.file}] {fact.key}" if self.several else fact.key
+
+    def error_at(self, fact: Fact, message: str) -> DomainError:
+        key = fact.key
+        return DomainError(f"{self.where[fact.file]}.{key}" if key else self.where[fact.file], message)
+
+    def pick(self, name: str) -> Fact | None:
+        """The fact that decides `name`: the last said in the highest-ranked file, else the highest default."""
+        group = self.facts.get(name, [])
+        said = [(rank, fact) for rank, fact, _ in group if fact.origin == "said"]
+        pool = said or [(rank, fact) for rank, fact, _ in group]
+        if not pool:
+            return None
+        top = max(rank for rank, _ in pool)
+        return [fact for rank, fact in pool if rank == top][-1]
+
+    def settle(self, name: str, winner: Fact | None) -> None:
+        """Record the winner as understood (said) or assumed (default), the agreeing as understood, and the
+        overridden as ignored."""
+        if winner is None:
+            return
+        for _, fact, _ in self.facts.get(name, []):
+            if fact.origin != "said":
+                continue
+            if fact is winner or fact.value == winner.value:
+                self.understand(fact)
+            else:
+                self.ignored.append({"key": fact.key, "file": fact.file,
+                                     "why": f"overridden by {self.source(winner)} ({_show(winner.raw)})"})
+        if winner.origin != "said" and winner.field:
+            self.assumed.append({"field": winner.field, "value": json_safe(_shown_value(winner)), "why": winner.why,
+                                 "file": winner.file})
+
+    def understand(self, fact: Fact) -> None:
+        if fact.field:
+            self.understood.append({"key": fact.key, "value": json_safe(fact.raw), "field": fact.field,
+                                    "file": fact.file, "note": fact.note or None})
+            self.sources.setdefault(fact.field, (fact.file, fact.key))
+
+    def must_match(self, name: str) -> None:
+        """DeepSpeed's value against the Trainer's (or axolotl's), which transformers requires to agree."""
+        group = self.facts.get(name, [])
+        ds = [fact for rank, fact, r in group if r.kind == "deepspeed" and fact.origin == "said"]
+        args = [(fact, r) for rank, fact, r in group if r.kind in ("training-arguments", "axolotl")]
+        if not ds or not args:
+            return
+        theirs, reading = args[-1]
+        mine = ds[-1]
+        if mine.value != theirs.value:
+            default = " (its default)" if theirs.origin == "default" else ""
+            who = "axolotl" if reading.kind == "axolotl" else "the Trainer"
+            raise self.error_at(mine, f"is {_show(mine.raw)} but {self.source(theirs)} is {_show(theirs.value)}"
+                                      f"{default}: {who} refuses a DeepSpeed config that disagrees with its arguments "
+                                      "(transformers' HfTrainerDeepSpeedConfig: 'mismatch')")
+
+    # --- the body -----------------------------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        self.check_engines()
+        for name in MUST_MATCH:
+            self.must_match(name)
+        plain = [f"training.{n}" for n in TRAINING_FIELDS if n != "precision"] + \
+                [f"parallelism.{n}" for n in PARALLELISM_FIELDS]
+        for name in plain:
+            winner = self.pick(name)
+            self.fill_auto(name, winner)
+            self.settle(name, winner)
+            if winner is not None:
+                self.values[name] = winner.value
+        self.batch_and_data()
+        self.precision()
+        model = self.model()
+        fallback = defaults()
+        for field, value in fallback.items():
+            if field not in self.values:
+                self.values[field] = value
+                if field == "training.adafactor_momentum" and self.values.get("training.optimizer") != "adafactor":
+                    continue  # it means nothing for another optimizer
+                self.assumed.append({"field": field, "value": json_safe(value), "why": DEFAULT_WHY, "file": None})
+        for reading in self.readings:
+            self.understood.extend(reading.understood)
+            for entry in reading.understood:
+                if entry["field"]:
+                    self.sources.setdefault(entry["field"], (entry["file"], entry["key"]))
+        request = {
+            "model": model,
+            "training": {name: self.values[f"training.{name}"] for name in TRAINING_FIELDS},
+            "parallelism": {name: self.values[f"parallelism.{name}"] for name in PARALLELISM_FIELDS},
+        }
+        finetuning = self.finetuning()
+        if finetuning:
+            request["finetuning"] = finetuning
+        return request
+
+    def finetuning(self) -> dict[str, Any] | None:
+        """LoRA or QLoRA adapters when a file asks for them (the body's finetuning section); None for full."""
+        values = {}
+        for name in FINETUNING_FIELDS:
+            winner = self.pick(f"finetuning.{name}")
+            self.settle(f"finetuning.{name}", winner)
+            if winner is not None:
+                values[name] = winner.value
+        if values.get("method", "full") == "full":
+            return None
+        if values["method"] != "qlora":
+            values.pop("quantization", None)
+        return values
+
+    def check_engines(self) -> None:
+        engines = [fact for _, fact, _ in self.facts.get("engine", [])]
+        kinds = {fact.value for fact in engines}
+        if len(kinds) > 1:
+            later = engines[-1]
+            first = next(fact for fact in engines if fact.value != later.value)
+            raise self.error_at(later, f"says {later.value} but {self.source(first)} says {first.value}: only one "
+                                       "of DeepSpeed, FSDP and Megatron-LM can run the model")
+
+    def fill_auto(self, name: str, winner: Fact | None) -> None:
+        """DeepSpeed's "auto": filled from another file's value (the Trainer's), else left to the default."""
+        for reading in self.readings:
+            key = reading.autos.get(name)
+            if key is None:
+                continue
+            if winner is not None:
+                self.understood.append({"key": key, "value": "auto", "field": winner.field or name,
+                                        "file": reading.file, "note": f"filled from {self.source(winner)}"})
+            else:
+                self.understood.append({"key": key, "value": "auto", "field": name, "file": reading.file,
+                                        "note": "nothing here fills it: trainmem's default (see assumed)"})
+                self.assumed.append({"field": name, "value": json_safe(defaults().get(name)), "file": reading.file,
+                                     "why": f"{key} is \"auto\", which the Trainer or accelerate fills from its own "
+                                            "arguments; none given, so trainmem's default"})
+
+    def value_of(self, name: str, default: Any = None) -> Any:
+        return self.values.get(name, default)
+
+    def batch_and_data(self) -> None:
+        """The data-parallel degree from a launcher's process count, or from DeepSpeed's train_batch_size =
+        micro-batch × accumulation × data-parallel GPUs (DeepSpeedConfig._batch_assertion)."""
+        tensor = self.value_of("parallelism.tensor", 1)
+        pipeline = self.value_of("parallelism.pipeline", 1)
+        world = self.pick("world_size")
+        if world is not None:
+            self.settle("world_size", world)
+            parallel = tensor * pipeline
+            if world.value % parallel:
+                raise self.error_at(world, f"{world.value} processes do not split into tensor × pipeline groups of "
+                                           f"{parallel}")
+            data = world.value // parallel
+            stated = self.pick("parallelism.data")
+            if stated is not None and stated.origin == "said" and stated.value != data:
+                raise self.error_at(stated, f"is {stated.value} but {self.source(world)} gives {world.value} "
+                                            f"processes, {data} data-parallel groups of tensor × pipeline = {parallel}")
+            if stated is None or stated.origin != "said":
+                self.values["parallelism.data"] = data
+                self.sources["parallelism.data"] = (world.file, world.key)
+                self.assumed.append({"field": "parallelism.data", "value": data, "file": world.file,
+                                     "why": f"{self.source(world)} {world.value} ÷ (tensor {tensor} × pipeline "
+                                            f"{pipeline})"})
+        batch = self.pick("train_batch_size")
+        auto = next((r.autos["train_batch_size"] for r in self.readings if "train_batch_size" in r.autos), None)
+        if auto is not None and batch is None:
+            self.understood.append({"key": auto, "value": "auto", "field": "parallelism.data",
+                                    "file": next(r.file for r in self.readings if "train_batch_size" in r.autos),
+                                    "note": "the Trainer sets it to world size × micro-batch × accumulation"})
+        if batch is None:
+            return
+        self.settle("train_batch_size", batch)
+        micro_f = self.pick("training.micro_batch_size")
+        accum_f = self.pick("training.gradient_accumulation_steps")
+        data_f = None if world is not None else self.pick("parallelism.data")
+        total = batch.value
+        # The Trainer holds its defaults as values, and checks train_batch_size against them (fill_match).
+        known_micro = micro_f is not None and (micro_f.origin == "said" or micro_f.kind in ARGUMENTS)
+        known_accum = accum_f is not None and (accum_f.origin == "said" or accum_f.kind in ARGUMENTS)
+        if world is not None or (data_f is not None and data_f.origin == "said"):
+            data = self.values["parallelism.data"]
+            known_data = True
+        else:
+            data, known_data = 1, False
+        micro = micro_f.value if micro_f else 1
+        accum = accum_f.value if accum_f else 1
+
+        def fail(message: str) -> DomainError:
+            return self.error_at(batch, f"{message} (DeepSpeed requires train_batch_size = "
+                                        "train_micro_batch_size_per_gpu × gradient_accumulation_steps × GPUs)")
+
+        if known_micro and known_accum:
+            if total % (micro * accum):
+                raise fail(f"{total} is not a multiple of micro-batch × accumulation = {micro} × {accum}")
+            derived = total // (micro * accum)
+            if known_data and derived != data:
+                raise fail(f"{total} is not {micro} × {accum} × {data}")
+            if not known_data:
+                self.set_derived("parallelism.data", derived, batch, f"train_batch_size {total} ÷ (micro-batch {micro} "
+                                 f"× accumulation {accum}): the data-parallel degree")
+            return
+        if not known_data:
+            self.set_derived("parallelism.data", 1, batch, "train_batch_size without both the micro-batch and the "
+                             "accumulation steps: one data-parallel GPU assumed")
+        if known_micro:
+            if total % (micro * data):
+                raise fail(f"{total} is not a multiple of micro-batch × data-parallel = {micro} × {data}")
+            self.set_derived("training.gradient_accumulation_steps", total // (micro * data), batch,
+                             f"DeepSpeed derives it: train_batch_size {total} ÷ (micro-batch {micro} × {data} GPU"
+                             f"{'s' if data > 1 else ''})")
+        elif known_accum:
+            if total % (accum * data):
+                raise fail(f"{total} is not a multiple of accumulation × data-parallel = {accum} × {data}")
+            self.set_derived("training.micro_batch_size", total // (accum * data), batch,
+                             f"DeepSpeed derives it: train_batch_size {total} ÷ (accumulation {accum} × {data} GPU"
+                             f"{'s' if data > 1 else ''})")
+        else:
+            if total % data:
+                raise fail(f"{total} is not a multiple of the {data} data-parallel GPUs")
+            self.set_derived("training.gradient_accumulation_steps", 1, batch, "DeepSpeed's rule with only "
+                             "train_batch_size: one micro-batch a step")
+            self.set_derived("training.micro_batch_size", total // data, batch, f"DeepSpeed derives it: "
+                             f"train_batch_size {total} ÷ {data} GPU{'s' if data > 1 else ''}")
+
+    def set_derived(self, field: str, value: int, source: Fact, why: str) -> None:
+        self.values[field] = value
+        self.sources[field] = (source.file, source.key)
+        self.assumed.append({"field": field, "value": value, "why": why, "file": source.file})
+
+    def precision(self) -> None:
+        """The precision from the mixed precision asked for and the engine that runs the model: DeepSpeed keeps
+        an fp32 master copy, FSDP keeps fp32 shards, autocast alone keeps fp32 weights; weights loaded in half
+        precision with neither keep no fp32 copy at all."""
+        explicit = self.pick("training.precision")
+        if explicit is not None:
+            self.settle("training.precision", explicit)
+            self.values["training.precision"] = explicit.value
+            return
+        reasons: list[str] = []
+        engine_f = self.pick("engine")
+        engine = engine_f.value if engine_f else None
+        amp = self.pick_amp(reasons)
+        load = self.pick("load_dtype")
+        half_weights = load is not None and load.value != "fp32"
+        if engine == "deepspeed":
+            value = self.deepspeed_precision(amp, reasons)
+        elif engine == "megatron":
+            mode = amp.value if amp else "no"
+            value = {"bf16": "megatron-bf16", "fp16": "fp16-fp32-master", "no": "fp32"}[mode]
+            if mode != "no":
+                reasons.append(f"{mode} with Megatron-LM: half-precision weights, an fp32 master copy in its "
+                               "optimizer" + (", gradients accumulated in fp32" if mode == "bf16" else ""))
+        elif engine == "fsdp" and not (half_weights and (amp is None or amp.value == "no")):
+            mode = amp.value if amp else "no"
+            value = {"bf16": "bf16-fp32-master", "fp16": "fp16-fp32-master", "no": "fp32"}[mode]
+            if mode != "no":
+                reasons.append(f"{mode} under FSDP: {FSDP_PRECISION_NOTE}")
+        elif half_weights:
+            value = "bf16" if load.value == "bf16" else {"weights": "fp16", "gradients": "fp16",
+                                                         "master_weights": None, "optimizer_states": "fp16",
+                                                         "activations": "fp16"}
+            reasons.append(f"{load.note or 'the weights are loaded in ' + load.value}, and no DeepSpeed or FSDP "
+                           "keeps an fp32 copy: gradients and optimizer state take the weights' dtype")
+        elif amp is not None:
+            value = {"bf16": "autocast-bf16", "fp16": "autocast-fp16", "no": "fp32"}[amp.value]
+        else:
+            return
+        self.values["training.precision"] = value
+        reasons = [reason for reason in reasons if reason]
+        if reasons:
+            self.assumed.append({"field": "training.precision", "value": json_safe(value), "why": "; ".join(reasons),
+                                 "file": amp.file if amp else None})
+
+    def pick_amp(self, reasons: list[str]) -> Fact | None:
+        """The mixed precision asked for: a Trainer or axolotl that turns bf16/fp16 on wins; one that leaves them
+        off leaves accelerate's (TrainingArguments: mixed_precision from ACCELERATE_MIXED_PRECISION unless
+        fp16 or bf16 is true)."""
+        group = self.facts.get("amp", [])
+        if not group:
+            return None
+        said = [(rank, f) for rank, f, _ in group if f.origin == "said"] or [(rank, f) for rank, f, _ in group]
+        winner = max(said, key=lambda item: (item[1].value != "no", item[0]))[1]
+        for _, fact, _ in group:
+            if fact.origin != "said":
+                continue
+            if fact is winner or fact.value == winner.value:
+                self.understand(fact)
+            elif fact.value == "no":
+                self.ignored.append({"key": fact.key, "file": fact.file,
+                                     "why": f"off here, so {self.source(winner)} ({_show(winner.raw)}) applies"})
+            else:
+                self.ignored.append({"key": fact.key, "file": fact.file,
+                                     "why": f"overridden by {self.source(winner)} ({_show(winner.raw)})"})
+        if winner.origin != "said":
+            reasons.append(winner.why)
+        return winner
+
+    def deepspeed_precision(self, amp: Fact | None, reasons: list[str]) -> Any:
+        readings = [r for r in self.readings if r.kind == "deepspeed"]
+        ds = self.pick("ds_precision")
+        mode = amp.value if amp else None
+        from_amp = {"bf16": "bf16-fp32-master", "fp16": "fp16-fp32-master", "no": "fp32"}
+        # The Trainer (or axolotl) must agree with an explicit bf16/fp16 switch (fill_match).
+        trainer_amp = [f for _, f, r in self.facts.get("amp", []) if r.kind in ARGUMENTS]
+        if trainer_amp:
+            theirs = trainer_amp[-1]
+            for flag, half in (("ds_bf16", "bf16"), ("ds_fp16", "fp16")):
+                for _, fact, _ in self.facts.get(flag, []):
+                    if fact.value == "auto":
+                        continue
+                    wants = theirs.value == half
+                    if fact.value != wants:
+                        default = " (its default)" if theirs.origin == "default" else ""
+                        raise self.error_at(fact, f"is {_show(fact.value)} but {self.source(theirs)} makes "
+                                                  f"{half} {_show(wants)}{default}: the Trainer refuses a DeepSpeed "
+                                                  "config that disagrees with its arguments (fill_match)")
+        auto_key = next((r.autos["ds_precision"] for r in readings if "ds_precision" in r.autos), None)
+        if ds is not None and ds.origin == "said":
+            self.settle("ds_precision", ds)
+            return ds.value
+        if auto_key is not None:
+            if mode is not None:
+                if amp.origin != "said":
+                    reasons.append(f"DeepSpeed's bf16/fp16 \"auto\" filled from {self.source(amp)}")
+                if mode == "bf16":
+                    return next((r.autos["ds_precision:bf16"] for r in readings if "ds_precision:bf16" in r.autos),
+                                from_amp[mode])
+                return from_amp[mode]
+            reasons.append(f"{auto_key} is \"auto\", which the Trainer fills from its bf16/fp16 (default false); "
+                           "none given, so fp32")
+            return "fp32"
+        if mode in ("bf16", "fp16"):
+            # accelerate adds {"enabled": true} for a missing section (DeepSpeedPlugin.set_mixed_precision).
+            reasons.append(f"{mode} with DeepSpeed" + (", whose file is not read" if not readings else "") +
+                           ": bf16/fp16 weights and gradients with an fp32 master copy")
+            return from_amp[mode]
+        if ds is not None:
+            self.settle("ds_precision", ds)
+            return ds.value
+        if not readings:
+            reasons.append("DeepSpeed with neither bf16 nor fp16 asked for: fp32")
+        return "fp32"
+
+    def model(self) -> dict[str, Any]:
+        winner = self.pick("model")
+        if winner is None:
+            self.assumed.append({"field": "model.preset", "value": DEFAULT_MODEL_PRESET, "file": None,
+                                 "why": "the config names no model trainmem knows: the default preset; set the model "
+                                        "to yours"})
+            return {"preset": DEFAULT_MODEL_PRESET}
+        self.settle("model", winner)
+        if "preset" in winner.value:
+            self.sources["model.preset"] = (winner.file, winner.key)
+        for field in winner.value:
+            self.sources.setdefault(f"model.{field}", (winner.file, winner.key))
+        return dict(winner.value)
+
+
+def _flatten(reading: Reading) -> list[Reading]:
+    out = [reading]
+    for child in reading.children:
+        out.extend(_flatten(child))
+    return out
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return repr(value)
+    return str(value)
+
+
+def _shown_value(fact: Fact) -> Any:
+    if fact.name == "model":
+        return fact.value.get("preset", fact.value) if isinstance(fact.value, dict) else fact.value
+    return fact.value
+
+
+def merge(readings: list[Reading]) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]], dict[str, tuple[int, str]]]:
+    """The estimate body the readings describe; the understood, ignored and assumed lists; each body field's
+    source (file, key)."""
+    run = _Merge(readings)
+    request = run.run()
+    lists = {"understood": _cap(run.understood, "understood"), "ignored": _cap(run.ignored, "ignored"),
+             "assumed": _cap(_unique(run.assumed), "assumed")}
+    return request, lists, run.sources
+
+
+def _unique(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    seen, out = set(), []
+    for entry in entries:
+        marker = (entry["field"], repr(entry["value"]), entry["why"])
+        if marker not in seen:
+            seen.add(marker)
+            out.append(entry)
+    return out
+
+
+def _cap(entries: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    if len(entries) <= MAX_ENTRIES:
+        return entries
+    rest = len(entries) - MAX_ENTRIES + 1
+    summary: dict[str, Any]
+    if name == "ignored":
+        summary = {"key": "...", "why": f"and {rest:,} more keys, not listed: a config this large is summarised",
+                   "file": None}
+    elif name == "understood":
+        summary = {"key": "...", "value": None, "field": "", "file": None, "note": f"and {rest:,} more, not listed"}
+    else:
+        summary = {"field": "...", "value": None, "why": f"and {rest:,} more, not listed", "file": None}
+    return entries[: MAX_ENTRIES - 1] + [summary]

@@ -1,0 +1,360 @@
+"""torchtitan's TOML job configuration (torchtitan/models/*/train_configs/*.toml).
+
+Sections and defaults from torchtitan's JobConfig (torchtitan/config/job_config.py, as of the last TOML
+release, February 2026; newer torchtitan configures jobs in Python): [model] name/flavor, [training]
+local_batch_size (batch_size before it; default 8), global_batch_size (-1: local × data-parallel),
+seq_len (2048), dtype (float32; bfloat16 is pure bf16, no fp32 copy), mixed_precision_param (bfloat16: applied
+by FSDP when data_parallel_shard_degree > 1, by torch.autocast under DDP or one GPU), [parallelism]
+data_parallel_replicate_degree (1), data_parallel_shard_degree (-1: the GPUs left over), tensor_parallel_degree,
+pipeline_parallel_degree, context_parallel_degree, fsdp_reshard_after_forward; [activation_checkpoint] mode
+(selective by default, every second layer) and selective_ac_option ('op' or a layer interval);
+[optimizer] name (AdamW) and implementation (fused by default).
+
+The llama3 flavours 8B, 70B and 405B are the Llama 3 8B, 70B and Llama 3.1 405B shapes
+(torchtitan/models/llama3/__init__.py: dim, n_layers, n_heads, n_kv_heads, ffn_dim_multiplier, multiple_of);
+torchtitan's training step deletes the logits before backward (train.py, 'del pred'), as the Trainer does.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from typing import Any, Final
+
+from app.configs.common import COMPILE, FP8, MOE, NO_MEMORY, PATH, Reading, describe
+from app.core import DomainError
+
+FLAVOURS: Final = {
+    ("llama3", "8B"): "llama-3-8b", ("llama3", "8B_flex"): "llama-3-8b", ("llama3", "8B_varlen"): "llama-3-8b",
+    ("llama3", "70B"): "llama-3-70b", ("llama3", "405B"): "llama-3.1-405b",
+    ("llama2", "7B"): "llama-2-7b", ("llama2", "13B"): "llama-2-13b", ("llama2", "70B"): "llama-2-70b",
+}
+# torchtitan/models/llama3/__init__.py "debugmodel": dim 256, n_layers 6, n_heads 16, vocab_size 2048; the FFN is
+# int(2 × 4 × 256 / 3) = 682 rounded up to a multiple of 256 (multiple_of's default) = 768; a separate output layer.
+ARCHITECTURES: Final = {
+    (name, flavor): {"num_hidden_layers": 6, "hidden_size": 256, "num_attention_heads": 16, "num_key_value_heads": 16,
+                     "intermediate_size": 768, "vocab_size": 2048, "max_position_embeddings": 131072,
+                     "tie_word_embeddings": False, "mlp": "swiglu", "norm": "rmsnorm", "position_embedding": "rope"}
+    for name, flavor in (("llama3", "debugmodel"), ("llama3", "debugmodel_flex_attn"), ("llama3", "debugmodel_varlen_attn"))
+}
+DEFAULT_SHARD: Final = 8  # run_train.sh: NGPU=${NGPU:-"8"}; the 70B and 405B configs say they are for 64 and more
+LOOP_WHY: Final = "torchtitan's training step deletes the logits before backward (train.py: 'del pred'): only the loss is kept"
+FSDP_NOTE: Final = ("FSDP2 keeps the sharded parameters in fp32 as the master copy and gathers bf16 copies for "
+                    "compute (mixed_precision_param)")
+
+
+def loads(text: str, field: str) -> Any:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise DomainError(field, f"is not valid TOML: {error}") from None
+    except (RecursionError, ValueError) as error:
+        raise DomainError(field, f"is not TOML trainmem reads: {error}") from None
+
+
+def read(data: Any, r: Reading) -> None:
+    if not isinstance(data, dict):
+        raise r.error("", f"must be a TOML table, got {describe(data)}")
+    sections = {name: r.mapping(name, value) for name, value in data.items() if isinstance(value, dict)}
+    for name, value in data.items():
+        if not isinstance(value, dict):
+            r.ignore(name, "a key outside any section: torchtitan reads none")
+    model = sections.get("model", {})
+    training = sections.get("training", {})
+    parallel = sections.get("parallelism", {})
+    checkpointing = sections.get("activation_checkpoint")
+    optimizer = sections.get("optimizer", {})
+    experimental = sections.get("experimental", {})
+
+    _model(model, r)
+    _optimizer(optimizer, r)
+    tensor, pipeline, data_degree, shard = _parallelism(parallel, experimental, r)
+    _training(training, r, data_degree)
+    _precision(training, r, shard=shard, tensor=tensor, pipeline=pipeline, data=data_degree)
+    _checkpointing(checkpointing, r)
+    r.said("training.implementation", "transformers", "model.name", model.get("name", "llama3"), field="")
+    r.default("training.loop", "hf-trainer", "(torchtitan)", LOOP_WHY)
+    r.default("training.attention", "sdpa", "model.flavor", "torchtitan's attention is PyTorch's "
+                                                            "scaled_dot_product_attention")
+    for name, value in sections.items():
+        if name in ("model", "training", "parallelism", "activation_checkpoint", "optimizer", "experimental"):
+            continue
+        why = {"float8": FP8, "quantize": FP8, "mx": FP8, "compile": COMPILE, "job": NO_MEMORY, "metrics": NO_MEMORY,
+               "profiling": NO_MEMORY, "checkpoint": NO_MEMORY, "comm": NO_MEMORY, "lr_scheduler": NO_MEMORY,
+               "validation": "evaluation, not the training step", "fault_tolerance": NO_MEMORY,
+               "memory_estimation": NO_MEMORY, "debug": NO_MEMORY}.get(name)
+        r.ignore_all(value, name, why)
+
+
+def _model(model: dict[str, Any], r: Reading) -> None:
+    name = model.get("name", "llama3")
+    flavor = model.get("flavor", "debugmodel")
+    if "name" in model:
+        r.string("model.name", name)
+    if "flavor" in model:
+        r.string("model.flavor", flavor)
+    preset = FLAVOURS.get((name, flavor))
+    arch = ARCHITECTURES.get((name, flavor))
+    if arch:
+        r.said("model", dict(arch), "model.flavor", f"{name} {flavor}", field="model.hidden_size",
+               note=f"torchtitan's {name} {flavor}: its TransformerModelArgs")
+        if "name" in model:
+            r.also("model.name", name, "model.hidden_size")
+    elif preset:
+        r.said("model", {"preset": preset}, "model.flavor", f"{name} {flavor}", field="model.preset",
+               note=f"torchtitan's {name} {flavor} has the shape of the preset {preset}")
+        if "name" in model:
+            r.also("model.name", name, "model.preset")
+    else:
+        r.ignore("model.flavor" if "flavor" in model else "model.name",
+                 f"torchtitan's {name} {flavor} is not a shape trainmem has a preset for "
+                 f"({', '.join(f'{n} {f}' for n, f in [*FLAVOURS, *ARCHITECTURES])}): give the model's architecture")
+        if "flavor" in model and "name" in model:
+            r.ignore("model.name", f"{name} {flavor}: no preset")
+    for key, value in model.items():
+        if key in ("name", "flavor"):
+            continue
+        if key in ("hf_assets_path", "tokenizer_path", "hf_assets_url"):
+            r.ignore(f"model.{key}", PATH)
+        elif key == "converters":
+            r.ignore(f"model.{key}", FP8 if value else "no converters")
+        else:
+            r.ignore_all(value, f"model.{key}")
+
+
+def _optimizer(optimizer: dict[str, Any], r: Reading) -> None:
+    name = optimizer.get("name", "AdamW")
+    key = "optimizer.name"
+    mapped = {"AdamW": "adamw", "Adam": "adam"}.get(r.string(key, name)) if "name" in optimizer else "adamw"
+    if mapped is None:
+        r.ignore(key, f"the {name} optimizer is not modelled here: AdamW assumed")
+        mapped = "adamw"
+    implementation = optimizer.get("implementation", "fused")
+    if "implementation" in optimizer:
+        implementation = r.choice("optimizer.implementation", implementation, ("for-loop", "foreach", "fused"))
+    if "name" in optimizer:
+        r.said("training.optimizer", mapped, key, name)
+    else:
+        r.default("training.optimizer", mapped, key, "torchtitan's default optimizer, AdamW")
+    if "implementation" in optimizer:
+        r.said("training.optimizer_implementation", implementation, "optimizer.implementation")
+    else:
+        r.default("training.optimizer_implementation", "fused", "optimizer.implementation",
+                  "torchtitan's default optimizer implementation, fused")
+    for other, value in optimizer.items():
+        if other not in ("name", "implementation"):
+            r.ignore(f"optimizer.{other}", "the update happens in backward: not modelled" if other ==
+                     "early_step_in_backward" and value else NO_MEMORY)
+
+
+def _parallelism(parallel: dict[str, Any], experimental: dict[str, Any], r: Reading) -> tuple[int, int, int, int]:
+    """(tensor, pipeline, data, FSDP shard degree)."""
+    def degree(name: str, default: int, *, where: dict[str, Any] = parallel, section: str = "parallelism",
+               low: int = 1) -> tuple[int, str | None]:
+        if name in where:
+            return r.integer(f"{section}.{name}", where[name], low=low), f"{section}.{name}"
+        return default, None
+
+    tensor, tensor_key = degree("tensor_parallel_degree", 1)
+    pipeline, pipeline_key = degree("pipeline_parallel_degree", 1)
+    if pipeline_key is None and "pipeline_parallel_degree" in experimental:  # before it moved to [parallelism]
+        pipeline, pipeline_key = degree("pipeline_parallel_degree", 1, where=experimental, section="experimental")
+    context, context_key = degree("context_parallel_degree", 1)
+    replicate, replicate_key = degree("data_parallel_replicate_degree", 1)
+    shard, shard_key = degree("data_parallel_shard_degree", -1, low=-1)
+    if shard == 0:
+        raise r.error("parallelism.data_parallel_shard_degree", "must be -1 (the GPUs left over) or at least 1")
+    if tensor_key:
+        r.said("parallelism.tensor", tensor, tensor_key)
+    if pipeline_key:
+        r.said("parallelism.pipeline", pipeline, pipeline_key)
+    if tensor > 1:
+        r.said("parallelism.sequence_parallel", True, tensor_key or "parallelism.tensor_parallel_degree", tensor,
+               note="torchtitan's tensor parallelism shards the norms and dropout over the sequence "
+                    "(SequenceParallel)")
+        r.assume("parallelism.sequence_parallel", True, "torchtitan applies sequence parallelism with tensor "
+                                                        "parallelism (parallelize_llama)")
+    if context > 1:
+        r.ignore(context_key or "parallelism.context_parallel_degree",
+                 "context parallelism is not modelled: each GPU is counted with the whole sequence")
+    elif context_key:
+        r.ignore(context_key, "1: no context parallelism")
+    if shard == -1:
+        shard = DEFAULT_SHARD
+        r.assume("parallelism.data", shard * replicate,
+                 f"data_parallel_shard_degree -1 takes the GPUs left over after the other degrees; the file does not "
+                 f"say how many GPUs run: {DEFAULT_SHARD} FSDP shards assumed (a node of 8 GPUs per tensor × "
+                 f"pipeline group, {DEFAULT_SHARD * tensor * pipeline * context * replicate} GPUs in all; "
+                 "torchtitan's run_train.sh starts 8)")
+    data = shard * replicate
+    if shard > 1 and replicate > 1:
+        note = (f"HSDP: sharded over {shard} GPUs, replicated {replicate} times; the estimate shards over all "
+                f"{data} data-parallel GPUs")
+        r.assume("parallelism.zero_stage", 3, note)
+    key = shard_key or replicate_key or "parallelism.data_parallel_shard_degree"
+    r.said("parallelism.data", data, key, shard if shard_key else replicate,
+           note="data_parallel_shard_degree × data_parallel_replicate_degree")
+    if shard_key and replicate_key:
+        r.also(replicate_key, replicate, "parallelism.data")
+    reshard = parallel.get("fsdp_reshard_after_forward", "default")
+    if "fsdp_reshard_after_forward" in parallel:
+        reshard = r.choice("parallelism.fsdp_reshard_after_forward", reshard, ("default", "always", "never"))
+    if shard > 1 or context > 1:
+        stage = 2 if reshard == "never" else 3
+        r.said("engine", "fsdp", key, shard, field="")
+        r.said("parallelism.zero_stage", stage, "parallelism.fsdp_reshard_after_forward"
+               if "fsdp_reshard_after_forward" in parallel else key, reshard if stage == 2 else shard,
+               note="FSDP2 keeps the parameters gathered after forward: ZeRO stage 2" if stage == 2 else
+               "FSDP2 shards parameters, gradients and optimizer state: ZeRO stage 3")
+    else:
+        r.said("parallelism.zero_stage", 0, key, shard, note="no sharding (DDP or one GPU)")
+        if "fsdp_reshard_after_forward" in parallel:
+            r.ignore("parallelism.fsdp_reshard_after_forward", "no FSDP: nothing is sharded")
+    handled = {"tensor_parallel_degree", "pipeline_parallel_degree", "context_parallel_degree",
+               "data_parallel_replicate_degree", "data_parallel_shard_degree", "fsdp_reshard_after_forward"}
+    for name, value in parallel.items():
+        if name in handled:
+            continue
+        if name.startswith("expert"):
+            r.ignore(f"parallelism.{name}", MOE)
+        elif name == "num_layers_per_virtual_pipeline_stage" or name.startswith("pipeline_parallel"):
+            r.ignore(f"parallelism.{name}", "the pipeline schedule's details are not modelled: 1F1B is assumed")
+        elif name in ("enable_async_tensor_parallel", "disable_loss_parallel", "enable_compiled_autograd"):
+            r.ignore(f"parallelism.{name}", NO_MEMORY if name != "disable_loss_parallel" else
+                     "the loss is counted as a vocabulary-parallel cross entropy")
+        else:
+            r.ignore_all(value, f"parallelism.{name}")
+    for name, value in experimental.items():
+        if name != "pipeline_parallel_degree" or pipeline_key != "experimental.pipeline_parallel_degree":
+            r.ignore_all(value, f"experimental.{name}")
+    return tensor, pipeline, data, shard
+
+
+def _training(training: dict[str, Any], r: Reading, data: int) -> None:
+    local_key = "training.local_batch_size" if "local_batch_size" in training else "training.batch_size"
+    local = 8
+    if local_key.rsplit(".", 1)[1] in training:
+        local = r.integer(local_key, training[local_key.rsplit(".", 1)[1]])
+        r.said("training.micro_batch_size", local, local_key)
+    else:
+        r.default("training.micro_batch_size", 8, local_key, "torchtitan's default local_batch_size")
+    if "seq_len" in training:
+        r.said("training.seq_len", r.integer("training.seq_len", training["seq_len"]), "training.seq_len")
+    else:
+        r.default("training.seq_len", 2048, "training.seq_len", "torchtitan's default seq_len")
+    global_batch = training.get("global_batch_size", -1)
+    if "global_batch_size" in training:
+        global_batch = r.integer("training.global_batch_size", global_batch, low=-1)
+    if global_batch > 0:
+        per_step = local * data
+        if global_batch % per_step:
+            raise r.error("training.global_batch_size", f"must be a multiple of local_batch_size × data-parallel "
+                                                        f"degree ({local} × {data} = {per_step})")
+        r.said("training.gradient_accumulation_steps", global_batch // per_step, "training.global_batch_size",
+               global_batch, note=f"global_batch_size ÷ (local_batch_size × data-parallel degree {data})")
+    else:
+        r.default("training.gradient_accumulation_steps", 1, "training.global_batch_size",
+                  "global_batch_size -1: local_batch_size × data-parallel degree, no accumulation")
+    for name, value in training.items():
+        if name in ("local_batch_size", "batch_size", "seq_len", "global_batch_size", "dtype",
+                    "mixed_precision_param", "mixed_precision_reduce"):
+            continue
+        if name in ("enable_cpu_offload",):
+            if r.boolean(f"training.{name}", value):
+                r.said("parallelism.offload", "optimizer+parameters", f"training.{name}", value,
+                       note="FSDP2's CPUOffloadPolicy: parameters, gradients and optimizer state in host memory")
+            else:
+                r.ignore(f"training.{name}", "off")
+        elif name in ("dataset", "dataset_path", "steps", "max_norm", "gc_freq", "gc_debug", "seed", "deterministic",
+                      "warmup_steps", "dataloader"):
+            r.ignore_all(value, f"training.{name}", NO_MEMORY)
+        elif name in ("compile",):
+            r.ignore(f"training.{name}", COMPILE)
+        elif name in ("tensor_parallel_degree", "data_parallel_shard_degree", "data_parallel_replicate_degree",
+                      "pipeline_parallel_degree", "context_parallel_degree"):
+            r.ignore(f"training.{name}", "torchtitan reads the degrees from [parallelism]")
+        else:
+            r.ignore_all(value, f"training.{name}")
+
+
+def _precision(training: dict[str, Any], r: Reading, *, shard: int, tensor: int, pipeline: int, data: int) -> None:
+    dtype_key, param_key = "training.dtype", "training.mixed_precision_param"
+    dtype = training.get("dtype", "float32")
+    if "dtype" in training:
+        dtype = r.choice(dtype_key, dtype, ("float32", "bfloat16"))
+    param = training.get("mixed_precision_param", "bfloat16")
+    if "mixed_precision_param" in training:
+        param = r.choice(param_key, param, ("bfloat16", "float32"))
+    if "mixed_precision_reduce" in training:
+        r.ignore("training.mixed_precision_reduce", "gradients are reduced in fp32 into the fp32 shards")
+    if dtype == "bfloat16":
+        r.said("training.precision", "bf16", dtype_key, dtype, note="every parameter, gradient and optimizer state "
+                                                                    "in bf16, no fp32 copy")
+        if "mixed_precision_param" in training:
+            r.ignore(param_key, "training.dtype bfloat16 puts everything in bf16")
+        return
+    key = param_key if "mixed_precision_param" in training else dtype_key
+    said = "mixed_precision_param" in training or "dtype" in training
+    if param == "float32":
+        value, why = "fp32", "mixed_precision_param float32: fp32 throughout"
+    elif shard > 1:
+        value, why = "bf16-fp32-master", FSDP_NOTE
+    elif tensor == 1 and pipeline == 1:
+        value, why = "autocast-bf16", ("without FSDP, tensor or pipeline parallelism torchtitan applies "
+                                       "mixed_precision_param with torch.autocast")
+    else:
+        value, why = "fp32", ("with tensor or pipeline parallelism and no FSDP, torchtitan applies no mixed "
+                              "precision: fp32")
+    if said:
+        r.said("training.precision", value, key, training.get(key.rsplit(".", 1)[1]), note=why)
+        if "dtype" in training and key != dtype_key:
+            r.also(dtype_key, dtype, "training.precision")
+    else:
+        r.default("training.precision", value, key, f"torchtitan's defaults (dtype float32, mixed_precision_param "
+                                                    f"bfloat16): {why}")
+    if value in ("bf16-fp32-master", "autocast-bf16"):
+        r.assume("training.precision", value, why)
+
+
+def _checkpointing(section: dict[str, Any] | None, r: Reading) -> None:
+    if section is None:
+        r.default("training.activation_checkpointing", "none", "activation_checkpoint.mode",
+                  "torchtitan's default, selective with option 2, recomputes every second layer in full; the "
+                  "others keep their activations. Counted as no recomputation: an upper bound")
+        return
+    mode = section.get("mode", "selective")
+    if "mode" in section:
+        mode = r.choice("activation_checkpoint.mode", mode, ("none", "selective", "full", "memory_budget"))
+    option = str(section.get("selective_ac_option", "2"))
+    if mode == "none":
+        r.said("training.activation_checkpointing", "none", "activation_checkpoint.mode", mode)
+    elif mode == "full":
+        r.said("training.activation_checkpointing", "full", "activation_checkpoint.mode", mode)
+    elif mode == "memory_budget":
+        r.ignore("activation_checkpoint.mode", "memory_budget recomputation is chosen by the compiler: not modelled")
+    elif option == "op":
+        r.said("training.activation_checkpointing", "selective", "activation_checkpoint.selective_ac_option", option,
+               note="op-level selective recomputation keeps the matmul outputs and recomputes the rest")
+        if "mode" in section:
+            r.also("activation_checkpoint.mode", mode, "training.activation_checkpointing")
+        r.assume("training.activation_checkpointing", "selective", "torchtitan's op-level selective recomputation "
+                 "(it keeps matmul outputs) is counted as Megatron-style selective recomputation of the attention core")
+    elif option.isdigit() and int(option) == 1:
+        r.said("training.activation_checkpointing", "full", "activation_checkpoint.selective_ac_option", option,
+               note="every layer recomputed in full")
+        if "mode" in section:
+            r.also("activation_checkpoint.mode", mode, "training.activation_checkpointing")
+    elif option.isdigit() and int(option) > 1:
+        r.said("training.activation_checkpointing", "none", "activation_checkpoint.selective_ac_option", option)
+        if "mode" in section:
+            r.also("activation_checkpoint.mode", mode, "training.activation_checkpointing")
+        r.assume("training.activation_checkpointing", "none", f"selective_ac_option {option} recomputes every "
+                 f"{option}th layer in full; the others keep their activations. Counted as no recomputation: an "
+                 "upper bound")
+    else:
+        raise r.error("activation_checkpoint.selective_ac_option", f"must be 'op' or a positive integer, got {option!r}")
+    for name, value in section.items():
+        if name not in ("mode", "selective_ac_option"):
+            r.ignore_all(value, f"activation_checkpoint.{name}", NO_MEMORY if name in ("preserve_rng_state",
+                         "determinism_check", "debug", "early_stop") else None)
+    if "mode" in section and mode in ("none", "full") and "selective_ac_option" in section:
+        r.ignore("activation_checkpoint.selective_ac_option", f"mode is {mode}")

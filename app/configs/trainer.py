@@ -1,0 +1,224 @@
+"""Hugging Face Trainer arguments: the JSON TrainingArguments.to_json_string() writes (or a hand-written subset).
+
+Meanings and defaults from transformers' TrainingArguments (training_args.py): per_device_train_batch_size
+(default 8), gradient_accumulation_steps (1), gradient_checkpointing, called activation_checkpointing from
+transformers 5 on (False), bf16/fp16 (torch.autocast through accelerate unless DeepSpeed or FSDP runs the
+model; at most one), optim (adamw_torch_fused with torch >= 2.8, else adamw_torch) with optim_args,
+deepspeed (a path or a dict), fsdp (True, or the legacy option list "full_shard auto_wrap") with fsdp_config.
+The Trainer's loss step keeps only the loss (Trainer.compute_loss), so the loop is hf-trainer.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from app.configs import deepspeed, fsdp
+from app.configs.common import COMPILE, NO_MEMORY, PATH, Reading, describe
+from app.configs.optimizers import parse_optim_args, read_trainer_optimizer
+
+LOOP_WHY: Final = "a Trainer run: Trainer.compute_loss keeps only the loss, so the logits are freed before backward"
+DEFAULT_OPTIM: Final = "adamw_torch_fused"
+AUTOCAST_NOTE: Final = ("Trainer's bf16/fp16 is torch.autocast over the model's weights; this assumes they were "
+                        "loaded in fp32. Loaded in half precision (transformers 5's from_pretrained keeps a bf16 "
+                        "checkpoint in bf16 by default), the run is pure bf16: choose precision bf16")
+FSDP_OPTIONS: Final = {"full_shard": "FULL_SHARD", "shard_grad_op": "SHARD_GRAD_OP", "no_shard": "NO_SHARD",
+                       "hybrid_shard": "HYBRID_SHARD", "hybrid_shard_zero2": "HYBRID_SHARD_ZERO2"}
+
+
+def read(data: Any, r: Reading) -> None:
+    if not isinstance(data, dict):
+        raise r.error("", f"must be a JSON object (TrainingArguments), got {describe(data)}")
+    handled = set()
+
+    def take(*names: str) -> None:
+        handled.update(names)
+
+    # Batch shape.
+    micro_key = "per_device_train_batch_size"
+    if data.get("per_gpu_train_batch_size") is not None:  # deprecated name (transformers 4), wins when set
+        micro_key = "per_gpu_train_batch_size"
+    if data.get(micro_key) is not None:
+        r.said("training.micro_batch_size", r.integer(micro_key, data[micro_key]), micro_key)
+    else:
+        r.default("training.micro_batch_size", 8, micro_key, "TrainingArguments' default per_device_train_batch_size")
+    take("per_device_train_batch_size", "per_gpu_train_batch_size")
+    if data.get("gradient_accumulation_steps") is not None:
+        r.said("training.gradient_accumulation_steps",
+               r.integer("gradient_accumulation_steps", data["gradient_accumulation_steps"]),
+               "gradient_accumulation_steps")
+    else:
+        r.default("training.gradient_accumulation_steps", 1, "gradient_accumulation_steps",
+                  "TrainingArguments' default gradient_accumulation_steps")
+    take("gradient_accumulation_steps")
+
+    # Recomputation: transformers 5 reads activation_checkpointing and keeps gradient_checkpointing as its alias.
+    ckpt_key = next((k for k in ("activation_checkpointing", "gradient_checkpointing") if data.get(k) is not None), None)
+    if ckpt_key:
+        on = r.boolean(ckpt_key, data[ckpt_key])
+        r.said("training.activation_checkpointing", "full" if on else "none", ckpt_key, on,
+               note="the model's gradient_checkpointing_enable(): each decoder layer keeps only its input")
+        other = "gradient_checkpointing" if ckpt_key == "activation_checkpointing" else None
+        if other and data.get(other) is not None and r.boolean(other, data[other]) != on:
+            r.ignore(other, f"transformers 5 reads activation_checkpointing ({str(on).lower()}); "
+                            "gradient_checkpointing is its old name")
+        elif other and data.get(other) is not None:
+            r.also(other, data[other], "training.activation_checkpointing")
+    else:
+        r.default("training.activation_checkpointing", "none", "gradient_checkpointing",
+                  "TrainingArguments' default: no gradient checkpointing")
+    take("activation_checkpointing", "gradient_checkpointing")
+    for name in ("activation_checkpointing_kwargs", "gradient_checkpointing_kwargs"):
+        if name in data:
+            r.ignore_all(data[name], name, "checkpointing options (use_reentrant) change no count trainmem keeps")
+    take("activation_checkpointing_kwargs", "gradient_checkpointing_kwargs")
+
+    # Mixed precision.
+    bf16 = r.boolean("bf16", data["bf16"]) if data.get("bf16") is not None else None
+    fp16 = r.boolean("fp16", data["fp16"]) if data.get("fp16") is not None else None
+    if bf16 and fp16:
+        raise r.error("fp16", "bf16 and fp16 cannot both be true (TrainingArguments)")
+    if bf16:
+        r.said("amp", "bf16", "bf16", True, note=AUTOCAST_NOTE)
+    elif fp16:
+        r.said("amp", "fp16", "fp16", True, note=AUTOCAST_NOTE)
+    elif bf16 is False or fp16 is False:
+        r.said("amp", "no", "bf16" if bf16 is False else "fp16", False, note="no mixed precision: fp32")
+    else:
+        r.default("amp", "no", "bf16", "TrainingArguments' default: bf16 and fp16 false, so fp32")
+    take("bf16", "fp16")
+    for name in ("bf16_full_eval", "fp16_full_eval", "half_precision_backend", "fp16_backend", "fp16_opt_level",
+                 "tf32"):
+        if name in data:
+            r.ignore(name, "evaluation and matmul-precision switches change no training buffer")
+    take("bf16_full_eval", "fp16_full_eval", "half_precision_backend", "fp16_backend", "fp16_opt_level", "tf32")
+
+    # Optimizer.
+    optim_args = parse_optim_args(r, "optim_args", data.get("optim_args"))
+    take("optim_args")
+    if data.get("adafactor") is True and data.get("optim") in (None, "adamw_hf", "adamw_torch"):
+        read_trainer_optimizer(r, "adafactor", "adafactor", optim_args, "optim_args")  # transformers 4's switch
+    elif data.get("optim") is not None:
+        read_trainer_optimizer(r, "optim", data["optim"], optim_args, "optim_args")
+        if data.get("adafactor") is not None:
+            r.ignore("adafactor", "the deprecated switch (transformers 4) gives way to optim")
+    else:
+        r.default("training.optimizer", "adamw", "optim", f"TrainingArguments' default optim, {DEFAULT_OPTIM} "
+                                                          "(adamw_torch before torch 2.8)")
+        r.default("training.optimizer_implementation", "fused", "optim",
+                  f"TrainingArguments' default optim, {DEFAULT_OPTIM}")
+        if data.get("adafactor") is False:
+            r.ignore("adafactor", NO_MEMORY)
+    take("optim", "adafactor")
+    if optim_args and not any(u["key"] == "optim_args" for u in r.understood):
+        r.ignore("optim_args", "optimizer hyperparameters change no count trainmem keeps")
+
+    # Engines.
+    ds = data.get("deepspeed")
+    take("deepspeed")
+    if isinstance(ds, dict):
+        deepspeed.read(ds, r.child("deepspeed"), "deepspeed.")
+    elif isinstance(ds, str) and ds:
+        if ds.lstrip().startswith("{"):
+            raise r.error("deepspeed", "is a JSON text: give it as an object, or as its own file in files")
+        r.said("engine", "deepspeed", "deepspeed", ds, field="",
+               note="the DeepSpeed file is not opened: add it to files to read its ZeRO stage and precision")
+        r.ignore("deepspeed", f"{PATH}: add the DeepSpeed config as a second file to read it")
+    elif ds not in (None, "", False):
+        raise r.error("deepspeed", f"must be a path or a DeepSpeed config object, got {describe(ds)}")
+    _fsdp(data, r)
+    take("fsdp", "fsdp_config", "fsdp_min_num_params", "fsdp_transformer_layer_cls_to_wrap")
+    _parallelism_config(data.get("parallelism_config"), r)
+    take("parallelism_config")
+
+    r.default("training.loop", "hf-trainer", "(Trainer)", LOOP_WHY)
+    for key, value in data.items():
+        if key in handled:
+            continue
+        if key in ("torch_compile", "torch_compile_backend", "torch_compile_mode"):
+            r.ignore(key, COMPILE)
+        elif key in ("use_liger_kernel", "liger_kernel_config"):
+            r.ignore_all(value, key, "Liger's fused kernels are not modelled (its fused linear cross-entropy never "
+                                     "holds the logits)")
+        elif key == "auto_find_batch_size":
+            r.ignore(key, "the Trainer halves the batch after an out-of-memory error; the estimate uses "
+                          "per_device_train_batch_size")
+        elif key == "use_cpu" and value:
+            r.ignore(key, "training on the CPU: the estimate is for GPUs")
+        elif key in ("accelerator_config",):
+            r.ignore_all(value, key, "data-loader and accumulation details change no count trainmem keeps")
+        elif key in ("per_device_eval_batch_size", "eval_accumulation_steps"):
+            r.ignore(key, "evaluation, not the training step")
+        else:
+            r.ignore_all(value, key)
+
+
+def _fsdp(data: dict[str, Any], r: Reading) -> None:
+    option = data.get("fsdp")
+    config = data.get("fsdp_config")
+    if option in (None, False, "", []):
+        for name in ("fsdp", "fsdp_min_num_params", "fsdp_transformer_layer_cls_to_wrap"):
+            if data.get(name) not in (None, False, "", [], 0):
+                r.ignore(name, "FSDP is not on (fsdp is empty)")
+        if config not in (None, {}):
+            if isinstance(config, dict):
+                r.ignore_all(config, "fsdp_config", "FSDP is not on (fsdp is empty)")
+            else:
+                r.ignore("fsdp_config", "FSDP is not on (fsdp is empty)")
+        return
+    r.said("engine", "fsdp", "fsdp", option, field="")
+    strategy_set = False
+    if option is not True:
+        options = option.split() if isinstance(option, str) else option
+        if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
+            raise r.error("fsdp", f"must be true, or FSDP options such as \"full_shard auto_wrap\", got {describe(option)}")
+        for item in options:
+            name = item.lower()
+            if name in FSDP_OPTIONS:
+                fsdp.set_strategy(r, "fsdp", item, FSDP_OPTIONS[name])
+                strategy_set = True
+            elif name == "offload":
+                r.said("parallelism.offload", "optimizer+parameters", "fsdp", item,
+                       note="FSDP's CPUOffload(offload_params=True)")
+            elif name == "auto_wrap":
+                r.also("fsdp", item, "parallelism.zero_stage", "auto_wrap: each decoder layer is its own FSDP unit")
+            else:
+                raise r.error("fsdp", f"unknown FSDP option {item!r}; the Trainer takes "
+                                      f"{', '.join([*FSDP_OPTIONS, 'offload', 'auto_wrap'])}")
+    if isinstance(config, dict):
+        fsdp.read_config(r, "fsdp_config", config, strategy_set=strategy_set)
+    else:
+        if isinstance(config, str) and config:
+            r.ignore("fsdp_config", PATH)
+        if not strategy_set:
+            fsdp.default_strategy(r, "fsdp")
+    for name in ("fsdp_min_num_params", "fsdp_transformer_layer_cls_to_wrap"):
+        if data.get(name) not in (None, 0, "", []):
+            r.ignore(name, "which modules FSDP wraps changes no count trainmem keeps")
+
+
+def _parallelism_config(value: Any, r: Reading) -> None:
+    """transformers 5 passes accelerate's ParallelismConfig through (dp_replicate_size, dp_shard_size, tp_size,
+    cp_size)."""
+    if value in (None, {}):
+        return
+    value = r.mapping("parallelism_config", value)
+    data = 1
+    data_keys = []
+    for name, item in value.items():
+        key = f"parallelism_config.{name}"
+        if name == "tp_size":
+            r.said("parallelism.tensor", r.integer(key, item), key)
+        elif name in ("dp_shard_size", "dp_replicate_size"):
+            data *= r.integer(key, item)
+            data_keys.append(key)
+        elif name == "cp_size" and item not in (None, 1):
+            r.ignore(key, "context parallelism is not modelled: each GPU is counted with the whole sequence")
+        else:
+            r.ignore_all(item, key)
+    if data_keys:
+        r.said("parallelism.data", data, data_keys[0], data)
+        for key in data_keys[1:]:
+            r.also(key, value[key.rsplit(".", 1)[1]], "parallelism.data")
+    if isinstance(value.get("dp_shard_size"), int) and value["dp_shard_size"] > 1:
+        r.said("engine", "fsdp", "parallelism_config.dp_shard_size", value["dp_shard_size"], field="")
+        fsdp.default_strategy(r, "parallelism_config.dp_shard_size")
