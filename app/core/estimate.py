@@ -100,7 +100,8 @@ def _from_architecture(arch: Architecture, training: Training, parallelism: Para
     best = None
     cluster = dict.fromkeys(CATEGORIES, 0)
     cluster_by_key: dict[str, int] = {}
-    for kind in stage_kinds(arch, pipeline=parallelism.pipeline, micro_batches=m):
+    for kind in stage_kinds(arch, pipeline=parallelism.pipeline, micro_batches=m,
+                            virtual_stages=parallelism.virtual_stages):
         ledger, phases, host = stage_ledger(arch, training, parallelism, kind, setup, layer_saved=layer_saved)
         for buffer in ledger:
             cluster[buffer.category] += buffer.cluster_bytes

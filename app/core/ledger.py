@@ -364,6 +364,16 @@ class _Stage:
                      f"{others} more micro-batches in flight on this stage (1F1B)",
                      f"{others} × {held:,} B", others * held, held * others_total * self.ranks,
                      Life("micro-batch", self.phases[0].id, self.phases[-1].id))
+        if kind.extra_chunks:
+            chunk = layers_bytes // n * kind.chunk_layers
+            size = kind.extra_chunks * chunk
+            self.add("activations.interleaved", "activations",
+                     f"{kind.extra_chunks} more chunks of {kind.chunk_layers} layers in flight (interleaved schedule, "
+                     f"{n // kind.chunk_layers} virtual stages)",
+                     f"{kind.extra_chunks} × {kind.chunk_layers} layers × {layers_bytes // n:,} B "
+                     "(Korthikanti et al. 2022, section 4.2.3)", size,
+                     kind.extra_chunks_total * chunk * self.ranks,
+                     Life("micro-batch", self.phases[0].id, self.phases[-1].id))
         if kind.last:
             head = act.head_activations(arch, setup)
             loss = tuple(item for item in head if item.name.startswith(("loss.", "logits.")))

@@ -112,6 +112,7 @@ class Parallelism:
     zero_stage: int = 0
     offload: str = "none"  # a key of OFFLOADS
     gpus_per_node: int = 8  # for host memory per node
+    virtual_stages: int = 1  # interleaved pipeline schedule: model chunks per device (Megatron's virtual stages)
 
     @property
     def world_size(self) -> int:
@@ -148,6 +149,7 @@ def validate_setup(training: Training, parallelism: Parallelism, arch: Architect
     check_int("parallelism.zero_stage", parallelism.zero_stage, low=0, high=3)
     check_choice("parallelism.offload", parallelism.offload, OFFLOADS)
     check_int("parallelism.gpus_per_node", parallelism.gpus_per_node, low=1, high=MAX_GPUS_PER_NODE)
+    check_int("parallelism.virtual_stages", parallelism.virtual_stages, low=1, high=MAX_DEGREE)
     offload = OFFLOADS[parallelism.offload]
     if offload.optimizer and parallelism.zero_stage == 0:
         raise DomainError("parallelism.offload", "offloading runs under ZeRO: choose ZeRO stage 1, 2 or 3")
@@ -187,6 +189,17 @@ def validate_setup(training: Training, parallelism: Parallelism, arch: Architect
             "parallelism.pipeline",
             f"num_hidden_layers ({arch.num_hidden_layers}) must be divisible by the pipeline degree ({p})",
         )
+    v = parallelism.virtual_stages
+    if v > 1:
+        if p == 1:
+            raise DomainError("parallelism.virtual_stages", "interleaving needs more than one pipeline stage")
+        if arch.num_hidden_layers % (p * v):
+            raise DomainError("parallelism.virtual_stages", f"num_hidden_layers ({arch.num_hidden_layers}) must be "
+                                                            f"divisible by pipeline × virtual stages ({p} × {v})")
+        if training.gradient_accumulation_steps % p:
+            raise DomainError("parallelism.virtual_stages", "the interleaved schedule runs a multiple of the pipeline "
+                                                            f"degree of micro-batches per step (Megatron-LM): make "
+                                                            f"gradient_accumulation_steps a multiple of {p}")
     frozen = training.finetuning.frozen_layers
     if p > 1 and frozen > arch.num_hidden_layers // p:
         raise DomainError("finetuning.frozen_layers", f"with {p} pipeline stages, freeze at most the first stage's "

@@ -6,6 +6,12 @@ activations at once, m being the micro-batches per step (Narayanan et al. 2021, 
 section 2.2.1; Korthikanti et al. 2022, section 4.2). Stages of one kind differ only in that
 count, so each kind is worked out once, for its most-loaded stage (the lowest index), and the
 cluster sums use the closed form of the counts over the kind's stages.
+
+With the interleaved schedule (v virtual stages per device, each a chunk of c = L/(p·v) layers;
+Narayanan et al. 2021, section 2.2) the first device holds activations of L·(1 + (p−1)/(p·v)) layers
+where plain 1F1B holds L: (p − 1) chunks more (Korthikanti et al. 2022, section 4.2.3; for GPT-3 175B's
+published layout, p = 8 and v = 4, +21.9%). Device k is counted with (p − 1 − k) extra chunks, an
+interpolation used only in the cluster sums (the first device is the most loaded).
 """
 
 from __future__ import annotations
@@ -24,6 +30,9 @@ class StageKind:
     last: bool  # holds the final norm, the output layer and the loss
     in_flight: int  # micro-batches of activations the most-loaded stage holds at once
     in_flight_total: int  # the same, summed over the kind's stages
+    extra_chunks: int = 0  # interleaved schedule: chunks of layers held beyond in_flight micro-batches
+    extra_chunks_total: int = 0  # the same, summed over the kind's stages
+    chunk_layers: int = 0  # layers in one chunk (a virtual stage)
 
     @property
     def first_layer(self) -> int:
@@ -45,15 +54,22 @@ def _sum_min(cap: int, low: int, high: int) -> int:
     return total
 
 
-def stage_kinds(arch: Architecture, *, pipeline: int, micro_batches: int) -> tuple[StageKind, ...]:
+def stage_kinds(arch: Architecture, *, pipeline: int, micro_batches: int,
+                virtual_stages: int = 1) -> tuple[StageKind, ...]:
     """The kinds of stage in a pipeline of `pipeline` stages running `micro_batches` per step."""
     layers = arch.num_hidden_layers // pipeline
-    p, m = pipeline, micro_batches
+    p, m, v = pipeline, micro_batches, virtual_stages
     if p == 1:
         return (StageKind(0, 1, layers, True, True, 1, 1),)
-    kinds = [StageKind(0, 1, layers, True, False, min(m, p), min(m, p))]
+    chunk = layers // v if v > 1 else 0
+
+    def extra(low: int, high: int) -> int:  # Σ (p - 1 - k) for k = low .. high
+        return sum(p - 1 - k for k in range(low, high + 1)) if chunk else 0
+
+    kinds = [StageKind(0, 1, layers, True, False, min(m, p), min(m, p), extra(0, 0), extra(0, 0), chunk)]
     if p > 2:
-        kinds.append(StageKind(1, p - 2, layers, False, False, min(m, p - 1), _sum_min(m, 2, p - 1)))
-    kinds.append(StageKind(p - 1, 1, layers, False, True, 1, 1))
+        kinds.append(StageKind(1, p - 2, layers, False, False, min(m, p - 1), _sum_min(m, 2, p - 1),
+                               extra(1, 1), extra(1, p - 2), chunk))
+    kinds.append(StageKind(p - 1, 1, layers, False, True, 1, 1, 0, 0, chunk))
     return tuple(kinds)
 
