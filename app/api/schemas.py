@@ -176,6 +176,9 @@ class ParallelismIn(BaseModel):
         "partitions too (ZeRO-Infinity, FSDP CPU offload; needs ZeRO-3).")
     gpus_per_node: int = Field(default=8, ge=1, le=limits.MAX_GPUS_PER_NODE,
                                description="GPUs sharing one host, for host memory per node.")
+    context: int = Field(default=1, ge=1, le=limits.MAX_DEGREE,
+                         description="Context parallelism: each sequence split over this many GPUs (ring attention); "
+                         "activations shrink with it, ZeRO shards over data × context.")
     virtual_stages: int = Field(default=1, ge=1, le=limits.MAX_DEGREE,
                                 description="Interleaved pipeline schedule (Megatron's virtual stages): model chunks "
                                 "per device; the first device then holds (p - 1) chunks of activations more.")

@@ -188,8 +188,8 @@ def _from_count(num_params: int, training: Training, parallelism: Parallelism, g
         if category == "master_weights" and not precision.master_weights:
             continue
         note = ""
-        if states.is_sharded(category, p) and p.data > 1:
-            note = f" ÷ {p.data} (ZeRO-{p.zero_stage} over the data-parallel group)"
+        if states.is_sharded(category, p) and p.shard_group > 1:
+            note = f" ÷ {p.shard_group} (ZeRO-{p.zero_stage} over the data-parallel group)"
         if category == "optimizer_states":
             formula = optimizer_formula(training.optimizer, share=share_text, bits=precision.bits("optimizer_states"),
                                         adafactor_momentum=training.adafactor_momentum)

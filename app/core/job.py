@@ -101,6 +101,7 @@ def _job_fields() -> dict[str, JobField]:
         JobField("parallelism.offload", "choice", choices=tuple(OFFLOADS)),
         JobField("parallelism.gpus_per_node", "int", 1, MAX_GPUS_PER_NODE),
         JobField("parallelism.virtual_stages", "int", 1, MAX_DEGREE),
+        JobField("parallelism.context", "int", 1, MAX_DEGREE),
         JobField("finetuning.method", "choice", choices=ft.METHODS),
         JobField("finetuning.rank", "int", 1, ft.MAX_RANK),
         JobField("finetuning.quantization", "choice", choices=ft.QUANTIZATIONS),

@@ -129,7 +129,7 @@ class _Stage:
         # only the layer's unsharded gradient until then (DeepSpeed stage_1_and_2.py, cpu_offload: async copy of
         # the reduced partition into single_partition_of_fp32_groups' .grad).
         self.gradients_leave = offload.optimizer and parallelism.zero_stage >= 2
-        self.ranks = parallelism.tensor * parallelism.data  # GPUs of one stage
+        self.ranks = parallelism.tensor * parallelism.data * parallelism.context  # GPUs of one stage
         self.shapes = states.stage_shapes(arch, parallelism.tensor, layers=n, first=kind.first, last=kind.last)
         self.parts = self.shapes.rank
         self.finetuned = None
@@ -158,10 +158,10 @@ class _Stage:
         p = self.parallelism
         params = self.finetuned.trainable_rank if self.finetuned is not None else self.shapes.rank_total
         cluster = self.finetuned.trainable_cluster if self.finetuned is not None else self.shapes.cluster_total
-        rank = ceil_div(params, p.data)
+        rank = ceil_div(params, p.shard_group)
         size = tensor_bytes(rank, FP32_BITS)
         self.host.append(Buffer("offload.fp32_gradients", "gradients", "fp32 gradient partition for the CPU optimizer "
-                                "(in host memory)", f"{params:,} params ÷ {p.data} × 32 bit ÷ 8", size,
+                                "(in host memory)", f"{params:,} params ÷ {p.shard_group} × 32 bit ÷ 8", size,
                                 tensor_bytes(cluster, FP32_BITS) * self.kind.count, Life("run", START), self.names))
 
     def per_stage(self, size: int) -> int:
@@ -191,8 +191,8 @@ class _Stage:
 
     def _shard_note(self, category: str) -> str:
         p = self.parallelism
-        if states.is_sharded(category, p) and p.data > 1:
-            return f" ÷ {p.data} (ZeRO-{p.zero_stage} over the data-parallel group)"
+        if states.is_sharded(category, p) and p.shard_group > 1:
+            return f" ÷ {p.shard_group} (ZeRO-{p.zero_stage} over the {_group_words(p)})"
         return ""
 
     def model_states(self) -> None:
@@ -322,9 +322,9 @@ class _Stage:
         params = self.shapes.rank_total if params is None else params
         largest = self.shapes.largest_rank if largest is None else largest
         note = ""
-        if states.is_sharded("optimizer_states", p) and p.data > 1:
-            params, largest = ceil_div(params, p.data), ceil_div(largest, p.data)
-            note = f" (this rank's 1/{p.data} shard)"
+        if states.is_sharded("optimizer_states", p) and p.shard_group > 1:
+            params, largest = ceil_div(params, p.shard_group), ceil_div(largest, p.shard_group)
+            note = f" (this rank's 1/{p.shard_group} shard)"
         elements_scratch = scratch.elements(param_elements=params, largest_elements=largest)
         formula = scratch.formula(param_elements=params, largest_elements=largest, bits=bits)
         size = tensor_bytes(elements_scratch, bits)
@@ -411,6 +411,7 @@ class _Stage:
     # --- temporaries -----------------------------------------------------------------------------------
 
     def temporaries(self) -> None:
+        self._context_chunks()
         self._dequantized()
         self._loss_buffers()
         self._attention_backward()
@@ -460,6 +461,21 @@ class _Stage:
                  f"4 B × {dims}", fp32, self.per_stage(fp32), Life("micro-batch", BWD_LOSS, only=(BWD_LOSS,)))
         self.add("loss.grad_logits_half", "temporary", "Gradient of the logits cast back for the output layer",
                  f"{half} B × {dims}", logits, self.per_stage(logits), Life("micro-batch", BWD_HEAD, only=(BWD_HEAD,)))
+
+    def _context_chunks(self) -> None:
+        """Context parallelism: ring attention computes on the K and V chunk it holds while the next arrives, so two
+        chunks of K and V (this rank's s/c tokens each) are in flight during every layer's attention, forward and
+        backward (Liu et al. 2023, Ring Attention, arXiv:2310.01889; Megatron-LM's context parallelism exchanges
+        them point to point)."""
+        p, setup, arch = self.parallelism, self.setup, self.arch
+        if p.context == 1:
+            return
+        elements = ceil_div(2 * 2 * setup.tokens * arch.kv_heads * arch.head_size, p.tensor)
+        size = elements * setup.half_bytes
+        self.add("context.kv_chunks", "temporary", f"K and V chunks in flight around the ring ({p.context} ranks)",
+                 f"2 chunks × (K + V) × {setup.micro_batch_size} × {setup.seq_len:,} × {arch.kv_heads} × "
+                 f"{arch.head_size} × {setup.half_bytes} B", size, self.per_stage(size),
+                 Life("micro-batch", FWD_LAYER_FIRST, self.bwd_end))
 
     def _dequantized(self) -> None:
         """QLoRA: bitsandbytes dequantizes each 4-bit or 8-bit weight to the compute dtype for its matmul, forward and
@@ -537,7 +553,7 @@ class _Stage:
 
     def _zero_buffers(self) -> None:
         p, precision = self.parallelism, self.training.precision
-        if p.data == 1 or p.zero_stage < 2:
+        if p.shard_group == 1 or p.zero_stage < 2:
             return
         gbits, wbits = precision.bits("gradients"), precision.bits("weights")
         layer_elements = self.shapes.layer_rank
@@ -569,6 +585,10 @@ class _Stage:
             self.add(f"zero.gathered.{part}", "weights", f"Weights of the {part} gathered whole while it computes (ZeRO-3)",
                      f"{count:,} params × {wbits} bit ÷ 8", size, self.per_stage(size),
                      Life("micro-batch", phases[0], only=phases))
+
+
+def _group_words(p: Parallelism) -> str:
+    return "data-parallel group" if p.context == 1 else f"data × context-parallel group ({p.data} × {p.context})"
 
 
 def _listed(items: tuple[act.SavedTensor, ...]) -> str:

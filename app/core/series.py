@@ -99,7 +99,7 @@ def polynomial(job: Job, path: str) -> bool:
     if path not in POLYNOMIAL or job.architecture is None:
         return False
     p, precision = job.parallelism, job.training.precision
-    if p.tensor != 1 or p.pipeline != 1:
+    if p.tensor != 1 or p.pipeline != 1 or p.context != 1:
         return False  # ceiling divisions over ranks; the most-loaded stage may change with the value
     if act.attention_kernel(job.architecture, activation_setup(job.training, p)) == "memory-efficient":
         return False  # its log-sum-exp is padded to a multiple of 32 queries

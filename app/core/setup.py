@@ -113,10 +113,17 @@ class Parallelism:
     offload: str = "none"  # a key of OFFLOADS
     gpus_per_node: int = 8  # for host memory per node
     virtual_stages: int = 1  # interleaved pipeline schedule: model chunks per device (Megatron's virtual stages)
+    context: int = 1  # context parallelism: each sequence split over this many GPUs (ring attention)
 
     @property
     def world_size(self) -> int:
-        return self.data * self.tensor * self.pipeline
+        return self.data * self.tensor * self.pipeline * self.context
+
+    @property
+    def shard_group(self) -> int:
+        """The GPUs that hold one replica of the model states, over which ZeRO shards them: data × context
+        parallel (Megatron-LM's distributed optimizer shards over both)."""
+        return self.data * self.context
 
 
 def check_int(field_name: str, value: int, *, low: int, high: int) -> None:
@@ -150,6 +157,15 @@ def validate_setup(training: Training, parallelism: Parallelism, arch: Architect
     check_choice("parallelism.offload", parallelism.offload, OFFLOADS)
     check_int("parallelism.gpus_per_node", parallelism.gpus_per_node, low=1, high=MAX_GPUS_PER_NODE)
     check_int("parallelism.virtual_stages", parallelism.virtual_stages, low=1, high=MAX_DEGREE)
+    check_int("parallelism.context", parallelism.context, low=1, high=MAX_DEGREE)
+    if parallelism.context > 1:
+        if training.seq_len % (2 * parallelism.context):
+            raise DomainError("parallelism.context", f"seq_len ({training.seq_len:,}) must be divisible by 2 × context "
+                                                     f"({2 * parallelism.context}): each rank takes two chunks of every "
+                                                     "sequence to balance causal attention (Megatron-LM)")
+        if training.attention == "eager":
+            raise DomainError("parallelism.context", "context parallelism runs a fused attention kernel per chunk "
+                                                     "(ring attention); choose sdpa or flash")
     offload = OFFLOADS[parallelism.offload]
     if offload.optimizer and parallelism.zero_stage == 0:
         raise DomainError("parallelism.offload", "offloading runs under ZeRO: choose ZeRO stage 1, 2 or 3")
@@ -209,7 +225,7 @@ def validate_setup(training: Training, parallelism: Parallelism, arch: Architect
 def activation_setup(training: Training, parallelism: Parallelism, *, device: act.Device = "cuda") -> act.ActivationSetup:
     return act.ActivationSetup(
         micro_batch_size=training.micro_batch_size,
-        seq_len=training.seq_len,
+        seq_len=training.seq_len // parallelism.context,  # this rank's share of each sequence
         precision=training.precision,
         attention=training.attention,
         implementation=training.implementation,

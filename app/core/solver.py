@@ -106,13 +106,20 @@ class _Probe:
 
 def _largest(job: Job, path: str, probe: _Probe) -> tuple[int | None, str | None]:
     item = JOB_FIELDS[path]
-    low, high = item.low, item.high
     name = path.split(".")[1]
+    # Under context parallelism a sequence splits into 2 × context chunks: only multiples of that are valid.
+    step = 2 * job.parallelism.context if name == "seq_len" and job.parallelism.context > 1 else 1
+    low, high = max(item.low, step), item.high // step * step
+
+    def fits(value: int) -> bool:
+        return probe.fits(value * step)
+
     if not probe.fits(low):
         peak, gpu = probe.estimate(low).peak, job.gpu
         return None, (f"even {name} = {low} does not fit: its peak, {peak.bytes:,} B at '{peak.event}' (step "
                       f"{peak.step}), exceeds the {gpu.name}'s {gpu.capacity_bytes:,} B")  # type: ignore[union-attr]
-    value = _boundary(probe.fits, low, high, _polynomial_guess(job, path, probe.capacity, high))
+    guess = _polynomial_guess(job, path, probe.capacity, high) if step == 1 else None
+    value = step * _boundary(fits, low // step, high // step, guess)
     note = None
     arch = job.architecture
     if name == "seq_len" and arch is not None and value > arch.max_position_embeddings:

@@ -45,12 +45,12 @@ def is_sharded(category: str, parallelism: Parallelism) -> bool:
 
 def on_rank(value: int, category: str, parallelism: Parallelism) -> int:
     """The most-loaded data-parallel rank's share of `value` bytes of `category`."""
-    return ceil_div(value, parallelism.data) if is_sharded(category, parallelism) else value
+    return ceil_div(value, parallelism.shard_group) if is_sharded(category, parallelism) else value
 
 
 def over_group(value: int, category: str, parallelism: Parallelism) -> int:
     """`value` bytes of one replica of `category`, summed over the data-parallel group."""
-    return value if is_sharded(category, parallelism) else value * parallelism.data
+    return value if is_sharded(category, parallelism) else value * parallelism.shard_group
 
 
 def rank_shapes(tensors: Iterable[tuple[ParamTensor, int]], tensor_parallel: int) -> Shapes:
