@@ -39,15 +39,29 @@
     });
   }
 
-  /* Keep aria-invalid on each control in step with the message in its error slot. */
+  /* Keep aria-invalid on each control in step with the message in its error slot, touching only
+     the controls whose state changes. */
   function markInvalid(form) {
     form.querySelectorAll("[data-error-for]").forEach(function (slot) {
       var invalid = slot.textContent.trim() !== "";
       form.querySelectorAll('[name="' + slot.dataset.errorFor + '"]').forEach(function (control) {
+        if (invalid === control.hasAttribute("aria-invalid")) return;
         if (invalid) control.setAttribute("aria-invalid", "true");
         else control.removeAttribute("aria-invalid");
       });
     });
+  }
+
+  /* An answer swaps dozens of parts out of band, one event each: mark the controls once, after all of them. */
+  var marking = false;
+  function markSoon() {
+    if (marking) return;
+    marking = true;
+    setTimeout(function () {
+      marking = false;
+      var form = document.getElementById("calc");
+      if (form) markInvalid(form);
+    }, 0);
   }
 
   /* Runs in the capture phase, before htmx (listening on the form) reads the values. */
@@ -108,18 +122,19 @@
       document.documentElement.classList.toggle("verdict-away", away);
     });
   }) : null;
+  var watched = null;
   function watchVerdict() {
-    if (!verdictWatch) return;
-    verdictWatch.disconnect();
     var verdict = document.querySelector("#summary .verdict");
+    if (!verdictWatch || verdict === watched) return;
+    verdictWatch.disconnect();
+    watched = verdict;
     if (verdict) verdictWatch.observe(verdict);
   }
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", watchVerdict);
   else watchVerdict();
 
   document.addEventListener("htmx:afterSettle", function () {
-    var form = document.getElementById("calc");
-    if (form) markInvalid(form);
+    markSoon();
     watchVerdict();
     if (applied) {
       applied = false;
@@ -127,8 +142,5 @@
       if (summary) summary.focus();
     }
   });
-  document.addEventListener("htmx:oobAfterSwap", function () {
-    var form = document.getElementById("calc");
-    if (form) markInvalid(form);
-  });
+  document.addEventListener("htmx:oobAfterSwap", markSoon);
 })();
