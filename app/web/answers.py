@@ -23,6 +23,7 @@ from app.core.job import Job
 from app.core.solver import TARGETS, Fix, fixes, solve
 from app.web import links
 from app.web.form import Unit
+from app.web.memo import kept
 from app.web.view import format_bytes
 
 # What each cost kind is called beside a fix (app.core.solver.COST_ORDER, cheapest first).
@@ -99,8 +100,13 @@ class FitAnswers:
     more_fixes: tuple[FixLink, ...]  # the rest, folded away
 
 
-@lru_cache(maxsize=CACHED_JOBS)
 def solutions(job: Job) -> Solutions:
+    """The solver's three answers and the fixes for `job`, kept for recent jobs (app/web/memo.py)."""
+    return kept(_solutions, job)
+
+
+@lru_cache(maxsize=CACHED_JOBS)
+def _solutions(job: Job) -> Solutions:
     """The solver's three answers and the fixes for `job` (which has a GPU), kept small for the cache.
 
     Every fix list is the same whichever target was solved, so the first solution's is taken.
@@ -127,8 +133,9 @@ def fit_answers(job: Job, given: core.Estimate, state: Mapping[str, str], unit: 
     """The panel's content for `job` (whose estimate is `given`), links built on `state`; None without a GPU."""
     if job.gpu is None:
         return None
-    solved = dict(zip(TARGETS, solutions(job).answers, strict=True))
-    found = solutions(job).fixes
+    solved_job = solutions(job)
+    solved = dict(zip(TARGETS, solved_job.answers, strict=True))
+    found = solved_job.fixes
     stage = job.parallelism.zero_stage
     answers = (
         _answer(solved["micro_batch_size"], "Largest micro-batch that fits", job.training.micro_batch_size,

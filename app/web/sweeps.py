@@ -26,6 +26,7 @@ from app import core
 from app.core.job import Job, with_field
 from app.core.series import SeriesPoint, polynomial, series
 from app.core.setup import MAX_DEGREE, MAX_SEQ_LEN
+from app.web.memo import kept
 from app.web.sweep_chart import SweepChart, TableRow, Text, lines_chart, stacked_chart
 
 SEQ_PATH: Final = "training.seq_len"
@@ -43,8 +44,9 @@ CACHED_JOBS: Final = 64
 
 @dataclass(frozen=True)
 class Sweeps:
-    sequence: SweepChart
-    data: SweepChart | None  # None when the layout cannot be swept (a message says why)
+    sequence: SweepChart | None  # None when the setup cannot be swept (a note says why)
+    sequence_note: str | None
+    data: SweepChart | None
     data_note: str | None
 
 
@@ -85,13 +87,16 @@ def sweeps(job: Job, given: core.Estimate, *, size: Callable[[int], str], unit: 
     if arch is None:
         return None
     capacity = job.gpu.capacity_bytes if job.gpu else None
-    sequence = _sequence_chart(job, given, size=size, unit=unit, unit_bytes=unit_bytes, capacity=capacity)
+    sequence = data = sequence_note = data_note = None
+    try:  # a length or degree the rest of the setup does not allow is a note, not an error
+        sequence = _sequence_chart(job, given, size=size, unit=unit, unit_bytes=unit_bytes, capacity=capacity)
+    except core.DomainError as error:
+        sequence_note = f"No chart of sequence lengths for this setup: {error.message}."
     try:
         data = _data_chart(job, given, size=size, unit=unit, unit_bytes=unit_bytes, capacity=capacity)
-        note = None
     except core.DomainError as error:
-        data, note = None, f"No chart of data-parallel GPUs for this layout: {error.message}."
-    return Sweeps(sequence, data, note)
+        data_note = f"No chart of data-parallel GPUs for this setup: {error.message}."
+    return Sweeps(sequence, sequence_note, data, data_note)
 
 
 def _sequence_chart(job: Job, given: core.Estimate, *, size: Callable[[int], str], unit: str, unit_bytes: int,
@@ -99,10 +104,10 @@ def _sequence_chart(job: Job, given: core.Estimate, *, size: Callable[[int], str
     arch, current = job.architecture, job.training.seq_len
     assert arch is not None
     grid = sequence_values(current, arch.max_position_embeddings, exact=polynomial(job, SEQ_PATH))
-    kept = dict(zip(grid, _sequence_points(_sequence_key(job, grid[0]), grid), strict=True))
-    kept.setdefault(current, SeriesPoint(current, given.peak, given.per_gpu, None))
-    values = tuple(sorted(kept))
-    points = tuple(kept[value] for value in values)
+    swept = dict(zip(grid, kept(_sequence_points, _sequence_key(job, grid[0]), grid), strict=True))
+    swept.setdefault(current, SeriesPoint(current, given.peak, given.per_gpu, None))
+    values = tuple(sorted(swept))
+    points = tuple(swept[value] for value in values)
     now_peak = given.peak.bytes
     return stacked_chart(
         chart_id="seq-chart",
@@ -190,7 +195,7 @@ def _data_chart(job: Job, given: core.Estimate, *, size: Callable[[int], str], u
                 capacity: int | None) -> SweepChart:
     p = job.parallelism
     values = data_values(p.data, every=2 if p.pipeline > 1 else 1)
-    peaks = dict(zip(ZERO_STAGES, _data_peaks(_data_key(job), values), strict=True))
+    peaks = dict(zip(ZERO_STAGES, kept(_data_peaks, _data_key(job), values), strict=True))
     return lines_chart(
         chart_id="data-chart",
         values=values,

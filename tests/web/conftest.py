@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import uvicorn
+from playwright.sync_api import Page
 
 from app.main import app
 
@@ -60,3 +61,33 @@ def browser_type_launch_args(browser_type_launch_args: dict) -> dict:
 def artifacts_dir() -> Path:
     ARTIFACTS.mkdir(exist_ok=True)
     return ARTIFACTS
+
+
+def _unexplained(problems: list[str]) -> list[str]:
+    """The problems, less those of requests htmx aborted on purpose.
+
+    The form's hx-sync="this:replace" aborts a request still in flight when the next edit comes,
+    and htmx logs each abort as two console errors (afterRequest, then sendAbort). Those are by
+    design; any other error, or an afterRequest without its abort (a failed request), remains.
+    """
+    aborts = sum(1 for problem in problems if problem.startswith("console: htmx:sendAbort"))
+    kept = []
+    for problem in problems:
+        if problem.startswith("console: htmx:sendAbort"):
+            continue
+        if aborts and problem.startswith("console: htmx:afterRequest"):
+            aborts -= 1
+            continue
+        kept.append(problem)
+    return kept
+
+
+@pytest.fixture
+def watched(page: Page, base_url: str):
+    """The page, with every console error, page error and off-origin request recorded; none may happen."""
+    problems: list[str] = []
+    page.on("console", lambda message: message.type == "error" and problems.append(f"console: {message.text}"))
+    page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+    page.on("request", lambda request: request.url.startswith((base_url, "data:")) or problems.append(f"off-origin: {request.url}"))
+    yield page
+    assert _unexplained(problems) == []

@@ -15,17 +15,6 @@ ACTIVATIONS = '#results [data-category="activations"]'
 PEAK_LABEL = "#timeline .peak-label"
 
 
-@pytest.fixture
-def watched(page: Page, base_url: str):
-    """The page, with every console error, page error and off-origin request recorded; none may happen."""
-    problems: list[str] = []
-    page.on("console", lambda message: message.type == "error" and problems.append(f"console: {message.text}"))
-    page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
-    page.on("request", lambda request: request.url.startswith((base_url, "data:")) or problems.append(f"off-origin: {request.url}"))
-    yield page
-    assert problems == []
-
-
 def _bytes(page: Page, selector: str) -> int:
     return int(page.locator(selector).first.get_attribute("data-bytes"))
 

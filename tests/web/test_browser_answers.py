@@ -14,17 +14,6 @@ PHONE = {"width": 390, "height": 844}
 DESKTOP = {"width": 1280, "height": 900}
 
 
-@pytest.fixture
-def watched(page: Page, base_url: str):
-    """The page, with every console error, page error and off-origin request recorded; none may happen."""
-    problems: list[str] = []
-    page.on("console", lambda message: message.type == "error" and problems.append(f"console: {message.text}"))
-    page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
-    page.on("request", lambda request: request.url.startswith((base_url, "data:")) or problems.append(f"off-origin: {request.url}"))
-    yield page
-    assert problems == []
-
-
 def _inside(box: dict, viewport: dict) -> bool:
     return box["x"] >= 0 and box["y"] >= 0 and box["x"] + box["width"] <= viewport["width"] + 0.5 \
         and box["y"] + box["height"] <= viewport["height"] + 0.5
@@ -279,3 +268,13 @@ def test_an_update_is_swapped_in_quickly(watched: Page, base_url: str):
         expect(page.locator("#seq-chart .now-mark text")).to_have_text(f"now: {int(value):,}")
     swaps = page.evaluate("window.__swaps")
     assert len(swaps) == 3 and min(swaps) < 400, swaps
+
+
+def test_only_deliberate_aborts_are_forgiven():
+    from tests.web.conftest import _unexplained
+
+    aborted = ["console: htmx:afterRequest, [object HTMLDivElement]", "console: htmx:sendAbort, [object HTMLDivElement]"]
+    assert _unexplained(aborted) == []
+    failed = ["console: htmx:afterRequest, [object HTMLDivElement]", "console: htmx:sendError, [object HTMLDivElement]"]
+    assert _unexplained(failed) == failed
+    assert _unexplained(aborted + ["page error: boom"]) == ["page error: boom"]

@@ -109,3 +109,15 @@ def test_sweeps_are_kept_for_the_job_with_the_swept_field_set_aside():
     row = next(row for row in chart.rows if row.current)
     assert row.cells[0] == "3,500 (now)"
     assert row.cells[1] == _size(with_field(job, "training.seq_len", 3500).estimate().peak.bytes)
+
+
+def test_a_length_the_setup_does_not_allow_is_a_note_not_an_error(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise core.DomainError("training.seq_len", "must be divisible by 2 × the context-parallel degree")
+
+    monkeypatch.setattr(sweeps_module, "series", refuse)
+    sweeps_module._sequence_points.cache_clear()
+    sweeps_module._data_peaks.cache_clear()
+    charts = _charts(_job(seq_len=4100))
+    assert charts.sequence is None and "must be divisible" in charts.sequence_note
+    assert charts.data is None and charts.data_note.startswith("No chart of data-parallel GPUs")
