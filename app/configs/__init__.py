@@ -47,7 +47,8 @@ _ACCELERATE_KEYS: Final = ("distributed_type", "compute_environment", "num_proce
                            "main_training_function", "machine_rank", "num_machines")
 _AXOLOTL_KEYS: Final = ("base_model", "datasets", "sequence_len", "micro_batch_size", "adapter", "lora_r",
                         "output_dir", "num_epochs", "sample_packing", "optimizer", "gradient_accumulation_steps")
-_TOML_TABLE: Final = re.compile(r"^\s*\[{1,2}[A-Za-z0-9_.\- \"]+\]{1,2}\s*(#.*)?$", re.M)
+_TOML_TABLE: Final = re.compile(r"^[ \t]*\[{1,2}[A-Za-z0-9_.\- \"]+\]{1,2}[ \t]*(#.*)?$", re.M)
+_TOML_KEY: Final = re.compile(r"^[ \t]*[A-Za-z0-9_\-\"]+[ \t]*=", re.M)
 
 
 def check_text(text: Any, where: str) -> str:
@@ -111,7 +112,7 @@ def detect(text: str, where: str = "text") -> str:
                                   "give kind")
     if megatron.looks_like(text):
         return "megatron"
-    if _TOML_TABLE.search(text) and re.search(r"^\s*[A-Za-z0-9_\-\"]+\s*=", text, re.M):
+    if _TOML_TABLE.search(text) and _TOML_KEY.search(text):
         data = torchtitan.loads(text, where)
         if {"model", "training", "parallelism", "job"} & set(data):
             return "torchtitan"
@@ -144,10 +145,15 @@ def _sweep(data: dict[str, Any], reading: Reading) -> None:
     seen = {fact.key for r in (reading, *reading.children) for fact in r.facts}
     seen |= {entry["key"] for r in (reading, *reading.children) for entry in (*r.understood, *r.ignored)}
     seen.discard("")
+    above = {key[:i] for key in seen for i, c in enumerate(key) if c == "."}  # sections that hold a seen key
+
+    def accounted(key: str) -> bool:
+        return key in seen or key in above or any(key[:i] in seen for i, c in enumerate(key) if c == ".")
+
     stack: list[tuple[str, Any]] = [(str(key), value) for key, value in data.items()]
     while stack:
         key, value = stack.pop()
-        if any(key == s or key.startswith(s + ".") or s.startswith(key + ".") for s in seen):
+        if accounted(key):
             if isinstance(value, dict) and value and key not in seen:
                 stack.extend((f"{key}.{k}", v) for k, v in value.items())
             continue

@@ -77,7 +77,8 @@ class Reading:
                                kind=self.kind))
 
     def ignore(self, key: str, why: str | None = None) -> None:
-        self.ignored.append({"key": key, "why": why or reason(key), "file": self.file})
+        """A key left aside; without a `why`, the reason from the key's name (worked out when the list is answered)."""
+        self.ignored.append({"key": key, "why": why, "file": self.file})
 
     def assume(self, field: str, value: Any, why: str) -> None:
         self.assumed.append({"field": field, "value": value, "why": why, "file": self.file})
@@ -210,12 +211,15 @@ _REASONS: Final[tuple[tuple[str, str | None], ...]] = (
 )
 
 
+_COMPILED: Final = tuple((re.compile(pattern), why) for pattern, why in _REASONS)
+
+
 def reason(key: str) -> str:
     """Why trainmem leaves a key aside, from its name."""
     name = key.rsplit(".", 1)[-1].lower().lstrip("-").replace("-", "_")
     whole = key.lower().replace("-", "_")
-    for pattern, why in _REASONS:
-        if re.search(pattern, name) or (why in (LORA, OFFLOAD, FP8, MOE) and re.search(pattern, whole)):
+    for pattern, why in _COMPILED:
+        if pattern.search(name) or (why in (LORA, OFFLOAD, FP8, MOE) and pattern.search(whole)):
             return why or NO_MEMORY
     return NOT_READ
 

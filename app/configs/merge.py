@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from app import core
-from app.configs.common import DEFAULT_MODEL_PRESET, Fact, Reading, json_safe
+from app.configs.common import DEFAULT_MODEL_PRESET, Fact, Reading, json_safe, reason
 from app.configs.fsdp import FSDP_PRECISION_NOTE
 from app.core import DomainError
 
@@ -442,7 +442,11 @@ def merge(readings: list[Reading]) -> tuple[dict[str, Any], dict[str, list[dict[
     source (file, key)."""
     run = _Merge(readings)
     request = run.run()
-    lists = {"understood": _cap(run.understood, "understood"), "ignored": _cap(run.ignored, "ignored"),
+    ignored = _cap(run.ignored, "ignored")
+    for entry in ignored:
+        if entry["why"] is None:
+            entry["why"] = reason(entry["key"])
+    lists = {"understood": _cap(run.understood, "understood"), "ignored": ignored,
              "assumed": _cap(_unique(run.assumed), "assumed")}
     return request, lists, run.sources
 

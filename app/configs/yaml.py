@@ -383,22 +383,45 @@ class _Parser:
         return text + "\n"
 
     def flow(self, text: str, line: _Line, depth: int) -> Any:
-        # A flow collection may continue on the following lines until its brackets close.
+        # A flow collection may continue on the following lines until its brackets close: gather them first
+        # (brackets counted outside quotes), then parse once.
         parts = [text]
-        while True:
-            joined = " ".join(parts)
-            try:
-                value, end = _Flow(joined, line.number, depth).parse()
-            except _Unclosed:
-                if self.i < len(self.lines):
-                    parts.append(self.lines[self.i].text)
-                    self.i += 1
-                    continue
-                raise YamlError(line.number, "a flow collection ([...] or {...}) is not closed") from None
-            trailing = joined[end:].strip()
-            if trailing and not trailing.startswith("#"):
-                raise YamlError(line.number, f"unexpected text after the flow collection: {trailing!r}")
-            return value
+        open_brackets = _bracket_balance(text)
+        while open_brackets > 0 and self.i < len(self.lines):
+            parts.append(self.lines[self.i].text)
+            open_brackets += _bracket_balance(self.lines[self.i].text)
+            self.i += 1
+        joined = " ".join(parts)
+        try:
+            value, end = _Flow(joined, line.number, depth).parse()
+        except _Unclosed:
+            raise YamlError(line.number, "a flow collection ([...] or {...}) is not closed") from None
+        trailing = joined[end:].strip()
+        if trailing and not trailing.startswith("#"):
+            raise YamlError(line.number, f"unexpected text after the flow collection: {trailing!r}")
+        return value
+
+
+def _bracket_balance(text: str) -> int:
+    """Opening minus closing brackets on a line, outside quoted strings and comments."""
+    balance, quote, i = 0, "", 0
+    while i < len(text):
+        c = text[i]
+        if quote:
+            if c == "\\" and quote == '"':
+                i += 1
+            elif c == quote:
+                quote = ""
+        elif c in "\"'" and (i == 0 or text[i - 1] in " ,[{:"):
+            quote = c
+        elif c == "#" and (i == 0 or text[i - 1] in " \t"):
+            break
+        elif c in "[{":
+            balance += 1
+        elif c in "]}":
+            balance -= 1
+        i += 1
+    return balance
 
 
 def _fold(lines: list[str]) -> str:

@@ -149,3 +149,13 @@ def test_the_package_needs_neither_pydantic_nor_the_web_framework():
             "print(sorted(m for m in ('pydantic', 'fastapi', 'starlette', 'yaml') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_a_very_large_config_is_answered_with_its_lists_summarised():
+    from app.configs.merge import MAX_ENTRIES
+
+    text = "base_model: meta-llama/Meta-Llama-3-8B\n" + "".join(f"setting_{i}: {i}\n" for i in range(3 * MAX_ENTRIES))
+    answer = imported("axolotl", text)
+    assert len(answer["ignored"]) == MAX_ENTRIES
+    assert answer["ignored"][-1]["key"] == "..." and "more keys" in answer["ignored"][-1]["why"]
+    assert answer["request"]["model"] == {"preset": "llama-3-8b"}
