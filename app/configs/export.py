@@ -314,7 +314,7 @@ def _deepspeed(setup: dict[str, Any], notes: list[str]) -> str:
                  f"(deepspeed --num_gpus {p['data'] * p['tensor'] * p['pipeline']} ...)")
     notes.append("the model, the data and the sequence length are the training script's")
     if optimizer is not None:
-        notes.append("optimizer.params.lr is a placeholder: " + LR_NOTE)
+        notes.append("optimizer.params (lr, weight_decay) are placeholders: trainmem does not model them")
     return json.dumps(config, indent=2) + "\n"
 
 
