@@ -121,6 +121,7 @@
       var away = !entry.isIntersecting && entry.boundingClientRect.top < 0;
       document.documentElement.classList.toggle("verdict-away", away);
     });
+    document.documentElement.classList.add("verdict-watched");
   }) : null;
   var watched = null;
   function watchVerdict() {
