@@ -151,6 +151,12 @@ class TrainingIn(BaseModel):
         description="plain: the loop keeps the model's output (and so the logits) until the next forward replaces "
         "it; hf-trainer: only the loss is kept, the logits are freed before backward.",
     )
+    loss: Literal[tuple(limits.LOSSES)] = Field(  # type: ignore[valid-type]
+        default="standard", description="standard: the model returns the logits and the loss upcasts them to fp32; "
+        "chunked: the output layer and loss run loss_chunks chunks of tokens at a time (torchtune); fused-linear: "
+        "Liger Kernel's fused linear cross entropy, which never materialises the logits.")
+    loss_chunks: int = Field(default=8, ge=1, le=limits.MAX_LOSS_CHUNKS,
+                             description="Chunks of tokens for the chunked loss (torchtune's num_output_chunks).")
     gradient_accumulation_steps: int = Field(
         default=1, ge=1, le=limits.MAX_ACCUMULATION_STEPS,
         description="Micro-batches per optimizer step. From the second on, the gradients are alive through forward "

@@ -120,6 +120,7 @@ class ActivationSetup:
     sequence_parallel: bool = False
     device: Device = "cuda"
     finetuning: Finetuning = Finetuning()
+    loss: str = "standard"  # setup.LOSSES
 
     @cached_property
     def tokens(self) -> int:
@@ -685,6 +686,10 @@ def _hf_head(arch: Architecture, setup: ActivationSetup) -> list[SavedTensor]:
     labels = n + 1 if setup.micro_batch_size == 1 else n
     ft = setup.finetuning
     _hf_norm(saved, "final_norm", arch, setup, weight_grad=ft.method == "full", input_grad=True)
+    if setup.loss == "fused-linear":
+        # Liger's fused linear cross entropy keeps its input's and its weight's gradients instead (the ledger's
+        # loss.grad_input and loss.grad_weight), not the input, the log-probabilities or the labels.
+        return saved.items
     if head_trains(arch, ft):
         _hf_linear_input(saved, "lm_head.input", 1, arch, setup)
     if arch.extra("final_logit_softcapping"):

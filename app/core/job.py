@@ -22,6 +22,8 @@ from app.core.precision import PRECISION_PRESETS, precision_preset
 from app.core.presets import get_preset, model_presets
 from app.core.setup import (
     LOOPS,
+    LOSSES,
+    MAX_LOSS_CHUNKS,
     MAX_ACCUMULATION_STEPS,
     MAX_DEGREE,
     MAX_GPUS_PER_NODE,
@@ -94,6 +96,8 @@ def _job_fields() -> dict[str, JobField]:
         JobField("training.attention", "choice", choices=tuple(act.ATTENTION_CHOICES)),
         JobField("training.implementation", "choice", choices=tuple(act.IMPLEMENTATION_CHOICES)),
         JobField("training.loop", "choice", choices=tuple(LOOPS)),
+        JobField("training.loss", "choice", choices=tuple(LOSSES)),
+        JobField("training.loss_chunks", "int", 1, MAX_LOSS_CHUNKS),
         JobField("training.adafactor_momentum", "bool"),
         *_ints("parallelism", {"data": (1, MAX_DEGREE), "tensor": (1, MAX_DEGREE), "pipeline": (1, MAX_DEGREE),
                                "zero_stage": (0, 3)}),

@@ -31,7 +31,7 @@ from typing import Final, NamedTuple
 from app.core import activations as act
 from app.core import states
 from app.core.architecture import Architecture
-from app.core.finetuning import Finetuning, layer_roles, linear_modules
+from app.core.finetuning import Finetuning, head_trains, layer_roles, linear_modules
 from app.core.optimizers import FP32_BITS, OPTIMIZER_INFO, optimizer_formula, optimizer_label
 from app.core.setup import LOOPS, OFFLOADS, Parallelism, Training
 from app.core.stages import StageKind
@@ -381,10 +381,11 @@ class _Stage:
             loss_end = BWD_HEAD if training.implementation == "megatron" else BWD_LOSS
             self.add("activations.head", "activations", "Final norm and the output layer's input", _listed(rest),
                      act.total_bytes(rest), act.total_bytes(rest) * self.ranks, Life("micro-batch", FWD_LOSS, BWD_HEAD))
-            self.add("activations.loss", "activations",
-                     f"The loss's saved tensors: fp32 softmax or log-probabilities (4 B × {b} × {s:,} × "
-                     f"{arch.vocab_size:,}) and the labels", _listed(loss), act.total_bytes(loss),
-                     act.total_bytes(loss) * self.ranks, Life("micro-batch", FWD_LOSS, loss_end))
+            if loss:  # none with a fused linear cross entropy (its gradients are kept instead)
+                self.add("activations.loss", "activations",
+                         f"The loss's saved tensors: fp32 softmax or log-probabilities (4 B × {b} × {s:,} × "
+                         f"{arch.vocab_size:,}) and the labels", _listed(loss), act.total_bytes(loss),
+                         act.total_bytes(loss) * self.ranks, Life("micro-batch", FWD_LOSS, loss_end))
 
     def _finetuned_layers(self, full_layer: int) -> tuple[int, str]:
         """The stage's layers by their part in backward (finetuning.layer_role): the lowest trainable layer keeps
@@ -435,6 +436,10 @@ class _Stage:
             self.add("loss.logits", "temporary", "Logits before the fused cross entropy", f"{half} B × {dims}",
                      logits, self.per_stage(logits), Life("micro-batch", FWD_LOSS, only=(FWD_LOSS,)))
             return
+        if training.loss == "fused-linear":
+            self._fused_linear_loss()
+            return
+        chunks = training.loss_chunks if training.loss == "chunked" else 1
         loop = LOOPS[training.loop]
         if loop.keeps_output:
             self.add("loss.logits", "temporary", "Logits in the model's output, which the loop keeps",
@@ -447,20 +452,57 @@ class _Stage:
             self.add("loss.logits", "temporary", "Logits, freed when the loss is computed (only the loss is kept)",
                      f"{half} B × {dims}", logits, self.per_stage(logits),
                      Life("micro-batch", FWD_LOSS, only=(FWD_LOSS,)))
-        fp32 = v_rank * act.FP32_BYTES
+        # Chunked: the fp32 upcast and the loss's gradients exist for one chunk of tokens at a time.
+        per = ceil_div(v_rank, chunks)
+        fp32 = per * act.FP32_BYTES
+        one = f" for one of {chunks} chunks" if chunks > 1 else ""
+        dims_chunk = f"{dims} ÷ {chunks}" if chunks > 1 else dims
         if half != act.FP32_BYTES:
-            self.add("loss.upcast", "temporary", "fp32 upcast of the logits inside the loss (logits.float())",
-                     f"4 B × {dims}", fp32, self.per_stage(fp32), Life("micro-batch", FWD_LOSS, only=(FWD_LOSS,)))
-        self.add("loss.grad_log_probs", "temporary", "Gradient of the log-probabilities (nll_loss backward, fp32)",
-                 f"4 B × {dims}", fp32, self.per_stage(fp32), Life("micro-batch", BWD_LOSS, only=(BWD_LOSS,)))
+            self.add("loss.upcast", "temporary", f"fp32 upcast of the logits inside the loss (logits.float()){one}",
+                     f"4 B × {dims_chunk}", fp32, self.per_stage(fp32), Life("micro-batch", FWD_LOSS, only=(FWD_LOSS,)))
+        self.add("loss.grad_log_probs", "temporary", f"Gradient of the log-probabilities (nll_loss backward, fp32){one}",
+                 f"4 B × {dims_chunk}", fp32, self.per_stage(fp32), Life("micro-batch", BWD_LOSS, only=(BWD_LOSS,)))
         if half == act.FP32_BYTES:
-            self.add("loss.grad_logits", "temporary", "Gradient of the logits (log_softmax backward, fp32)",
-                     f"4 B × {dims}", fp32, self.per_stage(fp32), Life("micro-batch", BWD_LOSS, BWD_HEAD))
+            self.add("loss.grad_logits", "temporary", f"Gradient of the logits (log_softmax backward, fp32){one}",
+                     f"4 B × {dims_chunk}", fp32, self.per_stage(fp32), Life("micro-batch", BWD_LOSS, BWD_HEAD))
             return
-        self.add("loss.grad_logits", "temporary", "Gradient of the logits (log_softmax backward, fp32)",
-                 f"4 B × {dims}", fp32, self.per_stage(fp32), Life("micro-batch", BWD_LOSS, only=(BWD_LOSS,)))
+        self.add("loss.grad_logits", "temporary", f"Gradient of the logits (log_softmax backward, fp32){one}",
+                 f"4 B × {dims_chunk}", fp32, self.per_stage(fp32), Life("micro-batch", BWD_LOSS, only=(BWD_LOSS,)))
         self.add("loss.grad_logits_half", "temporary", "Gradient of the logits cast back for the output layer",
                  f"{half} B × {dims}", logits, self.per_stage(logits), Life("micro-batch", BWD_HEAD, only=(BWD_HEAD,)))
+
+    def _fused_linear_loss(self) -> None:
+        """Liger Kernel 0.8.5's fused linear cross entropy (liger_kernel/ops/fused_linear_cross_entropy.py).
+
+        Forward splits the BT tokens into chunks of min(next_power_of_2(⌈BT ÷ ⌈V ÷ H⌉⌉), BT) (lines 103-106): each
+        chunk's logits go into one reused chunk × V buffer in the input's dtype (line 151), become their own
+        gradient in place, and are multiplied into grad_input (BT × H, zeros_like(_input), line 108) and
+        grad_weight (V × H in the weight's dtype, line 116); a BT fp32 loss vector (line 125). Both gradients are
+        saved for backward (ctx.save_for_backward, line 575); grad_weight then becomes the output layer's .grad.
+        """
+        arch, setup, training, p = self.arch, self.setup, self.training, self.parallelism
+        tokens, h, v = setup.tokens, arch.hidden_size, arch.vocab_size
+        half = setup.half_bytes
+        chunk = min(_next_power_of_2(ceil_div(tokens, ceil_div(v, h))), tokens)
+        logits = ceil_div(chunk * v, p.tensor) * half
+        self.add("loss.logits_chunk", "temporary", f"One chunk of {chunk:,} tokens' logits (fused linear cross "
+                 "entropy)", f"{chunk:,} × {v:,} × {half} B", logits, self.per_stage(logits),
+                 Life("micro-batch", FWD_LOSS, only=(FWD_LOSS,)))
+        loss_vector = tokens * act.FP32_BYTES
+        self.add("loss.per_token", "temporary", "Per-token fp32 losses", f"{tokens:,} × 4 B", loss_vector,
+                 self.per_stage(loss_vector), Life("micro-batch", FWD_LOSS, only=(FWD_LOSS,)))
+        grad_input = tokens * h * half
+        self.add("loss.grad_input", "activations", "Gradient of the final norm's output, computed in forward and "
+                 "kept for backward (fused linear cross entropy)", f"{tokens:,} × {h:,} × {half} B", grad_input,
+                 grad_input * self.ranks, Life("micro-batch", FWD_LOSS, BWD_HEAD))
+        if not head_trains(arch, training.finetuning):
+            return
+        weight_bytes = max(1, training.precision.bits("weights") // 8)
+        grad_weight = ceil_div(v * h, p.tensor) * weight_bytes
+        self.add("loss.grad_weight", "gradients", "The output layer's weight gradient, computed in forward (fused "
+                 "linear cross entropy), until the layer's own gradient takes it over",
+                 f"{v:,} × {h:,} × {weight_bytes} B", grad_weight, self.per_stage(grad_weight),
+                 Life("micro-batch", FWD_LOSS, BWD_LOSS))
 
     def _context_chunks(self) -> None:
         """Context parallelism: ring attention computes on the K and V chunk it holds while the next arrives, so two
@@ -585,6 +627,10 @@ class _Stage:
             self.add(f"zero.gathered.{part}", "weights", f"Weights of the {part} gathered whole while it computes (ZeRO-3)",
                      f"{count:,} params × {wbits} bit ÷ 8", size, self.per_stage(size),
                      Life("micro-batch", phases[0], only=phases))
+
+
+def _next_power_of_2(value: int) -> int:
+    return 1 << (value - 1).bit_length()
 
 
 def _group_words(p: Parallelism) -> str:

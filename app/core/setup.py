@@ -34,7 +34,33 @@ UNUSUAL_MICRO_BATCH: Final = 4096
 
 LoopId = Literal["plain", "hf-trainer"]
 MAX_GPUS_PER_NODE: Final = 64
+MAX_LOSS_CHUNKS: Final = 1 << 16
 
+
+@dataclass(frozen=True)
+class Loss:
+    """How the loss is computed, which decides how much of the tokens × vocabulary logits ever exists."""
+
+    id: str
+    label: str
+    about: str
+
+
+LOSSES: Final[dict[str, Loss]] = {
+    item.id: item
+    for item in (
+        Loss("standard", "Standard cross entropy", "The model returns the logits; the loss upcasts them to fp32 and "
+             "its backward makes two fp32 gradients of the same shape (transformers' ForCausalLMLoss)."),
+        Loss("chunked", "Chunked cross entropy", "The output layer and the loss run chunk by chunk of tokens "
+             "(torchtune's CEWithChunkedOutputLoss, num_output_chunks): the fp32 upcast and the loss's gradients "
+             "exist for one chunk at a time; the logits and the fp32 log-probabilities saved for backward are as "
+             "large as ever."),
+        Loss("fused-linear", "Fused linear cross entropy (Liger)", "Liger Kernel's fused linear cross entropy "
+             "computes the logits chunk by chunk and their gradients in the same pass: no full logits, no fp32 "
+             "log-probabilities; it keeps the gradient of its input and of the output layer's weight from forward to "
+             "backward (liger_kernel/ops/fused_linear_cross_entropy.py)."),
+    )
+}
 
 @dataclass(frozen=True)
 class Offload:
@@ -100,6 +126,8 @@ class Training:
     loop: LoopId = "plain"
     gradient_accumulation_steps: int = 1
     framework_overhead_bytes: int = DEFAULT_FRAMEWORK_OVERHEAD_BYTES
+    loss: str = "standard"  # a key of LOSSES
+    loss_chunks: int = 8  # for the chunked loss
     finetuning: Finetuning = Finetuning()
 
 
@@ -151,6 +179,11 @@ def validate_setup(training: Training, parallelism: Parallelism, arch: Architect
     check_choice("training.attention", training.attention, act.ATTENTION_CHOICES)
     check_choice("training.implementation", training.implementation, act.IMPLEMENTATION_CHOICES)
     check_choice("training.loop", training.loop, LOOPS)
+    check_choice("training.loss", training.loss, LOSSES)
+    check_int("training.loss_chunks", training.loss_chunks, low=1, high=MAX_LOSS_CHUNKS)
+    if training.loss != "standard" and training.implementation == "megatron":
+        raise DomainError("training.loss", "Megatron-LM computes its own vocabulary-parallel cross entropy; "
+                                           "choose the standard loss")
     for name in ("data", "tensor", "pipeline"):
         check_int(f"parallelism.{name}", getattr(parallelism, name), low=1, high=MAX_DEGREE)
     check_int("parallelism.zero_stage", parallelism.zero_stage, low=0, high=3)
@@ -233,4 +266,5 @@ def activation_setup(training: Training, parallelism: Parallelism, *, device: ac
         sequence_parallel=parallelism.sequence_parallel,
         device=device,
         finetuning=training.finetuning,
+        loss=training.loss,
     )
