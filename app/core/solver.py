@@ -67,8 +67,11 @@ class Fix:
     cost: Cost
 
 
-def solve(job: Job, target: str) -> Solution:
-    """The largest micro-batch or sequence, or the smallest data-parallel degree, whose peak fits the job's GPU."""
+def solve(job: Job, target: str, *, with_fixes: bool = True) -> Solution:
+    """The largest micro-batch or sequence, or the smallest data-parallel degree, whose peak fits the job's GPU.
+
+    The fixes are the same whatever the target: `with_fixes=False` leaves them out (for a caller asking
+    several targets, who needs them once)."""
     if target not in TARGETS:
         raise DomainError("target", f"must be one of {', '.join(TARGETS)}, got {target!r}")
     if job.gpu is None:
@@ -84,7 +87,7 @@ def solve(job: Job, target: str) -> Solution:
     else:
         value, note = _largest(job, path, probe)
     result = probe.estimate(value) if value is not None else given
-    return Solution(target, value, result, note, fixes(job, given))
+    return Solution(target, value, result, note, fixes(job, given) if with_fixes else ())
 
 
 class _Probe:

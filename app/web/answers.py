@@ -115,12 +115,13 @@ def _solutions(job: Job) -> Solutions:
     found: tuple[Fix, ...] | None = None
     for target in TARGETS:
         try:
-            solution = solve(job, target)
+            solution = solve(job, target, with_fixes=found is None)
         except core.DomainError as error:  # a bare parameter count has no batch or sequence to solve for
             answers.append(_sentence(error.message))
             continue
         answers.append(Solved(target, solution.value, solution.estimate.peak.bytes, solution.note))
-        found = solution.fixes if found is None else found
+        if found is None:
+            found = solution.fixes
     if found is None:
         found = fixes(job)
     kept = tuple(Found(tuple(fix.change.items()), fix.summary, fix.estimate.peak.bytes,
