@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, get_args, get_origin
 
 from app import core
-from app.api.schemas import ARCHITECTURE_FIELDS, ModelIn, ParallelismIn, PrecisionIn, TrainingIn
+from app.api.schemas import ARCHITECTURE_FIELDS, FinetuningIn, ModelIn, ParallelismIn, PrecisionIn, TrainingIn
 from app.core.units import DTYPE_BITS
 from app.web.form import CUSTOM_PRECISION, NO_GPU, NO_MASTER, SOURCES, UNITS
 
@@ -62,6 +62,22 @@ LABELS: Final[dict[str, str]] = {
     "position_embedding": "Positions",
     "dropout": "Dropout",
     "attention_dropout": "Attention dropout",
+    "loss": "Loss",
+    "loss_chunks": "Loss chunks",
+    "context": "Context parallel",
+    "virtual_stages": "Virtual stages per GPU",
+    "offload": "Offload to host memory",
+    "gpus_per_node": "GPUs per node",
+    "host_ram": "Host RAM per node",
+    "method": "Method",
+    "rank": "LoRA rank",
+    "target_modules": "Target modules",
+    "lora_dropout": "LoRA dropout",
+    "save_embed_tokens": "Train the embeddings in full (embed_tokens)",
+    "save_lm_head": "Train the output layer in full (lm_head)",
+    "quantization": "Base quantization",
+    "freeze_embeddings": "Freeze the embeddings",
+    "frozen_layers": "Frozen layers",
 }
 
 EXTRA_HELP: Final[dict[str, str]] = {
@@ -74,7 +90,14 @@ EXTRA_HELP: Final[dict[str, str]] = {
     "unit": "GB = 10⁹ bytes; GiB = 2³⁰ bytes (what nvidia-smi and PyTorch report).",
     "framework_overhead_bytes": "CUDA context and allocator reserve per GPU, e.g. 1 GiB or 512 MiB.",
     "fill": "Set the fields below to the chosen model's.",
+    "host_ram": "The page's own figure, for the host memory bar: e.g. 512 GiB or 2 TB.",
+    "target_modules": "Comma-separated, e.g. q_proj, v_proj, or all-linear.",
+    "method": "LoRA and QLoRA need the base in its own dtype: choose a precision that is not autocast.",
+    "save_embed_tokens": "modules_to_save: peft keeps a trainable copy beside the frozen original.",
+    "save_lm_head": "modules_to_save: peft keeps a trainable copy beside the frozen original.",
 }
+# Controls named apart from their API field (the finetuning field `dropout` would clash with the architecture's).
+SCHEMA_FIELDS: Final[dict[str, tuple[Any, str]]] = {"lora_dropout": (FinetuningIn, "dropout")}
 
 CHOICE_LABELS: Final[dict[str, dict[str, str]]] = {
     "source": {"preset": "Preset", "custom": "Architecture", "params": "Parameter count", "config": "config.json"},
@@ -88,6 +111,12 @@ CHOICE_LABELS: Final[dict[str, dict[str, str]]] = {
     "norm": {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm"},
     "position_embedding": {"learned": "Learned table", "rope": "RoPE (no parameters)"},
     "qkv_bias": {"": "As attention biases", "true": "Yes", "false": "No"},
+    "method": {"full": "Full", "lora": "LoRA", "qlora": "QLoRA"},
+    "quantization": {"nf4": "NF4", "nf4-double": "NF4, double quantization", "int8": "int8 (LLM.int8())"},
+    "loss": {"standard": "Standard (logits in fp32)", "chunked": "Chunked (torchtune)",
+             "fused-linear": "Fused linear cross entropy (Liger)"},
+    "offload": {"none": "None", "optimizer": "Optimizer (ZeRO-Offload)",
+                "optimizer+parameters": "Optimizer and parameters (ZeRO-Infinity)"},
 }
 
 
@@ -98,7 +127,10 @@ class Option:
 
 
 def _schema_field(name: str) -> Any:
-    for model in (TrainingIn, ParallelismIn, ModelIn, PrecisionIn):
+    if name in SCHEMA_FIELDS:
+        model, field_name = SCHEMA_FIELDS[name]
+        return model.model_fields[field_name]
+    for model in (TrainingIn, ParallelismIn, ModelIn, PrecisionIn, FinetuningIn):
         if name in model.model_fields:
             return model.model_fields[name]
     return None
@@ -149,6 +181,10 @@ def options() -> dict[str, tuple[Option, ...]]:
         result[name] = _labelled(name, _literal_values(TrainingIn.model_fields[name].annotation))
     for name in ("mlp", "norm", "position_embedding"):
         result[name] = _labelled(name, _literal_values(ModelIn.model_fields[name].annotation))
+    result["loss"] = _labelled("loss", _literal_values(TrainingIn.model_fields["loss"].annotation))
+    result["offload"] = _labelled("offload", _literal_values(ParallelismIn.model_fields["offload"].annotation))
+    for name in ("method", "quantization"):
+        result[name] = _labelled(name, _literal_values(FinetuningIn.model_fields[name].annotation))
     return result
 
 

@@ -23,6 +23,7 @@ from app import core
 from app.api.schemas import (
     ARCHITECTURE_FIELDS,
     EstimateRequest,
+    FinetuningIn,
     ModelIn,
     ParallelismIn,
     PrecisionIn,
@@ -45,9 +46,21 @@ NO_MASTER: Final = "none"
 TRUE: Final = "true"
 
 TRAINING_INTS: Final = ("micro_batch_size", "seq_len", "gradient_accumulation_steps")
-PARALLEL_INTS: Final = ("data", "tensor", "pipeline", "zero_stage")
+PARALLEL_INTS: Final = ("data", "tensor", "pipeline", "zero_stage", "context")
 TRAINING_CHOICES: Final = ("optimizer", "optimizer_implementation", "activation_checkpointing", "attention",
-                           "implementation", "loop")
+                           "implementation", "loop", "loss")
+# Controls read only when shown (the rest of the time the API's default stands): name -> (control, values shown for).
+LOSS_CHUNKS: Final = "loss_chunks"
+PARALLEL_SHOWN: Final = ("offload", "gpus_per_node", "virtual_stages")
+# Fine-tuning: the API's finetuning fields; the page's names where one would clash with an architecture field.
+FINETUNING_METHOD: Final = "method"
+ADAPTER_CONTROLS: Final = ("rank", "target_modules", "lora_dropout", "save_embed_tokens", "save_lm_head")
+FULL_CONTROLS: Final = ("freeze_embeddings", "frozen_layers")
+FINETUNING_CONTROLS: Final = (FINETUNING_METHOD, *ADAPTER_CONTROLS, "quantization", *FULL_CONTROLS)
+FINETUNING_ALIASES: Final = {"dropout": "lora_dropout", "modules_to_save": "save_embed_tokens"}
+SAVABLE: Final = {"save_embed_tokens": "embed_tokens", "save_lm_head": "lm_head"}
+HOST_RAM: Final = "host_ram"  # the page's own: host memory per node, for the offloading bar
+DEFAULT_HOST_RAM: Final = "512 GiB"
 DTYPE_FIELDS: Final = core.precision.TENSOR_CLASSES
 ARCH_INTS: Final = tuple(
     name for name in ARCHITECTURE_FIELDS if ModelIn.model_fields[name].annotation in (int | None,)
@@ -68,6 +81,7 @@ MAIN_CONTROL: Final[dict[str, str]] = {"preset": "preset", "custom": "num_hidden
 COMMON_CONTROLS: Final = (
     "source", "unit", "gpu", "precision", *DTYPE_FIELDS, *TRAINING_INTS, *TRAINING_CHOICES,
     "adafactor_momentum", "framework_overhead_bytes", *PARALLEL_INTS, "sequence_parallel",
+    LOSS_CHUNKS, *PARALLEL_SHOWN, HOST_RAM, *FINETUNING_CONTROLS,
 )
 ALL_CONTROLS: Final = frozenset(COMMON_CONTROLS) | {c for controls in SOURCE_CONTROLS.values() for c in controls}
 
@@ -100,6 +114,7 @@ class ParsedForm:
     estimate: core.Estimate | None = None
     errors: dict[str, str] = field(default_factory=dict)
     refilled: bool = False
+    host_ram_bytes: int | None = None  # host memory per node, for the offloading bar (the page's own field)
 
     @property
     def ok(self) -> bool:
@@ -195,6 +210,19 @@ def default_values() -> dict[str, str]:
         "framework_overhead_bytes": str(_field_default(TrainingIn, "framework_overhead_bytes")),
         "adafactor_momentum": _flag(_field_default(TrainingIn, "adafactor_momentum")),
         "sequence_parallel": _flag(_field_default(ParallelismIn, "sequence_parallel")),
+        LOSS_CHUNKS: str(_field_default(TrainingIn, LOSS_CHUNKS)),
+        "offload": str(_field_default(ParallelismIn, "offload")),
+        "gpus_per_node": str(_field_default(ParallelismIn, "gpus_per_node")),
+        "virtual_stages": str(_field_default(ParallelismIn, "virtual_stages")),
+        HOST_RAM: DEFAULT_HOST_RAM,
+        FINETUNING_METHOD: str(_field_default(FinetuningIn, "method")),
+        "rank": str(_field_default(FinetuningIn, "rank")),
+        "target_modules": ",".join(_field_default(FinetuningIn, "target_modules")),
+        "lora_dropout": str(_field_default(FinetuningIn, "dropout")),
+        "quantization": str(_field_default(FinetuningIn, "quantization")),
+        "frozen_layers": str(_field_default(FinetuningIn, "frozen_layers")),
+        "freeze_embeddings": _flag(_field_default(FinetuningIn, "freeze_embeddings")),
+        **{name: "" for name in SAVABLE},
     }
     for name in (*TRAINING_INTS, *TRAINING_CHOICES):
         values[name] = str(_field_default(TrainingIn, name))
@@ -266,12 +294,25 @@ def parse_form(params: Mapping[str, str]) -> ParsedForm:
         training["precision"] = {name: None if values[name] == NO_MASTER else values[name] for name in DTYPE_FIELDS}
     else:
         training["precision"] = values["precision"]
+    if values["loss"] == "chunked":
+        training[LOSS_CHUNKS] = read(LOSS_CHUNKS, parse_int)
     parallelism: dict[str, Any] = {name: read(name, parse_int) for name in PARALLEL_INTS}
     parallelism["sequence_parallel"] = values["sequence_parallel"] == TRUE
+    # Each control counts only while the page shows it (see templates/page.html), so a value left
+    # in the URL from before never errs on a hidden control.
+    if _above(values["data"], 1):
+        parallelism["offload"] = values["offload"]
+        if values["offload"] != "none":
+            parallelism["gpus_per_node"] = read("gpus_per_node", parse_int)
+    if _above(values["pipeline"], 1):
+        parallelism["virtual_stages"] = read("virtual_stages", parse_int)
+    host_ram = read(HOST_RAM, parse_bytes) if parallelism.get("offload", "none") != "none" else None
+    finetuning = _finetuning_dict(values, read)
     if errors:
         return ParsedForm(source, unit, values, refilled=refill, errors=errors)
 
-    body = {"model": model, "training": training, "parallelism": parallelism, "gpu": values["gpu"] or None}
+    body = {"model": model, "training": training, "parallelism": parallelism, "finetuning": finetuning,
+            "gpu": values["gpu"] or None}
     try:
         request = EstimateRequest.model_validate(body)
     except ValidationError as error:
@@ -283,7 +324,37 @@ def parse_form(params: Mapping[str, str]) -> ParsedForm:
     except core.DomainError as error:
         control, message = control_for(error.field.split("."), error.message, source)
         return ParsedForm(source, unit, values, refilled=refill, request=request, errors={control: message})
-    return ParsedForm(source, unit, values, refilled=refill, request=request, estimate=result)
+    return ParsedForm(source, unit, values, refilled=refill, request=request, estimate=result, host_ram_bytes=host_ram)
+
+
+def _above(raw: str, threshold: int) -> bool:
+    text = _SEPARATORS.sub("", raw)
+    return text.isdigit() and int(text) > threshold
+
+
+def parse_modules(control: str, raw: str) -> list[str]:
+    """Module names separated by commas or spaces: ``q_proj, v_proj`` or ``all-linear``."""
+    names = [name for name in re.split(r"[,\s]+", raw.strip()) if name]
+    if not names:
+        raise FormError(control, "Name at least one module, e.g. q_proj, v_proj, or all-linear.")
+    return list(dict.fromkeys(names))
+
+
+def _finetuning_dict(values: Mapping[str, str], read: Any) -> dict[str, Any]:
+    """The finetuning fields the chosen method shows: adapters' for LoRA/QLoRA, freezing for full."""
+    method = values[FINETUNING_METHOD]
+    finetuning: dict[str, Any] = {"method": method}
+    if method in ("lora", "qlora"):
+        finetuning["rank"] = read("rank", parse_int)
+        finetuning["target_modules"] = read("target_modules", parse_modules)
+        finetuning["dropout"] = read("lora_dropout", parse_probability)
+        finetuning["modules_to_save"] = [module for name, module in SAVABLE.items() if values[name] == TRUE]
+        if method == "qlora":
+            finetuning["quantization"] = values["quantization"]
+    elif method == "full":
+        finetuning["freeze_embeddings"] = values["freeze_embeddings"] == TRUE
+        finetuning["frozen_layers"] = read("frozen_layers", parse_int)
+    return finetuning
 
 
 def _fill_architecture(values: dict[str, str], submitted: Mapping[str, str], source: Source, *, refill: bool) -> None:
@@ -355,6 +426,8 @@ def control_for(path: Sequence[str | int], message: str, source: Source) -> tupl
     """
     active = set(COMMON_CONTROLS) | set(SOURCE_CONTROLS[source])
     parts = [str(part) for part in path if str(part) not in ("body", "query")]
+    if len(parts) > 1 and parts[0] == "finetuning" and parts[1] in FINETUNING_ALIASES:
+        parts = [parts[0], FINETUNING_ALIASES[parts[1]], *parts[2:]]
     for index in range(len(parts) - 1, -1, -1):
         if parts[index] in active:
             rest = [p for p in parts[index + 1:] if p not in ALL_CONTROLS and not _is_type_tag(p)]

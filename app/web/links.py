@@ -13,12 +13,12 @@ from collections.abc import Mapping
 from typing import Final
 from urllib.parse import urlencode
 
-from app.web.form import COMMON_CONTROLS, CUSTOM_PRECISION, DTYPE_FIELDS, TRUE
+from app.web.form import COMMON_CONTROLS, CUSTOM_PRECISION, DTYPE_FIELDS, FINETUNING_ALIASES, TRUE
 
 PAGE: Final = "/"
 PIN: Final = "pin"  # the page's own state beside the controls: a pinned setup to compare with (app/web/compare.py)
 # The API sections whose fields are controls of the same name; `gpu` is a control by itself.
-SECTIONS: Final = ("training", "parallelism")
+SECTIONS: Final = ("training", "parallelism", "finetuning")
 SETTABLE: Final = frozenset(COMMON_CONTROLS) - {"source", "unit"}
 
 State = dict[str, str]  # query parameter -> value, in the order the URL gave them
@@ -35,6 +35,8 @@ def state_of(params: Mapping[str, str], *, names: frozenset[str] | set[str]) -> 
 def control_for(path: str) -> str:
     """The query parameter that feeds the API field at `path`; ValueError for a field the page cannot set."""
     section, _, name = path.rpartition(".")
+    if section == "finetuning":
+        name = FINETUNING_ALIASES.get(name, name)
     if (section in SECTIONS or (not section and name == "gpu")) and name in SETTABLE:
         return name
     raise ValueError(f"no control sets {path!r}")

@@ -24,12 +24,13 @@ from fastapi.templating import Jinja2Templates
 
 from app import core
 from app.api.schemas import ARCHITECTURE_FIELDS, to_job, to_parallelism
+from app.core.finetuning import ALL_LINEAR, module_names
 from app.core.job import Job
 from app.web import controls, links
 from app.web.accuracy import accuracy
 from app.web.answers import fit_answers
 from app.web.compare import pin
-from app.web.form import ALL_CONTROLS, CUSTOM_PRECISION, DTYPE_FIELDS, ParsedForm, parse_form
+from app.web.form import ALL_CONTROLS, CUSTOM_PRECISION, DEFAULT_PRESET, DTYPE_FIELDS, HOST_RAM, ParsedForm, parse_form
 from app.web.recompute import recompute_choices
 from app.web.sweeps import sweeps
 from app.web.view import UNIT_BYTES, format_bytes, format_size_input, result_view
@@ -52,17 +53,51 @@ def _job(form: ParsedForm) -> Job | None:
         return None
 
 
+def _architecture(form: ParsedForm, job: Job | None) -> core.Architecture | None:
+    """The model's architecture, for the module names: the job's, else the chosen preset's."""
+    if job is not None:
+        return job.architecture
+    if form.source in ("preset", "custom"):
+        preset = form.values.get("preset", "")
+        return core.get_preset(preset if preset in core.model_presets() else DEFAULT_PRESET).architecture
+    return None
+
+
+def finetuning_presets(form: ParsedForm, params: Mapping[str, str],
+                       arch: core.Architecture | None) -> list[tuple[str, str]]:
+    """Common adapter setups, one click away: (label, link to this page with them set)."""
+    names = module_names(arch) if arch is not None else {}
+    query = names.get("attn.q"), names.get("attn.v")
+    qv = ",".join(query) if all(query) else names.get("attn.qkv", "q_proj,v_proj")
+    setups = [
+        ("QLoRA r=16 all-linear", {"finetuning.method": "qlora", "finetuning.rank": 16,
+                                   "finetuning.target_modules": ALL_LINEAR}),
+        ("LoRA r=8 q,v", {"finetuning.method": "lora", "finetuning.rank": 8, "finetuning.target_modules": qv}),
+        ("LoRA r=16 all-linear", {"finetuning.method": "lora", "finetuning.rank": 16,
+                                  "finetuning.target_modules": ALL_LINEAR}),
+    ]
+    state = links.state_of(params, names=STATE_NAMES)
+    out = []
+    for label, change in setups:
+        if form.values.get("precision", "").startswith("autocast"):
+            change = change | {"training.precision": "bf16"}  # adapters need the base in its own dtype
+        out.append((label, links.href(links.changed(state, change))))
+    return out
+
+
 def page_context(form: ParsedForm, params: Mapping[str, str]) -> dict[str, Any]:
     """What the templates need for `form`; `params` is the query, whose state the answers' links carry on."""
     values = dict(form.values)
     if not form.errors.get("framework_overhead_bytes") and form.request is not None:
         values["framework_overhead_bytes"] = format_size_input(form.request.training.framework_overhead_bytes)
+    if not form.errors.get(HOST_RAM) and form.host_ram_bytes is not None:
+        values[HOST_RAM] = format_size_input(form.host_ram_bytes)
     view = answers = charts = recompute = None
+    job = _job(form)
     if form.ok and form.request is not None and form.estimate is not None:
         unit = form.unit
         view = result_view(form.estimate, to_parallelism(form.request.parallelism), unit,
-                           attention=form.request.training.attention)
-        job = _job(form)
+                           attention=form.request.training.attention, host_ram=form.host_ram_bytes)
         if job is not None:
             answers = fit_answers(job, form.estimate, links.state_of(params, names=STATE_NAMES), unit)
             charts = sweeps(job, form.estimate, size=lambda value: format_bytes(value, unit), unit=unit,
@@ -84,8 +119,16 @@ def page_context(form: ParsedForm, params: Mapping[str, str]) -> dict[str, Any]:
         "arch_main": controls.ARCH_MAIN,
         "arch_more": controls.ARCH_MORE,
         "dtype_fields": DTYPE_FIELDS,
+        "module_names": _module_hint(_architecture(form, job)),
+        "finetuning_presets": finetuning_presets(form, params, _architecture(form, job)),
         "when": lambda expression: controls.condition_holds(expression, values),
     }
+
+
+def _module_hint(arch: core.Architecture | None) -> str:
+    if arch is None:
+        return ""
+    return ", ".join(dict.fromkeys(module_names(arch).values())) + f", or {ALL_LINEAR}"
 
 
 def _swaps(form: ParsedForm) -> dict[str, Any]:

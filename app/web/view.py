@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from app import core
+from app.core.estimate import Host
 from app.web.chart import Chart, timeline_chart
 from app.web.form import Unit
 
@@ -184,6 +185,42 @@ class ResultView:
     bytes_per_param_sum: str
     explanations: tuple[Explanation, ...]
     warnings: tuple[str, ...]
+    trainable: str | None = None  # "6,815,744 trainable of 8,037,076,992", when fewer than all train
+    host: HostView | None = None  # host memory per node, when offloading
+
+
+@dataclass(frozen=True)
+class HostView:
+    """Host memory one node needs for the offloaded states, against the host RAM the person gave."""
+
+    bar: Bar
+    verdict: Verdict
+    gpus_per_node: int
+
+
+def trainable_note(param_count: int, trainable_count: int) -> str | None:
+    """``6,815,744 trainable of 8,037,076,992`` when not every parameter trains."""
+    if not trainable_count or trainable_count == param_count:
+        return None
+    return f"{trainable_count:,} trainable of {param_count:,} ({100 * trainable_count / param_count:.2f} %)"
+
+
+def host_view(host: Host, host_ram: int | None, unit: Unit) -> HostView:
+    """The offloaded states of one node's GPUs as a bar against `host_ram`, with the fit in words."""
+    gpus = host.gpus_per_node
+    per_node = {category: (host.per_gpu[category] or 0) * gpus for category in core.CATEGORIES}
+    need = format_bytes(host.per_node_bytes, unit)
+    each = f"{gpus:,} GPU{'' if gpus == 1 else 's'} per node"
+    if not host_ram:
+        said = Verdict("none", f"{need} of host memory per node", f"For {each}; give the host RAM to check the fit.")
+    elif host.per_node_bytes <= host_ram:
+        said = Verdict("fits", f"Host memory fits, with {format_bytes(host_ram - host.per_node_bytes, unit)} to spare",
+                       f"The offloaded states of {each} take {need} of the {format_bytes(host_ram, unit)} host RAM.")
+    else:
+        said = Verdict("over", f"Host memory does not fit, by {format_bytes(host.per_node_bytes - host_ram, unit)}",
+                       f"The offloaded states of {each} take {need}; the node has {format_bytes(host_ram, unit)}.")
+    bar = _bar(f"Host memory per node, {each}", per_node, host_ram, unit, over=said.kind == "over")
+    return HostView(bar=bar, verdict=said, gpus_per_node=gpus)
 
 
 # The capacity line's label sits to the left of the line once the line is this far along the bar.
@@ -288,7 +325,7 @@ def attention_note(choice: str | None, kernel: str | None) -> str | None:
 
 
 def result_view(result: core.Estimate, parallelism: core.Parallelism, unit: Unit, *,
-                attention: str | None = None) -> ResultView:
+                attention: str | None = None, host_ram: int | None = None) -> ResultView:
     """Everything the page shows of `result`; `attention` is the attention choice the kernel was picked for."""
     capacity = result.gpu.gpu.capacity_bytes if result.gpu else None
     world = parallelism.world_size
@@ -345,6 +382,8 @@ def result_view(result: core.Estimate, parallelism: core.Parallelism, unit: Unit
         bytes_per_param_sum=" + ".join(format_bytes_per_param(per_param[c]) for c in core.CATEGORIES if c in per_param),
         explanations=_explanations(result, unit),
         warnings=result.warnings,
+        trainable=trainable_note(result.param_count, result.trainable_param_count),
+        host=host_view(result.host, host_ram, unit) if result.host is not None else None,
     )
 
 
