@@ -67,8 +67,8 @@ def finetuning_presets(form: ParsedForm, params: Mapping[str, str],
                        arch: core.Architecture | None) -> list[tuple[str, str]]:
     """Common adapter setups, one click away: (label, link to this page with them set)."""
     names = module_names(arch) if arch is not None else {}
-    query = names.get("attn.q"), names.get("attn.v")
-    qv = ",".join(query) if all(query) else names.get("attn.qkv", "q_proj,v_proj")
+    q, v = names.get("attn.q"), names.get("attn.v")
+    qv = f"{q},{v}" if q and v else names.get("attn.qkv", "q_proj,v_proj")
     setups = [
         ("QLoRA r=16 all-linear", {"finetuning.method": "qlora", "finetuning.rank": 16,
                                    "finetuning.target_modules": ALL_LINEAR}),
