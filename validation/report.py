@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -210,6 +212,21 @@ et al. 2022, Table 2, as `tests/core` checks.
 """
 
 
+LOSSES_FROM_SOURCE: Final = (
+    '## Losses accounted from source',
+    '',
+    "Liger Kernel's fused linear cross entropy (`training.loss: fused-linear`) runs as Triton kernels, which need a GPU:",
+    "it is not measured here. trainmem counts it from liger-kernel 0.8.5's source",
+    "(`liger_kernel/ops/fused_linear_cross_entropy.py`): one reused chunk × V buffer of logits in the input's dtype, the",
+    "chunk size min(next_power_of_2(⌈BT ÷ ⌈V ÷ H⌉⌉), BT) (lines 103-106, and the source's own example: BT 16,384, V 32,000,",
+    "H 4,096 → 2,048), `grad_input` (BT × H) and `grad_weight` (V × H, the weight's dtype) made in forward and saved for",
+    'backward (lines 108, 116 and 575), and an fp32 per-token loss (line 125). The chunked loss',
+    "(`training.loss: chunked`, torchtune's CEWithChunkedOutputLoss) divides the fp32 upcast and the loss's two fp32",
+    'gradients by the chunk count and keeps the logits and the fp32 log-probabilities whole; it is not yet measured by the',
+    'harness, whose loop calls the model with labels.',
+)
+
+
 def write_markdown(rows: list[Row], path: Path) -> None:
     result = summary(rows)
     lines = [
@@ -253,6 +270,7 @@ def write_markdown(rows: list[Row], path: Path) -> None:
     peak = _read_timeline(path.parent)
     if peak is not None:
         lines += peak_section(peak)
+    lines += ["", *LOSSES_FROM_SOURCE]
     path.write_text("\n".join(lines))
 
 
