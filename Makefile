@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: run test test-fast bench load validate lock clean
+.PHONY: run test test-fast lint bench load validate lock clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,13 @@ test: $(VENV)/.test $(VENV)/.validate
 # Everything except the browser tests: quick feedback while editing.
 test-fast: $(VENV)/.test $(VENV)/.validate
 	$(BIN)/python -m pytest -m "not browser" $(PYTEST_ARGS)
+
+# Lint and type check (settings in pyproject.toml). mypy checks app, bench and tests; the validation harness is
+# read for the types the tests import from it but not itself checked: torch's and transformers' signatures make
+# most of its lines errors that no annotation of ours could settle.
+lint: $(VENV)/.test
+	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 # Peer calculators that `make bench` times the core against (bench/peers.txt), in a virtual environment of
 # their own so that they never enter the project's locks.

@@ -389,7 +389,7 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]], *, right: Sequen
     widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
     lines = []
     for row in (header, *rows):
-        cells = [cell.rjust(width) if r else cell.ljust(width) for cell, width, r in zip(row, widths, right)]
+        cells = [cell.rjust(width) if r else cell.ljust(width) for cell, width, r in zip(row, widths, right, strict=True)]
         lines.append("  ".join(cells).rstrip())
     return lines
 

@@ -36,7 +36,7 @@ MAX_CONCURRENCY: Final = 256
 class TimedH11Protocol(H11Protocol):
     """uvicorn's HTTP/1.1 protocol, closing a connection whose request headers do not arrive in time."""
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)  # type: ignore[arg-type]
         self._header_timer: asyncio.TimerHandle | None = None
         self._start_header_timer()

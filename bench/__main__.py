@@ -98,11 +98,14 @@ def latency_targets() -> int:
     client = TestClient(app)
     failures = 0
     print(f"{'case':<48} {'median ms':>10} {'p95 ms':>10} {'target':>8}")
-    rows = []
+    rows: list[tuple[str, str, Callable[[], object]]] = []
     for label, preset, parallelism in CASES:
         arch = core.get_preset(preset).architecture
-        rows.append(("core", label, lambda a=arch, p=parallelism: core.estimate(architecture=a, parallelism=p,
-                                                                                training=core.Training(seq_len=4096))))
+
+        def call(a: core.Architecture = arch, p: core.Parallelism = parallelism) -> object:
+            return core.estimate(architecture=a, parallelism=p, training=core.Training(seq_len=4096))
+
+        rows.append(("core", label, call))
     body = {"model": {"preset": "llama-3-70b"}, "training": {"seq_len": 4096},
             "parallelism": {"data": 8, "tensor": 8, "pipeline": 2, "zero_stage": 1}, "gpu": "h100-80gb"}
     rows.append(("api", "POST /api/v1/estimate llama-3-70b", lambda: client.post("/api/v1/estimate", json=body)))
@@ -155,8 +158,10 @@ def peer_targets() -> int:
     for case, _, preset, pipeline in PEER_CASES:
         arch = core.get_preset(preset).architecture
         parallelism = core.Parallelism(data=1, tensor=1, pipeline=pipeline)
-        median, p95 = median_p95(samples_s(lambda a=arch, p=parallelism: core.estimate(
-            architecture=a, training=PEER_TRAINING, parallelism=p, gpu=gpu)))
+        def call(a: core.Architecture = arch, p: core.Parallelism = parallelism) -> object:
+            return core.estimate(architecture=a, training=PEER_TRAINING, parallelism=p, gpu=gpu)
+
+        median, p95 = median_p95(samples_s(call))
         ours[case] = (median * 1e6, p95 * 1e6)
 
     failures = 0

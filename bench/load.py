@@ -35,6 +35,7 @@ import urllib.request
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,7 +63,7 @@ BROWSER = (("Accept", "text/html"), ("Accept-Encoding", "gzip, deflate"))
 HTMX = (*BROWSER, ("HX-Request", "true"), ("HX-Target", "summary"))
 API = (("Content-Type", "application/json"), ("Accept", "application/json"))
 
-ESTIMATE_BODIES = [
+ESTIMATE_BODIES: list[dict[str, Any]] = [
     {"model": {"preset": "llama-3-8b"}, "training": {"seq_len": 4096}, "gpu": "h100-80gb"},
     {"model": {"preset": "gpt2"}, "training": {"micro_batch_size": 8, "seq_len": 1024, "precision": "fp32"}},
     {"model": {"preset": "llama-3-70b"}, "training": {"activation_checkpointing": "full", "attention": "flash"},
@@ -160,7 +161,8 @@ async def run_requests(host: str, port: int, requests: list[Request], total: int
     start = time.perf_counter()
 
     async def worker() -> None:
-        reader = writer = None
+        reader: asyncio.StreamReader | None = None
+        writer: asyncio.StreamWriter | None = None
         while True:
             index = next(counter)
             if index >= total:
@@ -171,7 +173,7 @@ async def run_requests(host: str, port: int, requests: list[Request], total: int
             route, payload = encoded[index % len(encoded)]
             began = time.perf_counter()
             try:
-                if writer is None:
+                if reader is None or writer is None:
                     reader, writer = await asyncio.open_connection(host, port)
                 writer.write(payload)
                 status, keep = await asyncio.wait_for(read_response(reader), REQUEST_TIMEOUT_S)
@@ -217,6 +219,7 @@ def start_server() -> tuple[subprocess.Popen, str]:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if process.poll() is not None:
+            assert process.stderr is not None  # stderr=PIPE
             raise SystemExit("load: the server exited: " + process.stderr.read().decode()[-2000:])
         try:
             with urllib.request.urlopen(f"{url}/healthz", timeout=1) as response:

@@ -81,6 +81,7 @@ def server_url():
             pass
         if time.monotonic() > deadline or process.poll() is not None:
             process.kill()
+            assert process.stderr is not None
             pytest.fail("the server did not start: " + process.stderr.read().decode()[-2000:])
         time.sleep(0.2)
     # Warm: the page's templates and the model's caches, so that the timings are of the inputs, not the first call.
@@ -171,6 +172,6 @@ def test_refused_within_a_second_while_healthz_answers(server_url, case):
 def test_all_at_once(server_url):
     with HealthPoller(server_url) as poller, ThreadPoolExecutor(len(CASES)) as pool:
         results = list(pool.map(lambda case: send(server_url, case), CASES))
-    for case, result in zip(CASES, results):
+    for case, result in zip(CASES, results, strict=True):
         _check(case, *result)
     poller.check()

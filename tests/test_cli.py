@@ -3,6 +3,7 @@ does, bad flags are one line naming the flag, and the web framework stays unload
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import socket
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from pydantic import BaseModel
 
 from app import cli
 from app.api.schemas import (
@@ -61,20 +63,24 @@ def api(path: str, body: dict) -> dict:
 # --- flags: one per request field -------------------------------------------------------------------------
 
 
-def _dests(command: str) -> set[str]:
+def _subcommand(command: str) -> argparse.ArgumentParser:
     parser = cli.build_parser(command)
     subparsers = next(action for action in parser._actions if action.dest == "command")
-    return {action.dest for action in subparsers.choices[command]._actions}
+    assert isinstance(subparsers, argparse._SubParsersAction)
+    return subparsers.choices[command]
+
+
+def _dests(command: str) -> set[str]:
+    return {action.dest for action in _subcommand(command)._actions}
 
 
 def _options(command: str) -> dict[str, str]:
-    parser = cli.build_parser(command)
-    subparsers = next(action for action in parser._actions if action.dest == "command")
-    return {option: action.dest for action in subparsers.choices[command]._actions for option in action.option_strings}
+    return {option: action.dest for action in _subcommand(command)._actions for option in action.option_strings}
 
 
 def test_every_request_field_has_a_flag():
-    sections = {"model": ModelIn, "training": TrainingIn, "parallelism": ParallelismIn, "finetuning": FinetuningIn}
+    sections: dict[str, type[BaseModel]] = {"model": ModelIn, "training": TrainingIn, "parallelism": ParallelismIn,
+                                            "finetuning": FinetuningIn}
     paths = []
     for name in EstimateRequest.model_fields:
         if name in sections:

@@ -46,6 +46,7 @@ def server():
             time.sleep(0.2)
     else:
         process.kill()
+        assert process.stdout is not None
         pytest.fail("the server did not start: " + process.stdout.read().decode()[-2000:])
     yield port, process
     if process.poll() is None:

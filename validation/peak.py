@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from app.core.finetuning import Finetuning
 from app.core import Estimate, Training, architecture_from_hf_config, estimate, precision_preset
+from app.core.finetuning import Finetuning
 from validation import timeline as tl
 
 PEAK_TARGET_PCT = 2.0

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Final
-
 import json
 from collections import defaultdict
 from pathlib import Path
+from typing import Final
 
 import torch
 import transformers

@@ -33,5 +33,6 @@ async def _validation_error_handler(request: Request, error: RequestValidationEr
 
 
 def install_error_handlers(application: FastAPI) -> None:
-    application.add_exception_handler(DomainError, _domain_error_handler)
-    application.add_exception_handler(RequestValidationError, _validation_error_handler)
+    # Starlette types a handler as taking any Exception, though it calls each with the class it is registered for.
+    application.add_exception_handler(DomainError, _domain_error_handler)  # type: ignore[arg-type]
+    application.add_exception_handler(RequestValidationError, _validation_error_handler)  # type: ignore[arg-type]

@@ -6,16 +6,15 @@ layers by the pipeline degree) are the core's, raised as DomainError and answere
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
 
-from app import core
+from app import configs, core
 from app.api import wire
 from app.core import architecture as arch_limits
-from app.core import setup as limits
-from app import configs
 from app.core import finetuning as finetuning_limits
+from app.core import setup as limits
 from app.core.finetuning import METHODS as FINETUNING_METHODS
 from app.core.finetuning import QUANTIZATIONS
 from app.core.job import JOB_FIELDS, Job
@@ -24,14 +23,25 @@ from app.core.solver import COST_ORDER, TARGETS
 from app.core.units import DTYPE_BITS
 
 # Allowed values come from the core's registries (tests/api/test_registries.py checks they stay in step).
-DtypeName = Literal[tuple(DTYPE_BITS)]  # type: ignore[valid-type]
-OptimizerName = Literal[core.OPTIMIZERS]  # type: ignore[valid-type]
-OptimizerImplementationName = Literal[tuple(core.OPTIMIZER_IMPLEMENTATIONS)]  # type: ignore[valid-type]
-PrecisionPresetName = Literal[tuple(core.PRECISION_PRESETS)]  # type: ignore[valid-type]
-CheckpointingName = Literal[tuple(core.CHECKPOINTING_CHOICES)]  # type: ignore[valid-type]
-AttentionName = Literal[tuple(core.ATTENTION_CHOICES)]  # type: ignore[valid-type]
-ImplementationName = Literal[tuple(core.IMPLEMENTATION_CHOICES)]  # type: ignore[valid-type]
-LoopName = Literal[tuple(core.LOOPS)]  # type: ignore[valid-type]
+# Literals built at run time, which pydantic validates against; to the type checker they are strings.
+if TYPE_CHECKING:
+    DtypeName: TypeAlias = str
+    OptimizerName: TypeAlias = str
+    OptimizerImplementationName: TypeAlias = str
+    PrecisionPresetName: TypeAlias = str
+    CheckpointingName: TypeAlias = str
+    AttentionName: TypeAlias = str
+    ImplementationName: TypeAlias = str
+    LoopName: TypeAlias = str
+else:
+    DtypeName = Literal[tuple(DTYPE_BITS)]
+    OptimizerName = Literal[core.OPTIMIZERS]
+    OptimizerImplementationName = Literal[tuple(core.OPTIMIZER_IMPLEMENTATIONS)]
+    PrecisionPresetName = Literal[tuple(core.PRECISION_PRESETS)]
+    CheckpointingName = Literal[tuple(core.CHECKPOINTING_CHOICES)]
+    AttentionName = Literal[tuple(core.ATTENTION_CHOICES)]
+    ImplementationName = Literal[tuple(core.IMPLEMENTATION_CHOICES)]
+    LoopName = Literal[tuple(core.LOOPS)]
 
 ARCHITECTURE_FIELDS = wire.ARCHITECTURE_FIELDS
 

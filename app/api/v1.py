@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import Response
@@ -14,18 +15,21 @@ from app.api.errors import domain_error_detail
 from app.api.schemas import (
     EstimateRequest,
     EstimateResponse,
+    ExportRequest,
+    ExportResponse,
+    GpuOut,
+    ImportRequest,
+    ImportResponse,
+    ModelPresetOut,
+    PrecisionPresetOut,
+    PresetsResponse,
     SolveRequest,
     SolveResponse,
     SweepRequest,
     SweepResponse,
-    GpuOut,
-    ModelPresetOut,
-    PrecisionPresetOut,
-    PresetsResponse,
     run_estimate,
     to_job,
 )
-from app.api.schemas import ExportRequest, ExportResponse, ImportRequest, ImportResponse
 from app.configs import export, import_config, import_files
 from app.core.series import series
 from app.core.solver import solve
@@ -42,10 +46,12 @@ class AnswerJSON(Response):
     def render(self, content: object) -> bytes:
         return to_json(content)
 
-UNPROCESSABLE = {
+_EXAMPLE_ERROR = core.DomainError("parallelism.tensor",
+                                  "num_attention_heads (32) must be divisible by the tensor-parallel degree (3)")
+UNPROCESSABLE: dict[int | str, dict[str, Any]] = {
     422: {
         "description": "Invalid input: each entry of `detail` names the field (`loc`) and what is wrong (`msg`).",
-        "content": {"application/json": {"example": {"detail": domain_error_detail(core.DomainError("parallelism.tensor", "num_attention_heads (32) must be divisible by the tensor-parallel degree (3)"))}}},
+        "content": {"application/json": {"example": {"detail": domain_error_detail(_EXAMPLE_ERROR)}}},
     }
 }
 

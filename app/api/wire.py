@@ -142,9 +142,9 @@ def training_from(training: Mapping[str, Any], finetuning: Mapping[str, Any] | N
     if isinstance(precision, str):
         values["precision"] = core.precision_preset(precision)
     elif isinstance(precision, Mapping):
-        values["precision"] = core.Precision(**{key: precision.get(key) for key in
-                                                 ("weights", "gradients", "master_weights", "optimizer_states",
-                                                  "activations")})
+        dtypes: dict[str, Any] = {key: precision.get(key) for key in
+                                  ("weights", "gradients", "master_weights", "optimizer_states", "activations")}
+        values["precision"] = core.Precision(**dtypes)
     return core.Training(**values)
 
 

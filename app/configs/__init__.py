@@ -190,7 +190,7 @@ def import_files(files: list[dict[str, Any]] | list[tuple[str, str]], *, single:
         texts.append(text)
     _check_combination(kinds, single)
     readings = [read(kind, text, index, "text" if single else f"files.{index}.text")
-                for index, (kind, text) in enumerate(zip(kinds, texts))]
+                for index, (kind, text) in enumerate(zip(kinds, texts, strict=True))]
     nested = [r.kind for top in readings for r in top.children]
     if "deepspeed" in kinds and "deepspeed" in nested:
         raise DomainError(f"files.{kinds.index('deepspeed')}.kind", "the other file already holds its DeepSpeed "

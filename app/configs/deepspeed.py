@@ -197,28 +197,28 @@ def _precision(data: dict[str, Any], r: Reading, p: str) -> None:
     if bf16 is True and fp16 is True:
         raise r.error(f"{p}fp16.enabled", "bf16 and fp16 cannot both be enabled (DeepSpeed: 'this mode cannot be "
                                           "combined with the fp16 mode')")
-    for switch, key in ((bf16, f"{bf16_key}.enabled"), (fp16, f"{p}fp16.enabled")):
+    for switch, switch_key in ((bf16, f"{bf16_key}.enabled"), (fp16, f"{p}fp16.enabled")):
         if switch is not None:
-            r.said("ds_bf16" if key.startswith(bf16_key) else "ds_fp16", switch, key, field="")
+            r.said("ds_bf16" if switch_key.startswith(bf16_key) else "ds_fp16", switch, switch_key, field="")
         if switch == AUTO:
-            r.also(key, AUTO, "training.precision", "filled from the Trainer's bf16/fp16 (false without one)")
+            r.also(switch_key, AUTO, "training.precision", "filled from the Trainer's bf16/fp16 (false without one)")
     grad_accum = None
     types = data.get("data_types")
     if types is not None:
         types = r.mapping(f"{p}data_types", types)
-        for name, value in types.items():
+        for name, given in types.items():
             if name == "grad_accum_dtype":
-                grad_accum = r.choice(f"{p}data_types.{name}", value, ("fp32", "fp16", "bf16", "float32", "float16",
+                grad_accum = r.choice(f"{p}data_types.{name}", given, ("fp32", "fp16", "bf16", "float32", "float16",
                                                                       "bfloat16"), fold_case=True)
             else:
                 r.ignore(f"{p}data_types.{name}")
     extras = {}
     if isinstance(bf16_section, dict):
-        for name, value in bf16_section.items():
+        for name, given in bf16_section.items():
             if name == "enabled":
                 continue
             if name in ("bf16_master_weights_and_grads", "bf16_optimizer_states"):
-                extras[name] = r.boolean(f"{bf16_key}.{name}", value)
+                extras[name] = r.boolean(f"{bf16_key}.{name}", given)
             else:
                 r.ignore(f"{bf16_key}.{name}", NO_MEMORY if name in ("immediate_grad_update", "check_grad_overflow")
                          else None)
@@ -226,7 +226,7 @@ def _precision(data: dict[str, Any], r: Reading, p: str) -> None:
         for name in data["fp16"]:
             if name != "enabled":
                 r.ignore(f"{p}fp16.{name}", OFFLOAD if "master_weights" in name else NO_MEMORY)
-    key = None
+    key: str | None = None
     value: Any = None
     if bf16 is True:
         key, value = f"{bf16_key}.enabled", "bf16-fp32-master"

@@ -377,7 +377,7 @@ def _trainer(setup: dict[str, Any], notes: list[str]) -> str:
         sections = _ds_precision(precision, p["zero_stage"], auto=True)
         if sections is None and precision in ("autocast-bf16", "autocast-fp16"):
             sections = _ds_precision(precision, p["zero_stage"], auto=False)  # torch_autocast, Trainer bf16 off
-        elif sections is None:
+        if sections is None:
             sections = {"bf16": {"enabled": "auto"}} if _half(precision) == "bf16" else {}
             if _half(precision) == "bf16":
                 args["bf16"] = True

@@ -232,7 +232,7 @@ def read(text: str, r: Reading) -> None:
     _sharding(f, r, tensor)
     r.default("training.loop", "plain", "(Megatron-LM)", "Megatron-LM computes the loss inside the model: the "
                                                          "loop's choice does not apply")
-    for name, value in f.values.items():
+    for name in f.values:
         if name in f.used:
             continue
         key = f.key(name)
@@ -269,9 +269,10 @@ def _model(f: _Flags, r: Reading, tensor: int) -> int | None:
     if missing:
         raise r.error(f.key(missing[0]), f"is missing: Megatron-LM needs {', '.join('--' + n for n in needed)}")
     layers, hidden, heads = (f.integer(name) for name in needed)
+    assert layers is not None and hidden is not None and heads is not None  # all three are given
     arch: dict[str, Any] = {"num_hidden_layers": layers, "hidden_size": hidden, "num_attention_heads": heads}
-    keys = {"num_hidden_layers": "--num-layers", "hidden_size": "--hidden-size", "num_attention_heads":
-            "--num-attention-heads"}
+    keys: dict[str, str | None] = {"num_hidden_layers": "--num-layers", "hidden_size": "--hidden-size",
+                                   "num_attention_heads": "--num-attention-heads"}
     if f.switch("group-query-attention"):
         groups = f.integer("num-query-groups")
         if groups is None:
@@ -358,20 +359,20 @@ def _model(f: _Flags, r: Reading, tensor: int) -> int | None:
     return layers
 
 
-def _vocab(f: _Flags, r: Reading, tensor: int, keys: dict[str, str]) -> int:
+def _vocab(f: _Flags, r: Reading, tensor: int, keys: dict[str, str | None]) -> int:
     divisible = f.integer("make-vocab-size-divisible-by") or 128
     multiple = divisible * tensor
     vocab = f.integer("vocab-size")
     tokenizer = f.text("tokenizer-type")
     model = f.text("tokenizer-model")
+    preset = preset_for_model_id(model)[0] if model is not None else None
     source = ""
     if vocab is not None:
         keys["vocab_size"] = "--vocab-size"
         source = "--vocab-size"
-    elif model is not None and preset_for_model_id(model)[0]:
+    elif preset:
         from app import core
 
-        preset = preset_for_model_id(model)[0]
         vocab = core.get_preset(preset).architecture.vocab_size
         source = f"the tokenizer of {model} (preset {preset}), not opened"
         r.ignore("--tokenizer-model", f"{PATH}: its vocabulary size is the preset {preset}'s")

@@ -315,7 +315,7 @@ class _Merge:
             value = {"bf16": "bf16-fp32-master", "fp16": "fp16-fp32-master", "no": "fp32"}[mode]
             if mode != "no":
                 reasons.append(f"{mode} under FSDP: {FSDP_PRECISION_NOTE}")
-        elif half_weights:
+        elif load is not None and half_weights:
             value = "bf16" if load.value == "bf16" else {"weights": "fp16", "gradients": "fp16",
                                                          "master_weights": None, "optimizer_states": "fp16",
                                                          "activations": "fp16"}
@@ -379,7 +379,7 @@ class _Merge:
             self.settle("ds_precision", ds)
             return ds.value
         if auto_key is not None:
-            if mode is not None:
+            if amp is not None and mode is not None:
                 if amp.origin != "said":
                     reasons.append(f"DeepSpeed's bf16/fp16 \"auto\" filled from {self.source(amp)}")
                 if mode == "bf16":

@@ -28,7 +28,7 @@ FSDP_OPTIONS: Final = {"full_shard": "FULL_SHARD", "shard_grad_op": "SHARD_GRAD_
 def read(data: Any, r: Reading) -> None:
     if not isinstance(data, dict):
         raise r.error("", f"must be a JSON object (TrainingArguments), got {describe(data)}")
-    handled = set()
+    handled: set[str] = set()
 
     def take(*names: str) -> None:
         handled.update(names)

@@ -9,7 +9,14 @@ and the peak), `estimate` (the whole answer), `warnings`; `activations`, `archit
 `optimizers` and `precision` hold the formulas and registries they draw on.
 """
 
-from app.core.activations import ATTENTION_CHOICES, CHECKPOINTING_CHOICES, IMPLEMENTATION_CHOICES, KERNELS, ActivationSetup, SavedTensor
+from app.core.activations import (
+    ATTENTION_CHOICES,
+    CHECKPOINTING_CHOICES,
+    IMPLEMENTATION_CHOICES,
+    KERNELS,
+    ActivationSetup,
+    SavedTensor,
+)
 from app.core.architecture import Architecture, ParamTensor, param_count, parameter_tensors
 from app.core.categories import CATEGORIES, CATEGORY_TABLE, Breakdown
 from app.core.errors import DomainError

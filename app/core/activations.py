@@ -36,8 +36,8 @@ from functools import cached_property
 from typing import Final, Literal, NamedTuple
 
 from app.core.architecture import Architecture
-from app.core.precision import Precision
 from app.core.finetuning import Finetuning, Role, embeddings_train, head_trains, module_names, targeted
+from app.core.precision import Precision
 from app.core.units import ceil_div
 
 Implementation = Literal["megatron", "transformers"]

@@ -88,6 +88,7 @@ def estimate(
         raise DomainError("model", "give either an architecture or num_params")
     validate_setup(training, parallelism, architecture)
     if architecture is None:
+        assert num_params is not None  # one of the two, checked above
         return _from_count(num_params, training, parallelism, gpu)
     return _from_architecture(architecture, training, parallelism, gpu, device)
 

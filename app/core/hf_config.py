@@ -8,7 +8,7 @@ to ``4 * n_embd``; ``GemmaConfig.tie_word_embeddings`` is True).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from app.core.architecture import Architecture
 from app.core.errors import DomainError
@@ -47,14 +47,18 @@ class _Reader:
     def _field(self, name: str) -> str:
         return f"{FIELD_PREFIX}.{name}"
 
-    def int(self, name: str, default: int | None = None, *, required: bool = True) -> int | None:
+    def optional_int(self, name: str, default: int | None) -> int | None:
         value = self.config.get(name)
         if value is None:
-            if default is None and required:
-                raise DomainError(self._field(name), f"config.json has no {name!r}, which this model type needs")
             return default
         if isinstance(value, bool) or not isinstance(value, int):
             raise DomainError(self._field(name), f"must be an integer, got {_short(value)}")
+        return value
+
+    def int(self, name: str, default: int | None = None) -> int:
+        value = self.optional_int(name, default)
+        if value is None:
+            raise DomainError(self._field(name), f"config.json has no {name!r}, which this model type needs")
         return value
 
     def bool(self, name: str, default: bool) -> bool:
@@ -139,6 +143,7 @@ def _llama_family(reader: _Reader, model_type: str) -> Architecture:
     heads = reader.int("num_attention_heads")
     gemma = model_type in ("gemma", "gemma2")
     act = reader.str("hidden_activation", "") or reader.str("hidden_act", "gelu_pytorch_tanh" if gemma else "silu")
+    mlp: Literal["swiglu", "geglu"]
     if act == "silu" or act == "swish":
         mlp = "swiglu"
     elif act in GELU_NAMES:
@@ -151,7 +156,7 @@ def _llama_family(reader: _Reader, model_type: str) -> Architecture:
             value = reader.float(name, 0.0)
             if value:
                 extras.append((name, value))
-    head_dim = reader.int("head_dim", 256 if gemma else 128 if model_type == "qwen3" else None, required=False)
+    head_dim = reader.optional_int("head_dim", 256 if gemma else 128 if model_type == "qwen3" else None)
     moe = model_type in ("mixtral", "qwen3_moe")
     if model_type == "qwen3_moe":
         # Qwen3MoeConfig: sparse every decoder_sparse_step layers except mlp_only_layers; all sparse by default.

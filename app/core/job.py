@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from app.core import activations as act
 from app.core import finetuning as ft
@@ -23,10 +23,10 @@ from app.core.presets import get_preset, model_presets
 from app.core.setup import (
     LOOPS,
     LOSSES,
-    MAX_LOSS_CHUNKS,
     MAX_ACCUMULATION_STEPS,
     MAX_DEGREE,
     MAX_GPUS_PER_NODE,
+    MAX_LOSS_CHUNKS,
     MAX_MICRO_BATCH,
     MAX_OVERHEAD_BYTES,
     MAX_PARAM_COUNT,
@@ -150,13 +150,16 @@ def with_field(job: Job, path: str, value: object, *, where: str | None = None) 
     where = where or path
     check_value(item, value, where=where)
     section, _, name = path.partition(".")
+    # The value has the field's kind now (check_value), which the type checker cannot follow by name.
+    change: dict[str, Any] = {name: value}
     if section == "training":
-        new = precision_preset(value) if name == "precision" else value  # type: ignore[arg-type]
-        return dataclasses.replace(job, training=dataclasses.replace(job.training, **{name: new}))
+        if name == "precision":
+            change[name] = precision_preset(value)  # type: ignore[arg-type]
+        return dataclasses.replace(job, training=dataclasses.replace(job.training, **change))
     if section == "parallelism":
-        return dataclasses.replace(job, parallelism=dataclasses.replace(job.parallelism, **{name: value}))
+        return dataclasses.replace(job, parallelism=dataclasses.replace(job.parallelism, **change))
     if section == "finetuning":
-        tuned = dataclasses.replace(job.training.finetuning, **{name: value})
+        tuned = dataclasses.replace(job.training.finetuning, **change)
         return dataclasses.replace(job, training=dataclasses.replace(job.training, finetuning=tuned))
     if section == "gpu":
         return dataclasses.replace(job, gpu=get_gpu(value))  # type: ignore[arg-type]
@@ -167,7 +170,7 @@ def with_field(job: Job, path: str, value: object, *, where: str | None = None) 
     if job.architecture is None:
         raise DomainError(where, f"{path} needs an architecture (a preset, a config or its fields), not num_params")
     try:
-        architecture = dataclasses.replace(job.architecture, **{name: value})
+        architecture = dataclasses.replace(job.architecture, **change)
     except DomainError as error:
         raise DomainError(where, error.message) from None
     return dataclasses.replace(job, architecture=architecture)

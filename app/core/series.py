@@ -16,7 +16,8 @@ for; anything else (or a check that disagrees) falls back to one estimate per di
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final, NamedTuple
+from itertools import pairwise
+from typing import Final, NamedTuple, cast
 
 from app.core import activations as act
 from app.core.categories import CATEGORIES, Breakdown
@@ -114,7 +115,7 @@ def _differences(samples: Sequence[int]) -> Coefficients:
     out, row = [], list(samples)
     while row:
         out.append(row[0])
-        row = [b - a for a, b in zip(row, row[1:])]
+        row = [b - a for a, b in pairwise(row)]
     return (*out, 0, 0)[:3]
 
 
@@ -124,7 +125,7 @@ def _never_below(f: Coefficients, g: Coefficients, low: int, high: int, *, stric
     The difference a + b·k + c·k(k − 1)/2 is a parabola: its least value on the integers of the
     interval is at an end or next to its vertex k = 1/2 − b/c (for c > 0).
     """
-    a, b, c = (x - y for x, y in zip(f, g))
+    a, b, c = (x - y for x, y in zip(f, g, strict=True))
     points = {low, high}
     if c > 0:
         vertex = (c - 2 * b) // (2 * c)  # floor(1/2 - b/c)
@@ -183,9 +184,10 @@ class _Fit:
         if len({tuple((p.event, p.step) for p in sample.timeline) for sample in samples}) != 1:
             return None
         fitted = cls(job, path, x0, samples)
-        largest = max(values)  # type: ignore[type-var]
-        fitted.keep_candidates(max(0, min(values) - x0), max(0, largest - x0))  # type: ignore[type-var, operator]
-        if largest > xs[-1] and not fitted.agrees(largest, with_field(job, path, largest).estimate()):  # type: ignore[arg-type]
+        ints = cast("list[int]", values)  # the polynomial fields are integers, checked by check_value
+        largest = max(ints)
+        fitted.keep_candidates(max(0, min(ints) - x0), max(0, largest - x0))
+        if largest > xs[-1] and not fitted.agrees(largest, with_field(job, path, largest).estimate()):
             return None
         return fitted
 
@@ -195,7 +197,7 @@ class _Fit:
         pair = k * (k - 1) // 2
         if [(p.event, p.step) for p in result.timeline] != self.events:
             return False
-        for point, per_category in zip(result.timeline, self.breakdowns):
+        for point, per_category in zip(result.timeline, self.breakdowns, strict=True):
             if [a + b * k + c * pair for a, b, c in per_category] != [point.breakdown[c] or 0 for c in CATEGORIES]:
                 return False
         return [a + b * k + c * pair for a, b, c in self.per_gpu] == [result.per_gpu[c] or 0 for c in CATEGORIES]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
@@ -161,7 +162,7 @@ def check_int(field_name: str, value: int, *, low: int, high: int) -> None:
         raise DomainError(field_name, f"must be between {low:,} and {high:,}, got {value:,}")
 
 
-def check_choice(field_name: str, value: str, choices: tuple[str, ...] | dict[str, object]) -> None:
+def check_choice(field_name: str, value: str, choices: Collection[str]) -> None:
     if value not in choices:
         raise DomainError(field_name, f"must be one of {', '.join(choices)}, got {value!r}")
 

@@ -208,7 +208,8 @@ def sweep(
             for index, count in alive_at(life):
                 live[index][slot] += size * count // total
     of = Breakdown.of
-    points = tuple(Point(event.name, event.step, sum(values), of(values)) for event, values in zip(timeline, live))
+    points = tuple(Point(event.name, event.step, sum(values), of(values))
+                   for event, values in zip(timeline, live, strict=True))
     top = max(range(len(points)), key=lambda index: (points[index].bytes, -index))
     peak = Peak(points[top].bytes, points[top].event, points[top].step, points[top].breakdown)
     return points, peak

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import schemathesis
@@ -92,11 +93,13 @@ def test_a_body_over_the_limit_is_refused_before_reading():
 
 @pytest.mark.parametrize("kind", configs.EXPORT_KINDS)
 def test_export_then_import_gives_the_request_back(kind):
-    body = {"model": {"preset": "llama-2-7b"},
-            "training": {"micro_batch_size": 2, "seq_len": 4096, "precision": "bf16-fp32-master", "optimizer": "adamw",
-                         "optimizer_implementation": "fused", "activation_checkpointing": "full",
-                         "gradient_accumulation_steps": 4, "loop": "hf-trainer"},
-            "parallelism": {"data": 8, "zero_stage": 2}}
+    body: dict[str, Any] = {
+        "model": {"preset": "llama-2-7b"},
+        "training": {"micro_batch_size": 2, "seq_len": 4096, "precision": "bf16-fp32-master", "optimizer": "adamw",
+                     "optimizer_implementation": "fused", "activation_checkpointing": "full",
+                     "gradient_accumulation_steps": 4, "loop": "hf-trainer"},
+        "parallelism": {"data": 8, "zero_stage": 2},
+    }
     response = post("export", body | {"kind": kind})
     assert response.status_code == 200, response.text
     answer = response.json()

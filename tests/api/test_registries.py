@@ -1,6 +1,7 @@
 """The API offers exactly the values the core's registries know, and the explanation agrees with its bytes."""
 
 import re
+from collections.abc import Collection
 from typing import get_args
 
 from app import core
@@ -9,7 +10,7 @@ from app.api import schemas
 
 def test_allowed_values_come_from_the_core():
     training = schemas.TrainingIn.model_fields
-    pairs = {
+    pairs: dict[str, Collection[str]] = {
         "optimizer": core.OPTIMIZER_INFO, "optimizer_implementation": core.OPTIMIZER_IMPLEMENTATIONS,
         "activation_checkpointing": core.CHECKPOINTING_CHOICES, "attention": core.ATTENTION_CHOICES,
         "implementation": core.IMPLEMENTATION_CHOICES, "loop": core.LOOPS,
@@ -22,6 +23,12 @@ def test_allowed_values_come_from_the_core():
 NUMBER = r"([\d,]+)"
 
 
+def _group(pattern: str, text: str) -> str:
+    match = re.search(pattern, text)
+    assert match is not None, (pattern, text)
+    return match.group(1)
+
+
 def test_model_state_formulas_reproduce_their_bytes():
     # The drift once seen: "... ÷ 8 (tensor × pipeline)" beside an uneven stage's bytes. Each formula
     # now states the stage's own parameter count; multiplying it out must give the bytes.
@@ -32,8 +39,8 @@ def test_model_state_formulas_reproduce_their_bytes():
         for buffer in result.ledger:
             if buffer.category not in ("weights", "master_weights") or buffer.key.startswith("zero."):
                 continue
-            params = int(re.search(NUMBER + r" params", buffer.formula).group(1).replace(",", ""))
-            bits = int(re.search(r"× (\d+) bit", buffer.formula).group(1))
+            params = int(_group(NUMBER + r" params", buffer.formula).replace(",", ""))
+            bits = int(_group(r"× (\d+) bit", buffer.formula))
             share = re.search(r"÷ (\d+) \(ZeRO", buffer.formula)
             expected = params * bits // 8
             if share:

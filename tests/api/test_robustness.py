@@ -2,6 +2,7 @@
 
 import json
 import random
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -24,7 +25,7 @@ GOOD_CONFIG = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 12
 
 
 def random_body(rng):
-    body = {"model": {"preset": "gpt2"}, "training": {}, "parallelism": {}}
+    body: dict[str, Any] = {"model": {"preset": "gpt2"}, "training": {}, "parallelism": {}}
     for _ in range(rng.randint(1, 4)):
         section = rng.choice(list(FIELDS))
         body[section][rng.choice(FIELDS[section])] = rng.choice(ODD_VALUES)

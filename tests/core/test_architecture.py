@@ -1,5 +1,7 @@
 """Parameter counts against published totals and against hand-worked formulas."""
 
+from typing import Any
+
 import pytest
 
 from app.core import Architecture, DomainError, get_preset, model_presets, param_count, parameter_tensors
@@ -65,8 +67,8 @@ def test_qwen2_keeps_biases_on_qkv_only():
 
 
 def test_fused_projections_do_not_change_the_count():
-    base = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
-                intermediate_size=128, vocab_size=100)
+    base: dict[str, Any] = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                                intermediate_size=128, vocab_size=100)
     assert param_count(Architecture(**base)) == param_count(Architecture(**base, fused_qkv=True, fused_gate_up=True))
 
 

@@ -74,7 +74,9 @@ def test_qlora_weights_and_the_dequantized_temporary():
 
 def test_frozen_bottom_layers_keep_nothing_and_adapters_cost_activations():
     def activations(finetuning: Finetuning) -> int:
-        return _estimate(LLAMA2, finetuning, seq_len=2048).per_gpu["activations"]
+        value = _estimate(LLAMA2, finetuning, seq_len=2048).per_gpu["activations"]
+        assert value is not None
+        return value
 
     full = activations(Finetuning())
     assert activations(Finetuning(freeze_embeddings=True, frozen_layers=8)) < full

@@ -21,14 +21,14 @@ GPT3 = core.Architecture(num_hidden_layers=96, hidden_size=12288, num_attention_
 
 @pytest.mark.parametrize("b", [1, 4])
 def test_gpt3_step_matches_the_papers_formula(b):
-    s, l, h, v = 2048, 96, 12288, 51200
+    s, l, h, v = 2048, 96, 12288, 51200  # noqa: E741 - the paper's symbols
     flops = step_flops(GPT3, micro_batch_size=b, seq_len=s)
     assert flops.step == 72 * b * s * l * h * h + 12 * b * s * s * l * h + 6 * b * s * h * v
     assert flops.step + flops.recomputed("full") == 96 * b * s * l * h * h + 16 * b * s * s * l * h + 6 * b * s * h * v
 
 
 def test_selective_reruns_only_the_attention_core():
-    s, l, h = 2048, 96, 12288
+    s, l, h = 2048, 96, 12288  # noqa: E741 - the paper's symbols
     flops = step_flops(GPT3, micro_batch_size=1, seq_len=s)
     assert flops.recomputed("selective") == 4 * s * s * h * l  # QKᵀ and ×V: 2·s²·h each, per layer
     assert flops.recomputed("none") == 0

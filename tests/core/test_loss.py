@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from app import core
@@ -10,9 +12,9 @@ from app.core.finetuning import Finetuning
 LLAMA2 = core.get_preset("llama-2-7b").architecture  # V = 32,000, H = 4,096
 
 
-def _ledger(loss: str, **training) -> dict[str, core.Buffer]:
-    training = {"seq_len": 4096, "micro_batch_size": 4, "loss": loss, "loop": "hf-trainer"} | training
-    result = core.estimate(architecture=LLAMA2, training=core.Training(**training))
+def _ledger(loss: str, **training: Any) -> dict[str, core.Buffer]:
+    options: dict[str, Any] = {"seq_len": 4096, "micro_batch_size": 4, "loss": loss, "loop": "hf-trainer"} | training
+    result = core.estimate(architecture=LLAMA2, training=core.Training(**options))
     return {buffer.key: buffer for buffer in result.ledger}
 
 

@@ -135,10 +135,10 @@ def test_impossible_parallelism_names_the_field(parallelism, field):
 def test_fit_check_uses_the_peak():
     gpu = get_gpu("h100-80gb")
     small = estimate(architecture=get_preset("gpt2").architecture, gpu=gpu)
-    assert small.gpu.fits and small.gpu.headroom_bytes == gpu.capacity_bytes - small.peak.bytes
+    assert small.gpu is not None and small.gpu.fits and small.gpu.headroom_bytes == gpu.capacity_bytes - small.peak.bytes
     assert small.peak.bytes < small.per_gpu.total_bytes
     big = estimate(architecture=get_preset("llama-3-70b").architecture, gpu=gpu)
-    assert not big.gpu.fits and big.gpu.headroom_bytes < 0
+    assert big.gpu is not None and not big.gpu.fits and big.gpu.headroom_bytes < 0
 
 
 def test_explanation_adds_up_to_the_per_gpu_figures():

@@ -17,6 +17,7 @@ def _estimate(offload: str, zero: int, data: int = 8, **parallelism) -> core.Est
 
 def test_optimizer_offload_moves_state_and_master_to_the_host():
     kept, moved = _estimate("none", 2), _estimate("optimizer", 2)
+    assert moved.host is not None
     for category in ("optimizer_states", "master_weights"):
         assert moved.per_gpu[category] == 0
         assert moved.host.per_gpu[category] == kept.per_gpu[category]
@@ -28,15 +29,17 @@ def test_optimizer_offload_moves_state_and_master_to_the_host():
 
 def test_parameter_offload_keeps_only_the_gathered_layers_on_the_gpu():
     params, optimizer = _estimate("optimizer+parameters", 3), _estimate("optimizer", 3)
+    assert params.host is not None
     gathered = {b.key for b in params.ledger if b.category == "weights"}
     assert gathered == {"zero.gathered.layers", "zero.gathered.embedding", "zero.gathered.head"}
     assert params.host.per_gpu["weights"] == -(-PARAMS * 2 // 8)  # the bf16 partition, ZeRO-3 over 8
-    assert params.per_gpu["weights"] < optimizer.per_gpu["weights"]
+    on_gpu, without_parameters = params.per_gpu["weights"], optimizer.per_gpu["weights"]
+    assert on_gpu is not None and without_parameters is not None and on_gpu < without_parameters
 
 
 def test_host_per_node_counts_only_the_gpus_there_are():
     small = _estimate("optimizer", 1, data=2, gpus_per_node=8)
-    assert small.host.gpus_per_node == 2
+    assert small.host is not None and small.host.gpus_per_node == 2
 
 
 @pytest.mark.parametrize("offload, zero, message", [

@@ -19,7 +19,9 @@ def _job(arch=LLAMA, gpu="a100-80gb", precision="bf16-fp32-master", **kw) -> Job
 
 
 def _fits(job: Job, target: str, value: int) -> bool:
-    return with_field(job, TARGETS[target], value).estimate().gpu.fits
+    gpu = with_field(job, TARGETS[target], value).estimate().gpu
+    assert gpu is not None
+    return gpu.fits
 
 
 CASES = {
@@ -40,7 +42,7 @@ def test_largest_value_fits_and_the_next_does_not(name, target):
         assert not _fits(job, target, 1) and answer.note
         return
     assert _fits(job, target, answer.value)
-    assert answer.estimate.gpu.fits
+    assert answer.estimate.gpu is not None and answer.estimate.gpu.fits
     assert not _fits(job, target, answer.value + 1)
 
 
@@ -54,18 +56,20 @@ def test_fewest_data_parallel_gpus(stage):
 
 def test_no_data_parallel_degree_helps_without_zero():
     answer = solve(_job(seq_len=4096, data=4, zero_stage=0), "data")
-    assert answer.value is None and "ZeRO" in answer.note
+    assert answer.value is None and answer.note is not None and "ZeRO" in answer.note
 
 
 def test_a_job_that_fits_needs_no_fixes_and_a_batch_of_one_is_reported():
     job = _job(GPT2, gpu="h100-80gb", seq_len=1024)
     assert fixes(job) == ()
-    assert solve(job, "micro_batch_size").value > 1
+    value = solve(job, "micro_batch_size").value
+    assert value is not None and value > 1
 
 
 def test_every_fix_fits_and_they_come_cheapest_first():
     job = _job(seq_len=4096, micro_batch_size=4, data=8, zero_stage=1, gpu="a100-80gb")
-    assert not job.estimate().gpu.fits
+    gpu = job.estimate().gpu
+    assert gpu is not None and not gpu.fits
     found = fixes(job)
     assert found, "a 8-GPU ZeRO-1 Llama-3-8B job at 4 x 4,096 tokens has single changes that fit"
     kinds = [fix.cost.kind for fix in found]
@@ -75,12 +79,14 @@ def test_every_fix_fits_and_they_come_cheapest_first():
         for path, value in fix.change.items():
             varied = with_field(varied, path, value)
         result = varied.estimate()
-        assert result.gpu.fits and result.peak == fix.estimate.peak
+        assert result.gpu is not None and result.gpu.fits and result.peak == fix.estimate.peak
     recompute = next(fix for fix in found if "training.activation_checkpointing" in fix.change)
-    assert recompute.cost.kind == "compute" and 0 < recompute.cost.extra_compute < 0.34
+    extra = recompute.cost.extra_compute
+    assert recompute.cost.kind == "compute" and extra is not None and 0 < extra < 0.34
     accumulate = next(fix for fix in found if "training.gradient_accumulation_steps" in fix.change)
     change = accumulate.change
-    assert change["training.micro_batch_size"] * change["training.gradient_accumulation_steps"] == 4
+    micro, accumulation = change["training.micro_batch_size"], change["training.gradient_accumulation_steps"]
+    assert isinstance(micro, int) and isinstance(accumulation, int) and micro * accumulation == 4
 
 
 def test_zero_3_costs_half_again_the_traffic():

@@ -14,7 +14,8 @@ LLAMA = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_
          "num_key_value_heads": 2, "intermediate_size": 176, "vocab_size": 509}
 
 
-def _setup(precision: str, *, b: int = 2, s: int = 32, attention: str = "eager", device: str = "cpu"):
+def _setup(precision: str, *, b: int = 2, s: int = 32, attention: act.Attention = "eager",
+           device: act.Device = "cpu") -> act.ActivationSetup:
     return act.ActivationSetup(micro_batch_size=b, seq_len=s, precision=precision_preset(precision),
                                attention=attention, device=device)
 
