@@ -33,8 +33,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NoReturn
 
-from app import core
+from app import configs, core
 from app.api import wire
+from app.configs.export import export_config
 from app.core.job import JOB_FIELDS, Job, JobField, check_value, field_value
 from app.core.series import series
 from app.core.solver import TARGETS, solve
@@ -284,14 +285,26 @@ def build_parser(command: str | None = None) -> Parser:
                        help="comma-separated values: integers for integer fields, ids for choices, true/false "
                        "for switches")
 
+    exporter = commands.add_parser("export", help="write the setup as a DeepSpeed, Trainer, accelerate or axolotl config",
+                                   description="The setup as a config file for a framework (POST /api/v1/export): the "
+                                   "file's text on stdout, what it cannot carry on stderr.")
+    exporter.add_argument("--as", dest="kind_out", required=True, choices=configs.EXPORT_KINDS,
+                          help="the framework to write for")
+
     serve = commands.add_parser("serve", help="serve the page and the JSON API",
                                 description="Serve the page and the JSON API (app.main:app) as `make run` does "
                                 "(app.serve: uvicorn with its timeouts and settings from the environment).")
     serve.add_argument("--host", help="address to listen on (default: $TRAINMEM_HOST, else 127.0.0.1)")
     serve.add_argument("--port", type=_port, help="port to listen on (default: $PORT, else 8000)")
-    for name, subparser in {"estimate": estimate, "solve": solver, "sweep": sweep}.items():
+    for name, subparser in {"estimate": estimate, "solve": solver, "sweep": sweep, "export": exporter}.items():
         if command in (None, name):
             _add_request_flags(subparser)
+            subparser.add_argument("--from", dest="from_files", action="append", metavar="FILE",
+                                   help="a training config to start from (DeepSpeed JSON, TrainingArguments JSON, "
+                                   "accelerate or axolotl YAML, torchtitan TOML, Megatron flags; repeat to combine "
+                                   "files); the other flags override what it says")
+            subparser.add_argument("--kind", choices=configs.IMPORT_KINDS, default=None,
+                                   help="the --from files' kind (default: detected from the text)")
     return parser
 
 
@@ -340,20 +353,44 @@ def sweep_values(path: str, text: str) -> list[int | bool | str]:
     return values
 
 
-def request_body(args: argparse.Namespace) -> dict[str, Any]:
-    """The API's request body for parsed flags: only the flags given, so the API's defaults apply to the rest."""
+def imported(args: argparse.Namespace) -> dict[str, Any] | None:
+    """What `--from` files say, read as POST /api/v1/import reads them (app.configs), or None without them."""
+    paths = getattr(args, "from_files", None) or []
+    if not paths:
+        return None
+    files = []
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                text = handle.read(configs.MAX_TEXT_BYTES + 1)
+        except (OSError, UnicodeDecodeError) as error:
+            raise UsageError("--from", f"cannot read {path}: {getattr(error, 'strerror', None) or error}") from None
+        files.append((args.kind or "auto", text))
+    try:
+        return configs.import_files(files)
+    except core.DomainError as error:
+        raise UsageError("--from", f"{error.field}: {' '.join(error.message.split())}") from None
+
+
+def request_body(args: argparse.Namespace, base: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The API's request body for parsed flags: only the flags given, so the API's defaults apply to the rest.
+    With `base` (an imported config's body), the flags given override it field by field."""
     given = {path: value for path, value in vars(args).items() if path in FLAGS and value is not None}
     sources = [FLAGS[path].option for path in SOURCE_OPTIONS if path in given]
     architecture = [FLAGS[path].option for path in given
                     if path.startswith("model.") and path not in SOURCE_OPTIONS]
     if len(sources) > 1:
         raise UsageError(sources[1], f"give only one of --model, --config and --num-params (got {', '.join(sources)})")
-    if not sources and not architecture:
+    if not sources and not architecture and base is None:
         raise UsageError("--model", "no model given: use --model ID (a preset), --config PATH, --num-params N, or "
-                                    "the architecture flags (--num-hidden-layers, --hidden-size, ...)")
+                                    "the architecture flags (--num-hidden-layers, --hidden-size, ...), or --from FILE")
     if architecture and sources and sources[0] != "--model":
         raise UsageError(architecture[0], f"cannot be combined with {sources[0]}")
     body: dict[str, Any] = {"model": {}}
+    if base is not None:
+        body = {key: dict(value) if isinstance(value, dict) else value for key, value in base.items()}
+        if sources:
+            body["model"] = {}  # the flag's model replaces the file's
     for path, value in given.items():
         section, _, name = path.partition(".")
         if name:
@@ -362,6 +399,8 @@ def request_body(args: argparse.Namespace) -> dict[str, Any]:
             body[section] = value
     if args.command == "solve":
         body["target"] = args.target
+    elif args.command == "export":
+        body["kind"] = args.kind_out
     elif args.command == "sweep":
         body["vary"] = {"field": args.vary, "values": sweep_values(args.vary, args.values)}
     return body
@@ -372,6 +411,8 @@ def request_body(args: argparse.Namespace) -> dict[str, Any]:
 
 def answer(body: Mapping[str, Any], command: str) -> dict[str, Any]:
     """What POST /api/v1/<command> answers for `body`, as the API's JSON."""
+    if command == "export":
+        return export_config({key: value for key, value in body.items() if key != "kind"}, body["kind"])
     job = wire.job_from(body)
     if command == "solve":
         return wire.solution_json(solve(job, body["target"]))
@@ -461,7 +502,6 @@ def series_text(result: Mapping[str, Any]) -> list[str]:
     return table([result["field"], "Peak (GiB)", "Event", "Fits"], rows, right=[numbers, True, False, False])
 
 
-TEXT: Final = {"estimate": estimate_text, "solve": solution_text, "sweep": series_text}
 
 
 # --- entry points -----------------------------------------------------------------------------------------
@@ -471,8 +511,10 @@ def run(args: argparse.Namespace) -> int:
     if args.command == "serve":
         return serve(args)
     prog = f"{PROG} {args.command}"
+    read = None
     try:
-        result = answer(request_body(args), args.command)
+        read = imported(args)
+        result = answer(request_body(args, read["request"] if read else None), args.command)
     except UsageError as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
@@ -481,9 +523,31 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.json:
         print(json.dumps(result, indent=2))
-    else:
-        print("\n".join(TEXT[args.command](result)))
+        return 0
+    if read is not None:
+        print("\n".join(import_text(read)), end="\n\n", file=sys.stderr if args.command == "export" else sys.stdout)
+    print("\n".join(TEXT[args.command](result)))
     return 0
+
+
+def import_text(read: Mapping[str, Any]) -> list[str]:
+    """What the imported files said, in a few lines: what was read, what was left aside and why."""
+    lines = [f"Read {', '.join(read['kinds'])}: {len(read['understood'])} keys understood, "
+             f"{len(read['ignored'])} ignored, {len(read['assumed'])} assumed"]
+    lines += [f"  ignored {item['key']}: {item['why']}" for item in read["ignored"]]
+    lines += [f"  assumed {item['field']} = {item['value']}: {item['why']}" for item in read["assumed"]]
+    return lines
+
+
+def export_text(result: Mapping[str, Any]) -> list[str]:
+    """The exported file's text; what it cannot carry goes to stderr, so the output is the file itself."""
+    notes = [*result.get("notes", []), *(f"not carried: {item}" for item in result.get("unexpressed", []))]
+    for note in notes:
+        print(f"{PROG} export: {note}", file=sys.stderr)
+    return [result["text"].rstrip()]
+
+
+TEXT: Final = {"estimate": estimate_text, "solve": solution_text, "sweep": series_text, "export": export_text}
 
 
 def serve(args: argparse.Namespace) -> int:

@@ -394,3 +394,40 @@ def test_serve_runs_the_web_application():
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+DEEPSPEED = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4, "train_batch_size": 64,
+             "bf16": {"enabled": True}, "zero_optimization": {"stage": 2}}
+
+
+def test_from_a_config_file_then_flags_override(tmp_path):
+    path = tmp_path / "ds_config.json"
+    path.write_text(json.dumps(DEEPSPEED))
+    imported = api("import", {"kind": "auto", "text": path.read_text()})
+    body = imported["request"]
+    body["model"] = {"preset": "llama-3-8b"}
+    body["training"] = body.get("training", {}) | {"seq_len": 4096}
+    assert json_of("estimate", "--from", str(path), "--model", "llama-3-8b", "--seq-len", "4096") == \
+        api("estimate", body)
+    table = trainmem("estimate", "--from", str(path), "--gpu", "a100-80gb")
+    assert table.returncode == 0 and "Read deepspeed:" in table.stdout
+
+
+def test_export_writes_the_file_the_api_writes(tmp_path):
+    done = trainmem("export", "--as", "deepspeed", "--model", "llama-3-8b", "--data", "8", "--zero-stage", "3")
+    assert done.returncode == 0
+    expected = api("export", {"model": {"preset": "llama-3-8b"}, "parallelism": {"data": 8, "zero_stage": 3},
+                                      "kind": "deepspeed"})
+    assert done.stdout.strip() == expected["text"].strip()
+    assert json.loads(done.stdout)["zero_optimization"]["stage"] == 3
+    assert json_of("export", "--as", "axolotl", "--model", "llama-3-8b") == api(
+        "export", {"model": {"preset": "llama-3-8b"}, "kind": "axolotl"})
+
+
+@pytest.mark.parametrize("args, flag", [
+    (("estimate", "--from", "/no/such/file.json"), "--from"),
+    (("export", "--model", "gpt2"), "--as"),
+])
+def test_config_flags_fail_in_one_line(args, flag):
+    done = trainmem(*args)
+    assert done.returncode == 2 and flag in done.stderr and len(done.stderr.strip().splitlines()) == 1
