@@ -47,8 +47,9 @@ test-fast: $(VENV)/.test $(VENV)/.validate
 
 # Lint and type check (settings in pyproject.toml). mypy checks app, bench and tests; the validation harness is
 # read for the types the tests import from it but not itself checked: torch's and transformers' signatures make
-# most of its lines errors that no annotation of ours could settle.
-lint: $(VENV)/.test
+# most of its lines errors that no annotation of ours could settle. The validate extra is installed because the
+# tests import torch and transformers, whose types mypy reads.
+lint: $(VENV)/.test $(VENV)/.validate
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 

@@ -215,7 +215,8 @@ def _shown(name: str, value: object, options: Mapping[str, tuple[controls.Option
     if isinstance(value, bool):
         return "on" if value else "off"
     if isinstance(value, dict):  # a custom precision: each tensor's dtype
-        return "custom (" + ", ".join(f"{controls.LABELS.get(k, k).lower()} {v or 'none'}" for k, v in value.items()) + ")"
+        dtypes = ", ".join(f"{controls.LABELS.get(str(k), str(k)).lower()} {v or 'none'}" for k, v in value.items())
+        return f"custom ({dtypes})"
     if name == "framework_overhead_bytes" and isinstance(value, int):
         return format_size_input(value)
     if isinstance(value, int):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any, Final, Literal
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from app import core
 from app.api.schemas import (
@@ -193,7 +193,7 @@ def parse_probability(control: str, raw: str) -> float:
 # --- defaults and the values the controls show ----------------------------------------------------------
 
 
-def _field_default(model: type, name: str) -> Any:
+def _field_default(model: type[BaseModel], name: str) -> Any:
     return model.model_fields[name].get_default(call_default_factory=True)
 
 
@@ -269,8 +269,8 @@ def parse_form(params: Mapping[str, str]) -> ParsedForm:
     values = default_values()
     submitted = {name: str(params[name]) for name in ALL_CONTROLS if name in params}
     values.update(submitted)
-    source: Source = values["source"] if values["source"] in SOURCES else DEFAULT_SOURCE  # type: ignore[assignment]
-    unit: Unit = values["unit"] if values["unit"] in UNITS else DEFAULT_UNIT  # type: ignore[assignment]
+    source: Source = values["source"] if values["source"] in SOURCES else DEFAULT_SOURCE
+    unit: Unit = values["unit"] if values["unit"] in UNITS else DEFAULT_UNIT
     values["source"], values["unit"] = source, unit
     errors: dict[str, str] = {}
 

@@ -92,7 +92,7 @@ def to_html(text: str, *, url: Callable[[str], str] = lambda target: target) -> 
             tag = "ol" if ordered else "ul"
             out.append(f"<{tag}>" + "".join(f"<li>{inline(item, url)}</li>" for item in items) + f"</{tag}>")
             continue
-        paragraph = []
+        paragraph: list[str] = []
         while (index < len(lines) and lines[index].strip() and not _HEADING.match(lines[index])
                and not lines[index].lstrip().startswith("|") and not (paragraph and _ITEM.match(lines[index]))):
             paragraph.append(lines[index].strip())

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import uvicorn
-from playwright.sync_api import Page
+from playwright.sync_api import ConsoleMessage, Page, Request
 
 from app.main import app
 
@@ -86,8 +86,17 @@ def _unexplained(problems: list[str]) -> list[str]:
 def watched(page: Page, base_url: str):
     """The page, with every console error, page error and off-origin request recorded; none may happen."""
     problems: list[str] = []
-    page.on("console", lambda message: message.type == "error" and problems.append(f"console: {message.text}"))
+
+    def on_console(message: ConsoleMessage) -> None:
+        if message.type == "error":
+            problems.append(f"console: {message.text}")
+
+    def on_request(request: Request) -> None:
+        if not request.url.startswith((base_url, "data:")):
+            problems.append(f"off-origin: {request.url}")
+
+    page.on("console", on_console)
     page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
-    page.on("request", lambda request: request.url.startswith((base_url, "data:")) or problems.append(f"off-origin: {request.url}"))
+    page.on("request", on_request)
     yield page
     assert _unexplained(problems) == []

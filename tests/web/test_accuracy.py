@@ -16,7 +16,8 @@ def test_page_shows_the_published_summary():
     assert 'id="accuracy"' in html
     assert f"over {summary['activation_configurations']} setups" in html
     assert f"{summary['worst_activation_error_pct']:.2f}%" in html
-    assert accuracy().model_states_max_error_bytes == summary["model_states_max_error_bytes"]
+    shown = accuracy()
+    assert shown is not None and shown.model_states_max_error_bytes == summary["model_states_max_error_bytes"]
 
 
 def test_validation_report_is_an_html_page_with_its_tables_and_charts():

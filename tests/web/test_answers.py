@@ -17,7 +17,7 @@ FITS = OVER | {"precision": "bf16"}
 
 def _answers(params: dict[str, str]):
     form = parse_form(params)
-    assert form.ok, form.errors
+    assert form.ok and form.request is not None and form.estimate is not None, form.errors
     job = to_job(form.request)
     return job, form.estimate, fit_answers(job, form.estimate, params, form.unit)
 
@@ -25,12 +25,13 @@ def _answers(params: dict[str, str]):
 def _followed(href: str):
     """The estimate the page shows after following `href`."""
     form = parse_form(dict(parse_qsl(urlparse(href).query)))
-    assert form.ok, (href, form.errors)
+    assert form.ok and form.estimate is not None, (href, form.errors)
     return form.estimate
 
 
 def test_no_gpu_no_panel():
     form = parse_form({"gpu": ""})
+    assert form.request is not None and form.estimate is not None
     assert fit_answers(to_job(form.request), form.estimate, {"gpu": ""}, "GiB") is None
 
 
@@ -51,7 +52,7 @@ def test_the_largest_micro_batch_and_longest_sequence_are_links_to_setups_that_f
     by_question = {answer.question: answer for answer in answers.answers}
     batch = by_question["Largest micro-batch that fits"]
     solved = solve(job, "micro_batch_size").value
-    assert solved > 1 and batch.value == f"{solved:,}" and batch.action == f"Use micro-batch {solved:,}"
+    assert solved is not None and solved > 1 and batch.value == f"{solved:,}" and batch.action == f"Use micro-batch {solved:,}"
     assert _followed(batch.href).gpu.fits
     assert not _followed(batch.href.replace(f"micro_batch_size={solved}", f"micro_batch_size={solved + 1}")).gpu.fits
     sequence = by_question["Longest sequence that fits"]

@@ -26,6 +26,12 @@ def _section(html: str, element: str, ident: str) -> str:
     return found.group(0)
 
 
+def _found(pattern: str, text: str, group: int = 0, flags: int = 0) -> str:
+    found = re.search(pattern, text, flags)
+    assert found, pattern
+    return found.group(group)
+
+
 def _headline(html: str) -> str:
     found = re.search(r'<strong class="verdict-headline">([^<]+)</strong>', html)
     assert found
@@ -85,7 +91,7 @@ def test_the_sweep_charts_are_inline_svg_with_their_numbers_as_a_table(client):
     html = client.get("/?preset=llama-3-8b&seq_len=4096&gpu=h100-80gb&data=8&zero_stage=1").text
     for ident, rows in (("seq-chart", 25), ("data-chart", 11)):
         figure = _figure(html, ident)
-        svg = re.search(r"<svg.*?</svg>", figure, re.S).group(0)
+        svg = _found(r"<svg.*?</svg>", figure, flags=re.S)
         assert re.search(r'<svg[^>]*viewBox="0 0 \d+ \d+"[^>]*role="img"', svg)
         assert f'<title id="{ident}-title">' in svg and f'<desc id="{ident}-desc">' in svg
         assert 'class="capacity-mark' in svg and 'class="now-mark"' in svg
@@ -120,7 +126,7 @@ def test_a_pinned_url_opens_the_comparison(client):
     assert re.search(r'<tr data-compare="total">', section)
     # The pin travels with the form.
     assert '<input type="hidden" name="pin" value="source=preset&amp;seq_len=4096&amp;gpu=h100-80gb">' in section
-    unpin = unescape(re.search(r'<a class="apply" href="([^"]+)"[^>]*data-unpin>Unpin</a>', section).group(1))
+    unpin = unescape(_found(r'<a class="apply" href="([^"]+)"[^>]*data-unpin>Unpin</a>', section, 1))
     assert "pin=" not in unpin and "seq_len=8192" in unpin
     # The ways to fit keep the pin, so applying one compares it with the pinned setup.
     fixes = _apply_links(_section(response.text, "section", "answers"))
@@ -135,7 +141,7 @@ def test_the_comparison_follows_the_form_in_the_htmx_answer(client):
 
 def test_the_pin_link_pins_the_current_setup(client):
     html = client.get("/?seq_len=4096&gpu=h100-80gb").text
-    href = unescape(re.search(r'<a class="apply" href="([^"]+)"[^>]*data-pin>Pin this setup</a>', html).group(1))
+    href = unescape(_found(r'<a class="apply" href="([^"]+)"[^>]*data-pin>Pin this setup</a>', html, 1))
     pinned = client.get(href).text
     assert "Pinned. Change any input" in pinned
 

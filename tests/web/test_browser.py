@@ -6,7 +6,7 @@ import re
 from urllib.parse import parse_qs, urlparse
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Page, Request, expect
 
 pytestmark = pytest.mark.browser
 
@@ -16,7 +16,9 @@ PEAK_LABEL = "#timeline .peak-label"
 
 
 def _bytes(page: Page, selector: str) -> int:
-    return int(page.locator(selector).first.get_attribute("data-bytes"))
+    value = page.locator(selector).first.get_attribute("data-bytes")
+    assert value is not None, selector
+    return int(value)
 
 
 def _mark_document(page: Page) -> None:
@@ -49,9 +51,10 @@ def test_first_load_phone(watched: Page, base_url: str, artifacts_dir):
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
     verdict = page.locator("#results .verdict").bounding_box()
     total = page.locator("#results .totals").bounding_box()
+    assert verdict is not None and total is not None
     assert verdict["y"] < 300 and total["y"] + total["height"] < 844
     chart = page.locator("#timeline svg").bounding_box()
-    assert chart["x"] >= 0 and chart["x"] + chart["width"] <= 390
+    assert chart is not None and chart["x"] >= 0 and chart["x"] + chart["width"] <= 390
     page.screenshot(path=artifacts_dir / "page-phone.png", full_page=True)
     page.screenshot(path=artifacts_dir / "page-phone-top.png")
 
@@ -99,7 +102,12 @@ def test_typing_is_debounced_and_keyboard_only_works(watched: Page, base_url: st
     page.goto(base_url + "/")
     before = _bytes(page, ACTIVATIONS)
     requests: list[str] = []
-    page.on("request", lambda request: request.url.startswith(base_url + "/?") and requests.append(request.url))
+
+    def on_request(request: Request) -> None:
+        if request.url.startswith(base_url + "/?"):
+            requests.append(request.url)
+
+    page.on("request", on_request)
     page.focus("#f-seq_len")
     page.keyboard.press("Control+A")
     page.keyboard.type("8192", delay=30)
@@ -189,6 +197,7 @@ def test_the_timeline_marks_the_peak_the_verdict_speaks_of_and_follows_the_form(
     label = page.locator(PEAK_LABEL)
     expect(label).to_contain_text("peak: ")
     before = label.text_content()
+    assert before is not None
     peak = _peak_size(before)
     expect(page.locator("#results .verdict-detail")).to_contain_text(f"it needs {peak}")
     expect(page.locator("#results .totals")).to_contain_text(peak)
@@ -199,6 +208,7 @@ def test_the_timeline_marks_the_peak_the_verdict_speaks_of_and_follows_the_form(
     expect(label).not_to_have_text(before)
     assert _same_document(page)
     after = label.text_content()
+    assert after is not None
     assert float(_peak_size(after).split()[0].replace(",", "")) > float(peak.split()[0].replace(",", ""))
     expect(page.locator("#results .verdict-detail")).to_contain_text(f"it needs {_peak_size(after)}")
     expect(page.locator(".attention-kernel")).to_contain_text("sdpa → flash")

@@ -6,20 +6,26 @@ from __future__ import annotations
 from urllib.parse import parse_qs, urlparse
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import FloatRect, Locator, Page, ViewportSize, expect
 
 pytestmark = pytest.mark.browser
 
-PHONE = {"width": 390, "height": 844}
-DESKTOP = {"width": 1280, "height": 900}
+PHONE: ViewportSize = {"width": 390, "height": 844}
+DESKTOP: ViewportSize = {"width": 1280, "height": 900}
 
 
-def _inside(box: dict, viewport: dict) -> bool:
+def _box(locator: Locator) -> FloatRect:
+    box = locator.bounding_box()
+    assert box is not None, locator
+    return box
+
+
+def _inside(box: FloatRect, viewport: ViewportSize) -> bool:
     return box["x"] >= 0 and box["y"] >= 0 and box["x"] + box["width"] <= viewport["width"] + 0.5 \
         and box["y"] + box["height"] <= viewport["height"] + 0.5
 
 
-def _overlap(a: dict, b: dict) -> bool:
+def _overlap(a: FloatRect, b: FloatRect) -> bool:
     return a["x"] < b["x"] + b["width"] and b["x"] < a["x"] + a["width"] \
         and a["y"] < b["y"] + b["height"] and b["y"] < a["y"] + a["height"]
 
@@ -39,7 +45,7 @@ def test_the_verdict_stays_in_view_while_the_last_input_is_edited(watched: Page,
     expect(bar).to_contain_text("peak ")
     page.wait_for_timeout(300)  # the bar slides in
     assert not page.locator("#summary .verdict").evaluate("e => e.getBoundingClientRect().bottom > 0")
-    bar_box, input_box = bar.bounding_box(), last.bounding_box()
+    bar_box, input_box = _box(bar), _box(last)
     assert _inside(bar_box, viewport), bar_box
     assert _inside(input_box, viewport) and not _overlap(bar_box, input_box), (bar_box, input_box)
     assert page.evaluate("document.documentElement.scrollWidth") <= viewport["width"]
@@ -51,7 +57,7 @@ def test_the_verdict_stays_in_view_while_the_last_input_is_edited(watched: Page,
     page.locator("#f-gpu").select_option("b200-180gb")
     expect(bar).to_contain_text("Fits, with")
     assert bar.inner_text() != before
-    assert _inside(bar.bounding_box(), viewport)
+    assert _inside(_box(bar), viewport)
     page.screenshot(path=artifacts_dir / f"verdict-bar-{viewport['width']}.png")
 
 
@@ -180,7 +186,7 @@ def test_nothing_is_wider_than_a_phone(watched: Page, base_url: str, query: str,
         details.evaluate("e => e.open = true")
     assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
     for svg in page.locator("#results svg.chart").all():
-        box = svg.bounding_box()
+        box = _box(svg)
         assert box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"], box
     if query == "/":
         page.screenshot(path=artifacts_dir / "answers-phone.png", full_page=True)

@@ -95,7 +95,7 @@ def test_capacity_line_and_its_label(drawn):
 
 def test_capacity_below_the_peak_is_marked_over():
     drawn = timeline_chart(POINTS, unit="GiB", unit_bytes=GIB, size=_size, capacity_bytes=50 * GIB)
-    assert drawn.capacity.over
+    assert drawn.capacity is not None and drawn.capacity.over
     # Axis to 60 GiB in steps of 20: y = 210 - 170 × 50 / 60 = 68.33.
     assert drawn.capacity.y == 68.3
 

@@ -32,9 +32,12 @@ def test_the_comparison_is_this_setup_minus_the_pinned_one_at_the_peak():
     shown = _pin(params)
     pinned = parse_form(_query("/?" + params["pin"])).estimate
     current = parse_form(params).estimate
+    assert pinned is not None and current is not None
     c = shown.comparison
     by_category = {row.category: row for row in c.rows}
-    activations = current.peak.breakdown["activations"] - pinned.peak.breakdown["activations"]
+    now, then = current.peak.breakdown["activations"], pinned.peak.breakdown["activations"]
+    assert now is not None and then is not None
+    activations = now - then
     assert activations > 0
     assert by_category["activations"].difference == "+" + format_bytes(activations, "GiB")
     assert by_category["activations"].sign == "more"

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from app import core
-from app.web.form import DEFAULT_PRESET, parse_bytes, parse_count, parse_form, parse_int, FormError
+from app.web.form import DEFAULT_PRESET, FormError, parse_bytes, parse_count, parse_form, parse_int
 
 
 def test_defaults_compute_the_default_preset_on_the_default_gpu():
     form = parse_form({})
-    assert form.ok
+    assert form.ok and form.request is not None and form.estimate is not None
     assert form.request.model.preset == DEFAULT_PRESET
     assert form.request.gpu == "h100-80gb"
     # The form's defaults are the API's: bf16 with an fp32 master copy, AdamW, no sharding.
@@ -23,7 +23,7 @@ def test_query_parameters_feed_the_api_fields_of_the_same_name():
     form = parse_form({"optimizer": "sgd", "seq_len": "4,096", "micro_batch_size": "2", "data": "8",
                        "zero_stage": "3", "tensor": "2", "sequence_parallel": "true", "pipeline": "4",
                        "attention": "eager", "activation_checkpointing": "full", "gpu": "a100-80gb"})
-    assert form.ok, form.errors
+    assert form.ok and form.request is not None and form.estimate is not None, form.errors
     training, parallelism = form.request.training, form.request.parallelism
     assert (training.optimizer, training.seq_len, training.micro_batch_size) == ("sgd", 4096, 2)
     assert (training.attention, training.activation_checkpointing) == ("eager", "full")
@@ -87,12 +87,12 @@ def test_each_problem_is_reported_on_the_control_at_fault(params, control, phras
 def test_custom_architecture_starts_from_the_preset_and_keeps_exact_counts():
     preset = core.get_preset("llama-2-7b")
     switched = parse_form({"source": "custom", "preset": "llama-2-7b"})
-    assert switched.ok, switched.errors
+    assert switched.ok and switched.estimate is not None, switched.errors
     assert switched.values["num_hidden_layers"] == str(preset.architecture.num_hidden_layers)
     assert switched.estimate.param_count == core.param_count(preset.architecture)
 
     edited = parse_form({**switched.values, "num_hidden_layers": "16"})
-    assert edited.ok, edited.errors
+    assert edited.ok and edited.estimate is not None, edited.errors
     assert edited.estimate.param_count < switched.estimate.param_count
 
     refilled = parse_form({**edited.values, "fill": "preset"})
@@ -104,13 +104,13 @@ def test_a_pasted_config_json_is_used():
     config = ('{"model_type": "llama", "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22, '
               '"num_attention_heads": 32, "num_key_value_heads": 4, "vocab_size": 32000}')
     form = parse_form({"source": "config", "hf_config": config})
-    assert form.ok, form.errors
+    assert form.ok and form.estimate is not None, form.errors
     assert form.estimate.per_gpu["activations"] is not None
 
 
 def test_parameter_count_only_leaves_activations_uncomputed():
     form = parse_form({"source": "params", "num_params": "7B"})
-    assert form.ok
+    assert form.ok and form.estimate is not None
     assert form.estimate.param_count == 7 * 10**9
     assert form.estimate.per_gpu["activations"] is None
 
@@ -118,8 +118,9 @@ def test_parameter_count_only_leaves_activations_uncomputed():
 def test_custom_precision_reads_the_dtype_fields():
     form = parse_form({"precision": "custom", "weights": "bf16", "gradients": "fp32", "master_weights": "none",
                        "optimizer_states": "bf16", "activations": "bf16"})
-    assert form.ok, form.errors
+    assert form.ok and form.request is not None and form.estimate is not None, form.errors
     precision = form.request.training.precision
+    assert not isinstance(precision, str)
     assert (precision.weights, precision.gradients, precision.master_weights) == ("bf16", "fp32", None)
     assert form.estimate.per_gpu["master_weights"] == 0
 

@@ -15,7 +15,7 @@ from app.web.form import parse_form
 def test_lora_fields_feed_the_finetuning_request():
     form = parse_form({"method": "lora", "rank": "8", "target_modules": "q_proj, v_proj", "lora_dropout": "0.05",
                        "save_lm_head": "true"})
-    assert form.ok, form.errors
+    assert form.ok and form.request is not None and form.estimate is not None, form.errors
     finetuning = form.request.finetuning
     assert (finetuning.method, finetuning.rank, finetuning.target_modules) == ("lora", 8, ["q_proj", "v_proj"])
     assert finetuning.dropout == 0.05 and finetuning.modules_to_save == ["lm_head"]
@@ -24,7 +24,7 @@ def test_lora_fields_feed_the_finetuning_request():
 
 def test_qlora_reads_its_quantization_and_all_linear():
     form = parse_form({"method": "qlora", "target_modules": "all-linear", "quantization": "int8"})
-    assert form.ok, form.errors
+    assert form.ok and form.request is not None, form.errors
     assert form.request.finetuning.quantization == "int8"
     assert form.request.finetuning.target_modules == ["all-linear"]
 
@@ -32,7 +32,7 @@ def test_qlora_reads_its_quantization_and_all_linear():
 def test_full_fine_tuning_reads_freezing_and_ignores_adapter_fields():
     form = parse_form({"method": "full", "freeze_embeddings": "true", "frozen_layers": "4", "rank": "oops",
                        "save_lm_head": "true"})
-    assert form.ok, form.errors
+    assert form.ok and form.request is not None and form.estimate is not None, form.errors
     assert form.request.finetuning.freeze_embeddings is True and form.request.finetuning.frozen_layers == 4
     assert form.request.finetuning.modules_to_save == []
     assert form.estimate.trainable_param_count < form.estimate.param_count
@@ -73,7 +73,7 @@ def test_adapters_under_autocast_err_on_the_precision_control():
 def test_loss_context_and_virtual_stages_feed_their_fields():
     form = parse_form({"loss": "chunked", "loss_chunks": "16", "context": "2", "data": "2", "pipeline": "2",
                        "virtual_stages": "2", "gradient_accumulation_steps": "4"})
-    assert form.ok, form.errors
+    assert form.ok and form.request is not None, form.errors
     assert (form.request.training.loss, form.request.training.loss_chunks) == ("chunked", 16)
     assert (form.request.parallelism.context, form.request.parallelism.virtual_stages) == (2, 2)
 
@@ -81,14 +81,14 @@ def test_loss_context_and_virtual_stages_feed_their_fields():
 def test_hidden_controls_do_not_count():
     form = parse_form({"loss": "standard", "loss_chunks": "bad", "pipeline": "1", "virtual_stages": "bad",
                        "data": "1", "offload": "optimizer"})
-    assert form.ok, form.errors
+    assert form.ok and form.request is not None, form.errors
     assert form.request.parallelism.offload == "none"
 
 
 def test_offload_feeds_the_host_estimate_and_the_host_ram():
     form = parse_form({"data": "8", "zero_stage": "3", "offload": "optimizer+parameters", "gpus_per_node": "4",
                        "host_ram": "1 TiB"})
-    assert form.ok, form.errors
+    assert form.ok and form.request is not None and form.estimate is not None, form.errors
     assert form.request.parallelism.offload == "optimizer+parameters"
     assert form.request.parallelism.gpus_per_node == 4
     assert form.host_ram_bytes == 1 << 40

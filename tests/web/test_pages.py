@@ -192,7 +192,9 @@ def test_the_timeline_chart_is_inline_svg_with_a_text_alternative(client):
     result = core.estimate(architecture=core.get_preset("llama-3-8b").architecture,
                            training=core.Training(seq_len=2048), gpu=core.get_gpu("h100-80gb"))
     figure = _timeline(client.get("/").text)
-    svg = re.search(r"<svg.*?</svg>", figure, re.S).group(0)
+    found = re.search(r"<svg.*?</svg>", figure, re.S)
+    assert found
+    svg = found.group(0)
     assert re.search(r'<svg[^>]*viewBox="0 0 \d+ \d+"[^>]*role="img"', svg)
     assert "<title" in svg and "<desc" in svg
     assert len(svg.encode()) < SVG_BUDGET_BYTES

@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from app import core
 from app.core.flops import step_flops
 from app.core.job import Job, with_field
-from app.web.recompute import MINUS, recompute_choices, signed_percent
+from app.web.recompute import MINUS, Choice, recompute_choices, signed_percent
 from app.web.view import format_bytes
 
 
-def _job(**training) -> Job:
-    setup = {"seq_len": 4096, "precision": core.precision_preset("bf16"), "attention": "eager"} | training
+def _job(**training: Any) -> Job:
+    setup: dict[str, Any] = {"seq_len": 4096, "precision": core.precision_preset("bf16"), "attention": "eager"} | training
     return Job(core.get_preset("llama-3-8b").architecture, None, core.Training(**setup), core.Parallelism(),
                core.get_gpu("h100-80gb"))
+
+
+def _choices(job: Job, given: core.Estimate) -> dict[str, Choice]:
+    found = recompute_choices(job, given, "GiB")
+    assert found is not None
+    return {c.choice: c for c in found}
 
 
 def test_percentages_have_one_decimal_and_a_real_minus_sign():
@@ -24,9 +32,10 @@ def test_percentages_have_one_decimal_and_a_real_minus_sign():
 def test_each_choice_costs_its_share_of_the_step_and_saves_what_the_estimate_says():
     job = _job()
     given = job.estimate()
-    choices = {c.choice: c for c in recompute_choices(job, given, "GiB")}
+    choices = _choices(job, given)
     assert list(choices) == list(core.CHECKPOINTING_CHOICES)
     assert choices["none"].current and choices["none"].compute == ""
+    assert job.architecture is not None
     flops = step_flops(job.architecture, micro_batch_size=1, seq_len=4096)
     # Korthikanti et al. 2022: full recomputation reruns each layer's forward, about a third of a step.
     assert 0.30 < flops.recompute_fraction("full") < 0.34
@@ -40,7 +49,7 @@ def test_each_choice_costs_its_share_of_the_step_and_saves_what_the_estimate_say
 
 def test_from_full_recomputation_the_others_cost_memory_and_save_compute():
     job = _job(activation_checkpointing="full")
-    choices = {c.choice: c for c in recompute_choices(job, job.estimate(), "GiB")}
+    choices = _choices(job, job.estimate())
     assert choices["none"].compute.startswith(MINUS) and choices["none"].memory.startswith("+")
     assert choices["full"].current
 
@@ -50,7 +59,7 @@ def test_when_activations_are_not_alive_at_the_peak_recomputation_saves_nothing_
     job = _job(precision=core.precision_preset("bf16-fp32-master"), attention="sdpa")
     given = job.estimate()
     assert given.peak.event == "optimizer.step"
-    choices = {c.choice: c for c in recompute_choices(job, given, "GiB")}
+    choices = _choices(job, given)
     assert choices["full"].memory == "the same peak"
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from app import core
@@ -38,9 +40,10 @@ VALUES = (256, 512, 1024, 2048)
 BREAKDOWNS = tuple(core.Breakdown({"weights": 10 * GIB, "activations": a * GIB}) for a in (1, 2, 4, 8))
 
 
-def _stack(**kwargs) -> sweep_chart.SweepChart:
-    defaults = dict(chart_id="t", values=VALUES, breakdowns=BREAKDOWNS, current=512, now_label="now: 512", unit="GiB",
-                    unit_bytes=GIB, size=_size, x_label=str, text=TEXT)
+def _stack(**kwargs: Any) -> sweep_chart.SweepChart:
+    defaults: dict[str, Any] = dict(chart_id="t", values=VALUES, breakdowns=BREAKDOWNS, current=512,
+                                    now_label="now: 512", unit="GiB", unit_bytes=GIB, size=_size, x_label=str,
+                                    text=TEXT)
     return stacked_chart(**(defaults | kwargs))
 
 
@@ -51,6 +54,7 @@ def test_the_stack_runs_to_the_capacity_or_the_highest_total():
     top, bottom = sweep_chart.TOP, sweep_chart.HEIGHT - sweep_chart.BOTTOM_GAP  # 24, 200
     assert (drawn.top, drawn.bottom) == (top, bottom) == (24, 200)
     # y = 200 - 176 × bytes / 20 GiB: totals 11, 12, 14, 18 → 103.2, 94.4, 76.8, 41.6; capacity 16 → 59.2.
+    assert drawn.total is not None and drawn.capacity is not None
     ys = [float(point.split(",")[1]) for point in drawn.total.split()]
     assert ys == [103.2, 94.4, 76.8, 41.6]
     assert drawn.capacity.y == 59.2 and not drawn.capacity.over  # 12 GiB now, below 16
@@ -64,10 +68,12 @@ def test_the_stack_runs_to_the_capacity_or_the_highest_total():
 def test_the_current_value_is_marked_on_the_curve_and_the_capacity_label_keeps_away_from_it():
     drawn = _stack(capacity_bytes=16 * GIB)
     x_of = log_scale(256, 2048, drawn.left, drawn.right)
+    assert drawn.now is not None and drawn.capacity is not None
     assert drawn.now.x == x_of(512) and drawn.now.point_y == 94.4 and drawn.now.label == "now: 512"
     # The marker is left of the middle: the capacity's label goes to the right end.
     assert drawn.capacity.anchor == "end" and drawn.capacity.label_x == drawn.right - PAD
-    assert _stack(current=2048, capacity_bytes=16 * GIB).capacity.anchor == "start"
+    later = _stack(current=2048, capacity_bytes=16 * GIB).capacity
+    assert later is not None and later.anchor == "start"
 
 
 def test_a_stack_far_above_the_capacity_is_clipped_and_the_range_beyond_the_model_shaded():
@@ -93,6 +99,7 @@ def test_a_chart_of_lines_has_room_for_their_labels_and_marks_the_current_point(
                                                              ("zero-3", "ZeRO-3", [40 * GIB, 25 * GIB, 18 * GIB, 14 * GIB])],
                         current=2, current_bytes=25 * GIB, now_label="now: 2", unit="GiB", unit_bytes=GIB, size=_size,
                         x_label=str, text=TEXT, capacity_bytes=30 * GIB)
+    assert drawn.now is not None and drawn.capacity is not None
     room = 6 * CHAR_WIDTH * sweep_chart.BOLD_CAPITALS + 2 * PAD
     assert drawn.right == round(sweep_chart.WIDTH - room, 1) and drawn.line_label_x == round(drawn.right + PAD, 1)
     # Up to 40 GiB in steps of 10: y = 200 - 176 × bytes / 40 GiB; 25 GiB → 90.

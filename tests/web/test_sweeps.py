@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 
 from app import core
 from app.core.job import Job, with_field
@@ -30,7 +31,7 @@ def test_lengths_double_from_256_to_twice_the_models_positions():
     # Llama 3 8B has 8,192 positions: 256 to 16,384 is six doublings, four lengths each where the sweep is exact.
     exact = sequence_values(4096, 8192, exact=True)
     assert exact[0] == 256 and exact[-1] == 16384 and len(exact) == 6 * 4 + 1
-    assert all(b / a == 2 ** 0.25 or abs(b / a - 2 ** 0.25) < 0.01 for a, b in zip(exact, exact[1:]))
+    assert all(b / a == 2 ** 0.25 or abs(b / a - 2 ** 0.25) < 0.01 for a, b in pairwise(exact))
     assert len(sequence_values(4096, 8192, exact=False)) == 6 * 2 + 1  # an estimate each: half as many
     # A longer current length stretches the range past it; a short one starts it lower.
     assert sequence_values(100_000, 8192, exact=True)[-1] == 131072
@@ -61,8 +62,10 @@ def test_every_number_in_the_sequence_table_is_an_estimates_peak():
     for row in chart.rows[::6]:
         tokens = int(row.cells[0].split()[0].replace(",", ""))
         result = with_field(job, "training.seq_len", tokens).estimate()
+        activations = result.peak.breakdown["activations"]
+        assert activations is not None and result.gpu is not None
         assert row.cells[1] == _size(result.peak.bytes)
-        assert row.cells[2] == _size(result.peak.breakdown["activations"])
+        assert row.cells[2] == _size(activations)
         assert row.cells[3] == ("yes" if result.gpu.fits else "no")
 
 

@@ -50,7 +50,7 @@ def test_the_per_gpu_bar_is_what_is_alive_at_the_peak_scaled_to_the_larger_of_pe
         assert segment.bytes == result.peak.breakdown[segment.category]
         assert float(segment.width) == round(100 * segment.bytes / scale, 3)
     assert sum(segment.bytes for segment in bar.segments) == result.peak.bytes < result.per_gpu.total_bytes
-    assert float(bar.capacity_at) == round(100 * gpu.capacity_bytes / scale, 3)
+    assert bar.capacity_at is not None and float(bar.capacity_at) == round(100 * gpu.capacity_bytes / scale, 3)
     assert not bar.over
     # Beside the bar, the sum of every buffer.
     assert view.per_gpu_total == format_bytes(result.per_gpu.total_bytes, "GiB")
@@ -134,14 +134,14 @@ def test_model_states_only_have_no_activations_at_the_peak_either():
 
 
 def test_the_attention_kernel_in_words():
-    assert attention_note("sdpa", "flash").startswith("Kernel assumed: sdpa → flash (fused;")
-    assert attention_note("eager", "eager").startswith("Kernel assumed: eager (explicit softmax")
+    assert str(attention_note("sdpa", "flash")).startswith("Kernel assumed: sdpa → flash (fused;")
+    assert str(attention_note("eager", "eager")).startswith("Kernel assumed: eager (explicit softmax")
     assert attention_note("sdpa", None) is None
     # fp32 activations rule flash out, and grouped K/V heads the memory-efficient kernel: sdpa falls back to math.
     training = core.Training(attention="sdpa", precision=core.precision_preset("fp32"))
     result = _estimate(training=training)
     view = result_view(result, core.Parallelism(), "GiB", attention="sdpa")
-    assert view.attention_note.startswith("Kernel assumed: sdpa → math")
+    assert str(view.attention_note).startswith("Kernel assumed: sdpa → math")
 
 
 def test_bytes_per_parameter_of_the_classic_rule():
@@ -158,7 +158,7 @@ def test_the_compact_verdict_is_the_headline_with_the_peak_against_the_capacity(
     compact = compact_verdict(said, 60 * GIB, gpu.capacity_bytes, "GiB")
     assert compact.headline == said.headline and compact.kind == "fits"
     assert compact.peak == f"peak 60.00 GiB of {format_bytes(gpu.capacity_bytes, 'GiB')}"
-    assert float(compact.used) == round(100 * 60 * GIB / gpu.capacity_bytes, 3)
+    assert compact.used is not None and float(compact.used) == round(100 * 60 * GIB / gpu.capacity_bytes, 3)
     over = compact_verdict(said, 2 * gpu.capacity_bytes, gpu.capacity_bytes, "GiB")
     assert over.used == "100.000"
     bare = compact_verdict(verdict(None, 3 * GIB, "GiB", gpus=1), 3 * GIB, None, "GiB")
