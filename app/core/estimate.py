@@ -18,9 +18,9 @@ from app.core.categories import CATEGORIES, MODEL_STATE_CATEGORIES, Breakdown
 from app.core.errors import DomainError
 from app.core.finetuning import Finetuning
 from app.core.gpus import Gpu, GpuFit, fit
-from app.core.ledger import ACTS, FORWARDED, GRADS, Buffer, stage_ledger
-from app.core.optimizers import OPTIMIZER_INFO, optimizer_formula, optimizer_label
-from app.core.setup import MAX_PARAM_COUNT, Parallelism, Training, activation_setup, check_int, validate_setup
+from app.core.ledger import ACTS, DS_ZERO2, FORWARDED, GRADS, Buffer, stage_ledger
+from app.core.optimizers import FP32_BITS, OPTIMIZER_INFO, optimizer_formula, optimizer_label
+from app.core.setup import MAX_PARAM_COUNT, OFFLOADS, Parallelism, Training, activation_setup, check_int, validate_setup
 from app.core.stages import stage_kinds
 from app.core.timeline import OPTIMIZER_STEP, START, STEP_PHASE_NAMES, Life, Peak, Phase, Point, plan, sweep
 from app.core.units import ceil_div, tensor_bytes
@@ -199,6 +199,20 @@ def _from_count(num_params: int, training: Training, parallelism: Parallelism, g
         buffers.append(Buffer(category, category, labels[category], formula + note,
                               states.on_rank(rank[category], category, p), states.over_group(whole[category], category, p),
                               lives[category], names))
+    notes: list[str] = []
+    if training.framework == "deepspeed" and p.zero_stage >= 1:
+        # DeepSpeed's convention (ledger._Stage.deepspeed_states): the fp32 copy of the gradient partition.
+        if not OFFLOADS[p.offload].optimizer:
+            size = tensor_bytes(ceil_div(share, p.shard_group), FP32_BITS)
+            buffers.append(Buffer("deepspeed.fp32_grad_partition", "gradients", "fp32 copy of this rank's gradient "
+                                  "partition for the optimizer step (DeepSpeed)",
+                                  f"{share_text} ÷ {p.shard_group} × 32 bit ÷ 8 — DeepSpeed convention, "
+                                  f"{DS_ZERO2}:3118-3126", size, size * p.world_size,
+                                  Life("step", OPTIMIZER_STEP, OPTIMIZER_STEP), names))
+        if p.zero_stage >= 3:
+            notes.append("DeepSpeed's ZeRO-3 convention also gathers the largest layer's 16-bit parameters and "
+                         "gradients (4 bytes per parameter of it), which a bare parameter count does not give; it is "
+                         "left out.")
     scratch = OPTIMIZER_INFO[training.optimizer].scratch[training.optimizer_implementation]
     if scratch.of == "all" and scratch.copies:
         params = states.on_rank(share, "optimizer_states", p)
@@ -218,7 +232,8 @@ def _from_count(num_params: int, training: Training, parallelism: Parallelism, g
         per_gpu=per_gpu,
         cluster=cluster,
         gpu=fit(gpu, total_bytes=peak.bytes) if gpu else None,
-        warnings=tuple(count_warnings(training, parallelism, scratch_known=scratch.of == "all" or not scratch.copies)),
+        warnings=tuple(count_warnings(training, parallelism, scratch_known=scratch.of == "all" or not scratch.copies))
+        + tuple(notes),
         pipeline_stage=0,
         ledger=ledger,
         bytes_per_param=_bytes_per_param(num_params, whole),

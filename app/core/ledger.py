@@ -31,12 +31,17 @@ from typing import Final, NamedTuple
 from app.core import activations as act
 from app.core import states
 from app.core.architecture import Architecture
+from app.core.categories import MODEL_STATE_CATEGORIES
 from app.core.finetuning import Finetuning, head_trains, layer_roles, linear_modules
 from app.core.optimizers import FP32_BITS, OPTIMIZER_INFO, optimizer_formula, optimizer_label
 from app.core.setup import LOOPS, OFFLOADS, Parallelism, Training
 from app.core.stages import StageKind
 from app.core.timeline import OPTIMIZER_STEP, START, STEP_PHASE_NAMES, Life, Phase, describe
 from app.core.units import ceil_div, tensor_bytes
+
+# DeepSpeed 0.19.8's estimators, whose convention `training.framework: deepspeed` follows.
+DS_ZERO2: Final = "deepspeed/runtime/zero/stage_1_and_2.py"
+DS_ZERO3: Final = "deepspeed/runtime/zero/stage3.py"
 
 # Phase ids of one micro-batch.
 FWD_EMBEDDING: Final = "fwd.embedding"
@@ -130,6 +135,8 @@ class _Stage:
         # the reduced partition into single_partition_of_fp32_groups' .grad).
         self.gradients_leave = offload.optimizer and parallelism.zero_stage >= 2
         self.ranks = parallelism.tensor * parallelism.data * parallelism.context  # GPUs of one stage
+        # DeepSpeed's own convention for model states (setup.FRAMEWORKS); ZeRO stage 0 is plain data parallelism.
+        self.deepspeed = training.framework == "deepspeed" and parallelism.zero_stage >= 1
         self.shapes = states.stage_shapes(arch, parallelism.tensor, layers=n, first=kind.first, last=kind.last)
         self.parts = self.shapes.rank
         self.finetuned = None
@@ -141,6 +148,8 @@ class _Stage:
     # --- writing ---------------------------------------------------------------------------------
 
     def add(self, key: str, category: str, label: str, formula: str, size: int, cluster: int, life: Life) -> None:
+        if self.deepspeed and category in MODEL_STATE_CATEGORIES and not key.startswith("deepspeed."):
+            formula += f" [DeepSpeed convention: {self._deepspeed_source()}]"
         buffer = Buffer(key, category, label, formula, size, cluster, life, self.names)
         if key == "optimizer.scratch" and OFFLOADS[self.parallelism.offload].optimizer:
             return  # DeepSpeedCPUAdam updates in place in its C++ kernel (deepspeed/ops/csrc/adam/cpu_adam_impl.cpp)
@@ -163,6 +172,51 @@ class _Stage:
         self.host.append(Buffer("offload.fp32_gradients", "gradients", "fp32 gradient partition for the CPU optimizer "
                                 "(in host memory)", f"{params:,} params ÷ {p.shard_group} × 32 bit ÷ 8", size,
                                 tensor_bytes(cluster, FP32_BITS) * self.kind.count, Life("run", START), self.names))
+
+    def _deepspeed_source(self) -> str:
+        """Where DeepSpeed's estimator counts this stage's model states."""
+        if self.parallelism.zero_stage >= 3:
+            return f"{DS_ZERO3}:4027-4046, estimate_zero3_model_states_mem_needs"
+        return f"{DS_ZERO2}:4024-4031, estimate_zero2_model_states_mem_needs"
+
+    def deepspeed_states(self) -> None:
+        """The buffers DeepSpeed keeps beyond the ZeRO paper's model states, as its estimators count them.
+
+        Without optimizer offload its optimizer steps from an fp32 copy of this rank's gradient partition, made in
+        step() and dropped after it (stage_1_and_2.py:3118-3126 and 3141; stage3.py:2686-2693): the 4_grads_32bit
+        of ``2 + 18 × P ÷ N`` (stage_1_and_2.py:4029-4031) and of ``4 × largest + 18 × P ÷ N`` (stage3.py:4046).
+        With offload that copy lives in host memory (`host_gradients`). Under ZeRO-3 the largest layer's 16-bit
+        parameters and gradients are gathered whole: ``largest_layer_memory = 4 × largest_layer_params``
+        (stage3.py:4027), with or without offload (4031, 4039).
+        """
+        if not self.deepspeed:
+            return
+        p, precision = self.parallelism, self.training.precision
+        if not OFFLOADS[p.offload].optimizer:
+            params = self.finetuned.trainable_rank if self.finetuned is not None else self.shapes.rank_total
+            cluster = self.finetuned.trainable_cluster if self.finetuned is not None else self.shapes.cluster_total
+            size = tensor_bytes(ceil_div(params, p.shard_group), FP32_BITS)
+            source = (f"{DS_ZERO3}:2686-2693" if p.zero_stage >= 3 else f"{DS_ZERO2}:3118-3126") + \
+                f", counted as 4_grads_32bit in {self._deepspeed_source()}"
+            self.add("deepspeed.fp32_grad_partition", "gradients", "fp32 copy of this rank's gradient partition for "
+                     "the optimizer step (DeepSpeed)", f"{params:,} params ÷ {p.shard_group} × 32 bit ÷ 8 — DeepSpeed "
+                     f"convention, {source}", size, tensor_bytes(cluster, FP32_BITS) * self.kind.count,
+                     Life("step", OPTIMIZER_STEP, OPTIMIZER_STEP))
+        if p.zero_stage < 3:
+            return
+        largest = states.largest_module(self.arch, p.tensor, first=self.kind.first, last=self.kind.last)
+        source = f"largest_layer_memory = 4 × largest_layer_params, {DS_ZERO3}:4027"
+        first_backward = next(phase.id for phase in self.phases if phase.id.startswith("bwd."))
+        for key, category, what, bits, life in (
+            ("deepspeed.largest_layer_params", "weights", "parameters", precision.bits("weights"),
+             Life("micro-batch", self.phases[0].id, self.phases[-1].id)),
+            ("deepspeed.largest_layer_grads", "gradients", "gradients", precision.bits("gradients"),
+             Life("micro-batch", first_backward, self.phases[-1].id)),
+        ):
+            size = tensor_bytes(largest, bits)
+            self.add(key, category, f"The largest layer's {what} gathered whole (DeepSpeed ZeRO-3)",
+                     f"{largest:,} params × {bits} bit ÷ 8 — DeepSpeed convention, {source}", size,
+                     self.per_stage(size), life)
 
     def per_stage(self, size: int) -> int:
         """Cluster bytes of a buffer every GPU of every stage of this kind holds once."""
@@ -595,8 +649,8 @@ class _Stage:
 
     def _zero_buffers(self) -> None:
         p, precision = self.parallelism, self.training.precision
-        if p.shard_group == 1 or p.zero_stage < 2:
-            return
+        if p.shard_group == 1 or p.zero_stage < 2 or self.deepspeed:
+            return  # DeepSpeed's convention counts its own buffers instead (deepspeed_states)
         gbits, wbits = precision.bits("gradients"), precision.bits("weights")
         layer_elements = self.shapes.layer_rank
         ends = {"layers": (BWD_LAYER_LAST, self.bwd_end), "head": (BWD_HEAD, BWD_HEAD),
@@ -656,6 +710,7 @@ def stage_ledger(arch: Architecture, training: Training, parallelism: Parallelis
     stage = _Stage(arch, training, parallelism, kind, setup, layer_saved)
     stage.model_states()
     stage.host_gradients()
+    stage.deepspeed_states()
     stage.activations()
     stage.temporaries()
     return StageLedger(tuple(stage.buffers), stage.phases, tuple(stage.host))

@@ -64,6 +64,31 @@ LOSSES: Final[dict[str, Loss]] = {
 }
 
 @dataclass(frozen=True)
+class Framework:
+    """Whose memory convention the model states follow: which buffers beyond the ZeRO paper's are counted."""
+
+    id: str
+    label: str
+    about: str
+
+
+FRAMEWORKS: Final[dict[str, Framework]] = {
+    item.id: item
+    for item in (
+        Framework("pytorch", "PyTorch (the ZeRO paper's accounting)",
+                  "Weights, gradients, master copy and optimizer state as Rajbhandari et al. 2019 count them "
+                  "(2 + 14/N bytes per parameter for ZeRO-2 with Adam), plus the buffers PyTorch's autograd and "
+                  "ZeRO's collectives hold while they run."),
+        Framework("deepspeed", "DeepSpeed (its own estimator's convention)",
+                  "As DeepSpeed 0.19's estimate_zero2/zero3_model_states_mem_needs count model states: an fp32 copy "
+                  "of each rank's gradient partition for the optimizer step (2 + 18/N bytes per parameter for "
+                  "ZeRO-2), and under ZeRO-3 the largest layer's 16-bit parameters and gradients gathered whole "
+                  "(4 bytes per parameter of it); ZeRO stage 0 is counted as plain data parallelism."),
+    )
+}
+
+
+@dataclass(frozen=True)
 class Offload:
     """What moves to host memory (ZeRO-Offload, Ren et al. 2021, arXiv:2101.06840; ZeRO-Infinity, Rajbhandari et
     al. 2021, arXiv:2104.07857; FSDP's CPUOffload(offload_params=True))."""
@@ -129,6 +154,7 @@ class Training:
     framework_overhead_bytes: int = DEFAULT_FRAMEWORK_OVERHEAD_BYTES
     loss: str = "standard"  # a key of LOSSES
     loss_chunks: int = 8  # for the chunked loss
+    framework: str = "pytorch"  # a key of FRAMEWORKS
     finetuning: Finetuning = Finetuning()
 
 
@@ -182,6 +208,10 @@ def validate_setup(training: Training, parallelism: Parallelism, arch: Architect
     check_choice("training.loop", training.loop, LOOPS)
     check_choice("training.loss", training.loss, LOSSES)
     check_int("training.loss_chunks", training.loss_chunks, low=1, high=MAX_LOSS_CHUNKS)
+    check_choice("training.framework", training.framework, FRAMEWORKS)
+    if training.framework == "deepspeed" and training.implementation == "megatron":
+        raise DomainError("training.framework", "Megatron-LM keeps its own gradient buffer and distributed optimizer; "
+                                                "choose the pytorch convention")
     if training.loss != "standard" and training.implementation == "megatron":
         raise DomainError("training.loss", "Megatron-LM computes its own vocabulary-parallel cross entropy; "
                                            "choose the standard loss")

@@ -266,3 +266,31 @@ def finetuned_stage(arch: Architecture, finetuning: Finetuning, weight_bits: int
     if quantized_rank:
         text += f" + {layers} layers' linear weights in {ft.quantization} ({quantized_rank:,} B)"
     return FinetunedStage(parts, frozen_rank, frozen_cluster, text, added)
+
+
+def module_name(tensor: ParamTensor) -> str:
+    """The module a parameter belongs to: its name less a trailing ``.weight`` or ``.bias``."""
+    stem, _, leaf = tensor.name.rpartition(".")
+    return stem if stem and leaf in ("weight", "bias") else tensor.name
+
+
+@lru_cache(maxsize=256)
+def largest_module(arch: Architecture, tensor_parallel: int, *, first: bool, last: bool) -> int:
+    """Elements, on tensor-parallel rank 0, of the stage's module with the most parameters of its own.
+
+    DeepSpeed's ZeRO-3 estimator takes ``largest_layer_params`` as the most any one module holds directly
+    (``m.parameters(recurse=False)``, deepspeed/runtime/zero/stage3.py ``model_to_params``): a single linear
+    layer or the embedding, not a whole decoder layer. A tied output layer holds the embedding's matrix.
+    """
+    tensors = list(layer_tensors(arch))
+    if first:
+        tensors += embedding_tensors(arch)
+    if last:
+        tensors += head_tensors(arch)
+    modules: dict[str, int] = {}
+    for tensor in tensors:
+        name = module_name(tensor)
+        modules[name] = modules.get(name, 0) + math.prod(tensor.shape_on_rank(tensor_parallel, 0))
+    if last and arch.tie_word_embeddings:
+        modules["lm_head"] = math.prod(embedding_tensors(arch)[0].shape_on_rank(tensor_parallel, 0))
+    return max(modules.values(), default=0)
