@@ -201,6 +201,21 @@ class _Flags:
         return self.r.choice(self.key(name), value, choices)
 
 
+def _virtual_stages(f: _Flags, r: Reading, layers: int | None, pipeline: int) -> None:
+    """The interleaved schedule: Megatron-LM's chunks per pipeline rank, given directly or as layers per chunk."""
+    if f.has("num-virtual-stages-per-pipeline-rank"):
+        r.said("parallelism.virtual_stages", f.integer("num-virtual-stages-per-pipeline-rank"),
+               f.key("num-virtual-stages-per-pipeline-rank"))
+    elif f.has("num-layers-per-virtual-pipeline-stage"):
+        chunk = f.integer("num-layers-per-virtual-pipeline-stage") or 1
+        if layers:
+            r.said("parallelism.virtual_stages", max(1, layers // pipeline // chunk),
+                   f.key("num-layers-per-virtual-pipeline-stage"), chunk,
+                   note=f"{layers} layers ÷ {pipeline} pipeline ranks ÷ {chunk} layers a chunk")
+        else:
+            r.ignore(f.key("num-layers-per-virtual-pipeline-stage"), "needs --num-layers to count the chunks")
+
+
 def read(text: str, r: Reading) -> None:
     tokens, variables = words(text, r.where)
     found = flags(tokens)
@@ -217,13 +232,11 @@ def read(text: str, r: Reading) -> None:
     for name, value in (("tensor-model-parallel-size", tensor), ("pipeline-model-parallel-size", pipeline)):
         if f.has(name):
             r.said(f"parallelism.{name.split('-')[0]}", value, f.key(name))
-    if context > 1:
-        r.ignore("--context-parallel-size", "context parallelism is not modelled: each GPU is counted with the "
-                                            "whole sequence")
-    elif f.has("context-parallel-size"):
-        r.ignore("--context-parallel-size", "1: no context parallelism")
+    if f.has("context-parallel-size"):
+        r.said("parallelism.context", context, f.key("context-parallel-size"))
 
     layers = _model(f, r, tensor)
+    _virtual_stages(f, r, layers, pipeline)
     _batch(f, r, tensor * pipeline * context)
     _precision(f, r)
     _optimizer(f, r)
@@ -238,8 +251,6 @@ def read(text: str, r: Reading) -> None:
         key = f.key(name)
         if name in LAUNCHER:
             r.ignore(key, "how torchrun starts the processes; no memory of its own")
-        elif name in ("num-layers-per-virtual-pipeline-stage", "num-virtual-stages-per-pipeline-rank"):
-            r.ignore(key, "interleaved (virtual) pipeline stages are not modelled: one stage per pipeline rank")
         elif name in ("num-experts", "expert-model-parallel-size", "expert-tensor-parallel-size") or "moe" in name:
             r.ignore(key, MOE)
         elif "fp8" in name:

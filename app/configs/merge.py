@@ -30,7 +30,8 @@ MUST_MATCH: Final = ("training.micro_batch_size", "training.gradient_accumulatio
 TRAINING_FIELDS: Final = ("micro_batch_size", "seq_len", "precision", "optimizer", "optimizer_implementation",
                           "adafactor_momentum", "activation_checkpointing", "attention", "implementation", "loop",
                           "gradient_accumulation_steps")
-PARALLELISM_FIELDS: Final = ("data", "tensor", "pipeline", "sequence_parallel", "zero_stage", "offload", "gpus_per_node")
+PARALLELISM_FIELDS: Final = ("data", "tensor", "pipeline", "sequence_parallel", "zero_stage", "offload", "gpus_per_node",
+                              "context", "virtual_stages")
 FINETUNING_FIELDS: Final = ("method", "rank", "target_modules", "dropout", "modules_to_save", "quantization")
 MAX_ENTRIES: Final = 2000  # per list: a pathological file of thousands of keys is summarised past this
 DEFAULT_WHY: Final = "not in the config: trainmem's default"

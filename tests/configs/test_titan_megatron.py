@@ -136,3 +136,18 @@ def test_megatron_swiglu_default_ffn_and_flags_with_equals():
 def test_megatron_bad_flags(text, field):
     error = refused("megatron", text)
     assert error.field == field, error
+
+
+def test_megatron_context_parallel_and_virtual_stages():
+    # Megatron-LM's arguments.py: --context-parallel-size splits each sequence; --num-layers-per-virtual-pipeline-stage
+    # gives the chunk size, so 96 layers on 8 pipeline ranks in chunks of 3 are 4 virtual stages a rank.
+    text = ("pretrain_gpt.py --num-layers 96 --hidden-size 12288 --num-attention-heads 96 --seq-length 2048 "
+            "--max-position-embeddings 2048 --micro-batch-size 1 --global-batch-size 1536 "
+            "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 8 --context-parallel-size 2 "
+            "--num-layers-per-virtual-pipeline-stage 3 --bf16 --sequence-parallel")
+    answer = imported("megatron", text)
+    assert answer["request"]["parallelism"].items() >= {"context": 2, "virtual_stages": 4}.items()
+    assert understood(answer)["--num-layers-per-virtual-pipeline-stage"] == ["parallelism.virtual_stages"]
+    direct = imported("megatron", text.replace("--num-layers-per-virtual-pipeline-stage 3",
+                                               "--num-virtual-stages-per-pipeline-rank 2"))
+    assert direct["request"]["parallelism"]["virtual_stages"] == 2
