@@ -114,6 +114,10 @@ def read(data: Any, r: Reading) -> None:
         elif key in ("context_parallel_size", "sequence_parallel_degree"):
             r.ignore(key, "context parallelism is not modelled: each GPU is counted with the whole sequence"
                      if value not in (None, 1) else "1: no context parallelism")
+        elif key in ("liger_rms_norm", "liger_glu_activation") and value is True:
+            r.said("training.implementation", "liger", key, value, note="Liger Kernel's RMSNorm and SwiGLU")
+        elif key == "liger_fused_linear_cross_entropy" and value is True:
+            r.said("training.loss", "fused-linear", key, value, note="Liger's fused linear cross entropy")
         elif key in ("plugins", "liger_rope", "liger_rms_norm", "liger_glu_activation", "liger_fused_linear_cross_entropy",
                      "liger_layer_norm", "cut_cross_entropy", "chunked_cross_entropy"):
             r.ignore_all(value, key, "fused-kernel plugins (Liger, Cut Cross Entropy) are not modelled: the logits "

@@ -29,7 +29,7 @@ ARGUMENTS: Final = ("training-arguments", "axolotl")
 MUST_MATCH: Final = ("training.micro_batch_size", "training.gradient_accumulation_steps")
 TRAINING_FIELDS: Final = ("micro_batch_size", "seq_len", "precision", "optimizer", "optimizer_implementation",
                           "adafactor_momentum", "activation_checkpointing", "attention", "implementation", "loop",
-                          "gradient_accumulation_steps")
+                          "gradient_accumulation_steps", "loss")
 PARALLELISM_FIELDS: Final = ("data", "tensor", "pipeline", "sequence_parallel", "zero_stage", "offload", "gpus_per_node",
                               "context", "virtual_stages")
 FINETUNING_FIELDS: Final = ("method", "rank", "target_modules", "dropout", "modules_to_save", "quantization")

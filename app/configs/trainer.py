@@ -136,9 +136,15 @@ def read(data: Any, r: Reading) -> None:
             continue
         if key in ("torch_compile", "torch_compile_backend", "torch_compile_mode"):
             r.ignore(key, COMPILE)
-        elif key in ("use_liger_kernel", "liger_kernel_config"):
-            r.ignore_all(value, key, "Liger's fused kernels are not modelled (its fused linear cross-entropy never "
-                                     "holds the logits)")
+        elif key == "use_liger_kernel" and value is True:
+            # Trainer applies apply_liger_kernel_to_<model>() with its defaults: RMSNorm, SwiGLU, RoPE and the fused
+            # linear cross entropy (transformers' trainer.py, use_liger_kernel).
+            r.said("training.implementation", "liger", key, value, note="Liger Kernel's patched modules")
+            r.said("training.loss", "fused-linear", key, value, note="Liger's fused linear cross entropy, on by default")
+        elif key == "use_liger_kernel":
+            r.ignore(key, "off")
+        elif key == "liger_kernel_config":
+            r.ignore_all(value, key, "which Liger kernels to patch: the estimate assumes its defaults (all of them)")
         elif key == "auto_find_batch_size":
             r.ignore(key, "the Trainer halves the batch after an out-of-memory error; the estimate uses "
                           "per_device_train_batch_size")

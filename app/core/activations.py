@@ -40,7 +40,7 @@ from app.core.finetuning import Finetuning, Role, embeddings_train, head_trains,
 from app.core.precision import Precision
 from app.core.units import ceil_div
 
-Implementation = Literal["megatron", "transformers"]
+Implementation = Literal["megatron", "transformers", "liger"]
 Attention = Literal["eager", "sdpa", "flash"]
 Kernel = Literal["eager", "flash", "memory-efficient", "math"]
 Checkpointing = Literal["none", "selective", "full"]
@@ -64,6 +64,9 @@ def _registry(*choices: Choice) -> dict[str, Choice]:
 IMPLEMENTATION_CHOICES: Final = _registry(
     Choice("transformers", "Hugging Face transformers", "The Hugging Face modules as written (modeling_llama.py, ...)."),
     Choice("megatron", "Megatron-LM", "Megatron-LM's fused kernels (Korthikanti et al. 2022, Table 2)."),
+    Choice("liger", "transformers + Liger Kernel", "The Hugging Face modules with Liger Kernel's patches as its "
+           "apply_liger_kernel_to_* functions install them: its RMSNorm, SwiGLU/GeGLU and RoPE (choose the fused "
+           "linear cross entropy with training.loss)."),
 )
 ATTENTION_CHOICES: Final = _registry(
     Choice("eager", "Eager (stores scores)", "Two matmuls around an explicit softmax: the s × s scores are stored."),
@@ -134,7 +137,7 @@ class ActivationSetup:
     @cached_property
     def autocast(self) -> bool:
         """Weights wider than activations: matmuls run on casts (torch.autocast), the residual stream stays wide."""
-        return self.implementation == "transformers" and self.precision.bits("weights") > self.precision.bits("activations")
+        return self.implementation != "megatron" and self.precision.bits("weights") > self.precision.bits("activations")
 
     @cached_property
     def stream_bytes(self) -> int:
@@ -285,6 +288,13 @@ def _hf_norm(saved: _Saved, prefix: str, arch: Architecture, setup: ActivationSe
     the normalised tensor the weight's; LayerNorm keeps its three while either is asked for.
     """
     if not (weight_grad or input_grad):
+        return
+    if setup.implementation == "liger" and arch.norm == "rmsnorm":
+        # LigerRMSNormFunction keeps its input in its own dtype and the fp32 reciprocal RMS, whichever gradient is
+        # asked for (liger_kernel/ops/rms_norm.py, lines 465-466 and 674-676), and neither the fp32 copy nor the
+        # normalised tensor.
+        saved.add(f"{prefix}.input", setup.tokens * arch.hidden_size, setup.stream_bytes, "sequence")
+        saved.add(f"{prefix}.rstd", setup.tokens, FP32_BYTES, "sequence")
         return
     n, h = setup.tokens, arch.hidden_size
     ws = setup.stream_bytes
@@ -567,7 +577,14 @@ def _hf_mlp(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, down_i
         return
     n, inter = setup.tokens, arch.ffn_size
     wa = setup.half_bytes
-    if arch.is_gated:
+    if arch.is_gated and setup.implementation == "liger":
+        # LigerSiLUMulFunction (GeGLU likewise) computes act(gate) * up in one kernel and keeps only gate and up
+        # (liger_kernel/ops/swiglu.py, line 272; geglu.py, line 138); down_proj keeps the product.
+        saved.add("mlp.gate", n * inter, wa, "tensor")
+        saved.add("mlp.up", n * inter, wa, "tensor")
+        if down_input:
+            saved.add("mlp.product", n * inter, wa, "tensor")
+    elif arch.is_gated:
         # act_fn(gate_proj(x)) * up_proj(x): the activation keeps the gate output, the product keeps
         # the activation's output and the up output, and down_proj keeps the product.
         saved.add("mlp.gate", n * inter, wa, "tensor")

@@ -595,7 +595,7 @@ class _Stage:
         one layer at a time. Measured at real size: docs/VALIDATION.md, "Peak through two steps".
         """
         arch, setup = self.arch, self.setup
-        if setup.implementation != "transformers" or act.attention_kernel(arch, setup) != "eager":
+        if setup.implementation == "megatron" or act.attention_kernel(arch, setup) != "eager":
             return
         if arch.model_type == "gpt2":  # softmax in the scores' own dtype, no cast to take a gradient of
             return

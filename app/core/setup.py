@@ -237,13 +237,17 @@ def validate_setup(training: Training, parallelism: Parallelism, arch: Architect
         raise DomainError("parallelism.offload", "parameters are offloaded only with ZeRO stage 3 (their "
                                                  "partitions are what moves)")
     precision = training.precision
-    autocast = training.implementation == "transformers" and precision.bits("weights") > precision.bits("activations")
+    autocast = training.implementation != "megatron" and precision.bits("weights") > precision.bits("activations")
     validate_finetuning(training.finetuning, arch, autocast=autocast)
     if training.finetuning != Finetuning() and training.implementation == "megatron":
         raise DomainError("finetuning.method", "fine-tuning with adapters or frozen parts is modelled for the "
                                                "transformers implementation")
     if arch is None:
         return
+    if training.implementation == "liger" and (arch.model_type == "gpt2" or not arch.is_gated or arch.is_moe):
+        raise DomainError("training.implementation", "Liger Kernel's patches are modelled for the Llama family's "
+                                                     "gated MLPs (llama, mistral, qwen2/3, gemma, phi3); not for GPT-2, "
+                                                     "other ungated MLPs or mixtures of experts")
     if arch.is_moe:
         if training.implementation == "megatron":
             raise DomainError("training.implementation", "mixture-of-experts layers are modelled as transformers runs "

@@ -55,7 +55,7 @@ def estimate_warnings(arch: Architecture, training: Training, parallelism: Paral
     if training.activation_checkpointing != "none":
         warnings.append("Recomputation replays the forward pass in backward: it needs deterministic operations "
                         "(dropout restores its RNG state) and costs about one extra forward of compute.")
-    if training.activation_checkpointing == "selective" and training.implementation == "transformers":
+    if training.activation_checkpointing == "selective" and training.implementation != "megatron":
         warnings.append("Hugging Face transformers has no selective recomputation of its own; this models "
                         "Megatron-style recomputation of the attention core.")
     if kernel == "eager" and training.seq_len >= 8192:
@@ -70,7 +70,7 @@ def estimate_warnings(arch: Architecture, training: Training, parallelism: Paral
                         "kernel that may store the score matrix (choose sdpa to model the fallback).")
     if parallelism.sequence_parallel and parallelism.tensor == 1:
         warnings.append("Sequence parallelism splits activations over the tensor-parallel group; with tensor=1 it has no effect.")
-    if parallelism.tensor > 1 and training.implementation == "transformers":
+    if parallelism.tensor > 1 and training.implementation != "megatron":
         warnings.append("Tensor-parallel activations follow Megatron's split of attention heads and MLP columns.")
     if parallelism.pipeline > 1:
         m, p = training.gradient_accumulation_steps, parallelism.pipeline

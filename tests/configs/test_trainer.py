@@ -140,3 +140,11 @@ def test_every_name_the_trainer_accepts_is_mapped_or_explained():
 def test_bad_arguments(args, field, words):
     error = refused("training-arguments", args)
     assert (error.field, words in error.message) == (field, True), error
+
+
+def test_use_liger_kernel_means_liger_modules_and_its_fused_loss():
+    from tests.configs.helpers import imported as read
+
+    answer = read("training-arguments", {"per_device_train_batch_size": 2, "use_liger_kernel": True, "bf16": True})
+    training = answer["request"]["training"]
+    assert (training["implementation"], training["loss"]) == ("liger", "fused-linear")

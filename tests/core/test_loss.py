@@ -49,3 +49,18 @@ def test_megatron_keeps_its_own_loss():
     with pytest.raises(core.DomainError) as error:
         _ledger("fused-linear", implementation="megatron")
     assert error.value.field == "training.loss"
+
+
+def test_liger_modules_keep_less_than_transformers_by_their_source():
+    # liger_kernel/ops/rms_norm.py (0.8.5) keeps X in its own dtype and an fp32 RSTD (lines 465-466, 674-676) where
+    # transformers' LlamaRMSNorm keeps an fp32 copy of X, the RSTD and the normalised tensor: per norm, n·h·4 bytes
+    # fewer at bf16. LigerSiLUMulFunction keeps gate and up (swiglu.py, line 272) where transformers also keeps the
+    # activation's output: n·I·2 fewer. Llama-3-8B, n = 4,096 tokens, h = 4,096, I = 14,336.
+    arch = core.get_preset("llama-3-8b").architecture
+    per_layer = {impl: sum(t.bytes for t in core.estimate(architecture=arch, training=core.Training(
+        seq_len=4096, implementation=impl)).layer_activations) for impl in ("transformers", "liger")}
+    n, h, i = 4096, 4096, 14336
+    assert per_layer["transformers"] - per_layer["liger"] == 2 * n * h * 4 + n * i * 2
+    with pytest.raises(core.DomainError) as error:
+        core.estimate(architecture=core.get_preset("gpt2").architecture, training=core.Training(implementation="liger"))
+    assert error.value.field == "training.implementation"
