@@ -14,7 +14,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
+from app.configs import EXPORT_KINDS
+from app.configs.export import export_config
+from app.core import DomainError
 from app.web.accuracy import DOCS_DIR, report_text
+from app.web.form import parse_form
 from app.web.markdown import to_html
 from app.web.pages import TEMPLATES_DIR
 
@@ -23,6 +27,31 @@ REPORT_IMAGE: Final = re.compile(r"^[a-z0-9][a-z0-9.-]*\.svg$")
 
 templates = Jinja2Templates(directory=TEMPLATES_DIR)
 router = APIRouter(include_in_schema=False)
+
+
+EXPORT_LABELS: Final = {"deepspeed": "DeepSpeed JSON", "training-arguments": "Trainer arguments JSON",
+                        "accelerate": "accelerate YAML", "axolotl": "axolotl YAML"}
+
+
+@router.get("/export/{kind}")
+def export_file(kind: str, request: Request) -> Response:
+    """The page's setup (its query string) as a config file for a framework, downloaded (POST /api/v1/export)."""
+    if kind not in EXPORT_KINDS:
+        return Response(f"Unknown kind {kind[:40]!r}; one of {', '.join(EXPORT_KINDS)}", status_code=404,
+                        media_type="text/plain; charset=utf-8")
+    form = parse_form(request.query_params)
+    if not form.ok or form.request is None:
+        problems = "; ".join(f"{name}: {message}" for name, message in form.errors.items()) or "the setup is invalid"
+        return Response(f"Nothing to export: {problems}", status_code=422, media_type="text/plain; charset=utf-8")
+    body = form.request.model_dump(include={"model", "training", "parallelism", "finetuning", "gpu"})
+    try:
+        exported = export_config(body, kind)
+    except DomainError as error:
+        return Response(f"Nothing to export: {error.field}: {error.message}", status_code=422,
+                        media_type="text/plain; charset=utf-8")
+    media = "application/json" if exported["filename"].endswith(".json") else "application/yaml"
+    return Response(exported["text"], media_type=f"{media}; charset=utf-8",
+                    headers={"Content-Disposition": f'attachment; filename="{exported["filename"]}"'})
 
 
 @router.get("/docs", response_class=HTMLResponse)

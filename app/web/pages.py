@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Final
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import HTMLResponse
@@ -121,8 +122,17 @@ def page_context(form: ParsedForm, params: Mapping[str, str]) -> dict[str, Any]:
         "dtype_fields": DTYPE_FIELDS,
         "module_names": _module_hint(_architecture(form, job)),
         "finetuning_presets": finetuning_presets(form, params, _architecture(form, job)),
+        "exports": _export_links(params) if view is not None else (),
         "when": lambda expression: controls.condition_holds(expression, values),
     }
+
+
+def _export_links(params: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """Links that download this setup as each framework's config (app.web.docs.export_file)."""
+    from app.web.docs import EXPORT_LABELS
+
+    query = urlencode([(key, value) for key, value in params.items() if key not in ("pin",)])
+    return tuple((label, f"/export/{kind}?{query}") for kind, label in EXPORT_LABELS.items())
 
 
 def _module_hint(arch: core.Architecture | None) -> str:
