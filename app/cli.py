@@ -288,7 +288,7 @@ def build_parser(command: str | None = None) -> Parser:
     exporter = commands.add_parser("export", help="write the setup as a DeepSpeed, Trainer, accelerate or axolotl config",
                                    description="The setup as a config file for a framework (POST /api/v1/export): the "
                                    "file's text on stdout, what it cannot carry on stderr.")
-    exporter.add_argument("--as", dest="kind_out", required=True, choices=configs.EXPORT_KINDS,
+    exporter.add_argument("--kind", "--as", dest="kind_out", required=True, choices=configs.EXPORT_KINDS,
                           help="the framework to write for")
 
     serve = commands.add_parser("serve", help="serve the page and the JSON API",
@@ -303,7 +303,9 @@ def build_parser(command: str | None = None) -> Parser:
                                    help="a training config to start from (DeepSpeed JSON, TrainingArguments JSON, "
                                    "accelerate or axolotl YAML, torchtitan TOML, Megatron flags; repeat to combine "
                                    "files); the other flags override what it says")
-            subparser.add_argument("--kind", choices=configs.IMPORT_KINDS, default=None,
+            # (export's own --kind names the file to write, so there the --from files' kind is --from-kind)
+            subparser.add_argument("--from-kind" if name == "export" else "--kind", dest="kind",
+                                   choices=configs.IMPORT_KINDS, default=None,
                                    help="the --from files' kind (default: detected from the text)")
     return parser
 

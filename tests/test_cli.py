@@ -414,7 +414,7 @@ def test_from_a_config_file_then_flags_override(tmp_path):
 
 
 def test_export_writes_the_file_the_api_writes(tmp_path):
-    done = trainmem("export", "--as", "deepspeed", "--model", "llama-3-8b", "--data", "8", "--zero-stage", "3")
+    done = trainmem("export", "--kind", "deepspeed", "--model", "llama-3-8b", "--data", "8", "--zero-stage", "3")
     assert done.returncode == 0
     expected = api("export", {"model": {"preset": "llama-3-8b"}, "parallelism": {"data": 8, "zero_stage": 3},
                                       "kind": "deepspeed"})
@@ -426,7 +426,7 @@ def test_export_writes_the_file_the_api_writes(tmp_path):
 
 @pytest.mark.parametrize("args, flag", [
     (("estimate", "--from", "/no/such/file.json"), "--from"),
-    (("export", "--model", "gpt2"), "--as"),
+    (("export", "--model", "gpt2"), "--kind"),
 ])
 def test_config_flags_fail_in_one_line(args, flag):
     done = trainmem(*args)
