@@ -212,10 +212,14 @@ et al. 2022, Table 2, as `tests/core` checks.
 
 
 LOSSES_FROM_SOURCE: Final = (
-    '## Losses accounted from source',
+    '## Kernels and losses accounted from source',
     '',
-    "Liger Kernel's fused linear cross entropy (`training.loss: fused-linear`) runs as Triton kernels, which need a GPU:",
-    "it is not measured here. trainmem counts it from liger-kernel 0.8.5's source",
+    "Liger Kernel's kernels run as Triton kernels, which need a GPU: they are not measured here. Its RMSNorm and SwiGLU",
+    "(`training.implementation: liger`) are counted from liger-kernel 0.8.5's source: `LigerRMSNormFunction` keeps its",
+    'input in its own dtype and an fp32 reciprocal RMS (`liger_kernel/ops/rms_norm.py`, lines 465-466 and 674-676),',
+    '`LigerSiLUMulFunction` keeps gate and up (`swiglu.py`, line 272; GeGLU likewise, `geglu.py`, line 138), and its RoPE',
+    "keeps cos and sin (`rope.py`, line 289), as transformers' does. Its fused linear cross entropy",
+    "(`training.loss: fused-linear`) likewise. trainmem counts it from liger-kernel 0.8.5's source",
     "(`liger_kernel/ops/fused_linear_cross_entropy.py`): one reused chunk × V buffer of logits in the input's dtype, the",
     "chunk size min(next_power_of_2(⌈BT ÷ ⌈V ÷ H⌉⌉), BT) (lines 103-106, and the source's own example: BT 16,384, V 32,000,",
     "H 4,096 → 2,048), `grad_input` (BT × H) and `grad_weight` (V × H, the weight's dtype) made in forward and saved for",
