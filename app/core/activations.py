@@ -57,31 +57,32 @@ class Choice:
     about: str
 
 
-def _registry(*choices: Choice) -> dict[str, Choice]:
-    return {choice.id: choice for choice in choices}
+def choices(*records: Choice) -> dict[str, Choice]:
+    """A registry: each record by its id."""
+    return {choice.id: choice for choice in records}
 
 
-IMPLEMENTATION_CHOICES: Final = _registry(
+IMPLEMENTATION_CHOICES: Final = choices(
     Choice("transformers", "Hugging Face transformers", "The Hugging Face modules as written (modeling_llama.py, ...)."),
     Choice("megatron", "Megatron-LM", "Megatron-LM's fused kernels (Korthikanti et al. 2022, Table 2)."),
     Choice("liger", "transformers + Liger Kernel", "The Hugging Face modules with Liger Kernel's patches as its "
            "apply_liger_kernel_to_* functions install them: its RMSNorm, SwiGLU/GeGLU and RoPE (choose the fused "
            "linear cross entropy with training.loss)."),
 )
-ATTENTION_CHOICES: Final = _registry(
+ATTENTION_CHOICES: Final = choices(
     Choice("eager", "Eager (stores scores)", "Two matmuls around an explicit softmax: the s × s scores are stored."),
     Choice("sdpa", "SDPA (PyTorch picks)", "torch's scaled_dot_product_attention: the kernel it picks on the device for "
            "this setup (flash, memory-efficient or math)."),
     Choice("flash", "Flash (fused)", "A fused kernel that keeps its output and an fp32 log-sum-exp instead of the scores."),
 )
-KERNELS: Final = _registry(
+KERNELS: Final = choices(
     Choice("eager", "eager", "explicit softmax; the s × s probabilities are saved"),
     Choice("flash", "flash", "fused; saves Q, K, V, the output and an fp32 log-sum-exp per query"),
     Choice("memory-efficient", "memory-efficient", "fused; saves Q, K, V, the output and an fp32 log-sum-exp per query "
            "(padded to 32 queries)"),
     Choice("math", "math", "torch's reference sdpa: scaled Q and K, an fp32-or-wider softmax of s × s per head"),
 )
-CHECKPOINTING_CHOICES: Final = _registry(
+CHECKPOINTING_CHOICES: Final = choices(
     Choice("none", "None", "every tensor saved for backward"),
     Choice("selective", "Selective (attention core)", "attention core recomputed"),
     Choice("full", "Full (layer inputs only)", "only each layer's input kept"),

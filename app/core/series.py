@@ -66,7 +66,7 @@ def series(job: Job, path: str, values: Sequence[object]) -> tuple[SeriesPoint, 
             distinct.setdefault((type(value), value), index)
     if path == "gpu":
         return _over_gpus(job, values)
-    fitted = _Fit.of(job, path, [value for _, value in distinct]) if path in POLYNOMIAL else None
+    fitted = Fit.of(job, path, [value for _, value in distinct]) if path in POLYNOMIAL else None
     points: dict[tuple[type, object], SeriesPoint] = {}
     for key, index in distinct.items():
         value = key[1]
@@ -134,7 +134,7 @@ def _never_below(f: Coefficients, g: Coefficients, low: int, high: int, *, stric
     return least > 0 if strictly else least >= 0
 
 
-class _Fit:
+class Fit:
     """Each event's live bytes by category, and the per-GPU sum, as polynomials in the field."""
 
     def __init__(self, job: Job, path: str, x0: int, samples: list[Estimate]) -> None:
@@ -175,7 +175,7 @@ class _Fit:
         return sizes.index(max(sizes))
 
     @classmethod
-    def of(cls, job: Job, path: str, values: list[object]) -> _Fit | None:
+    def of(cls, job: Job, path: str, values: list[object]) -> Fit | None:
         if not polynomial(job, path):
             return None
         degree, x0 = POLYNOMIAL[path]

@@ -38,30 +38,20 @@ MAX_GPUS_PER_NODE: Final = 64
 MAX_LOSS_CHUNKS: Final = 1 << 16
 
 
-@dataclass(frozen=True)
-class Loss:
-    """How the loss is computed, which decides how much of the tokens × vocabulary logits ever exists."""
+# How the loss is computed, which decides how much of the tokens × vocabulary logits ever exists.
+LOSSES: Final = act.choices(
+    act.Choice("standard", "Standard cross entropy", "The model returns the logits; the loss upcasts them to fp32 and "
+           "its backward makes two fp32 gradients of the same shape (transformers' ForCausalLMLoss)."),
+    act.Choice("chunked", "Chunked cross entropy", "The output layer and the loss run chunk by chunk of tokens "
+           "(torchtune's CEWithChunkedOutputLoss, num_output_chunks): the fp32 upcast and the loss's gradients "
+           "exist for one chunk at a time; the logits and the fp32 log-probabilities saved for backward are as "
+           "large as ever."),
+    act.Choice("fused-linear", "Fused linear cross entropy (Liger)", "Liger Kernel's fused linear cross entropy "
+           "computes the logits chunk by chunk and their gradients in the same pass: no full logits, no fp32 "
+           "log-probabilities; it keeps the gradient of its input and of the output layer's weight from forward to "
+           "backward (liger_kernel/ops/fused_linear_cross_entropy.py)."),
+)
 
-    id: str
-    label: str
-    about: str
-
-
-LOSSES: Final[dict[str, Loss]] = {
-    item.id: item
-    for item in (
-        Loss("standard", "Standard cross entropy", "The model returns the logits; the loss upcasts them to fp32 and "
-             "its backward makes two fp32 gradients of the same shape (transformers' ForCausalLMLoss)."),
-        Loss("chunked", "Chunked cross entropy", "The output layer and the loss run chunk by chunk of tokens "
-             "(torchtune's CEWithChunkedOutputLoss, num_output_chunks): the fp32 upcast and the loss's gradients "
-             "exist for one chunk at a time; the logits and the fp32 log-probabilities saved for backward are as "
-             "large as ever."),
-        Loss("fused-linear", "Fused linear cross entropy (Liger)", "Liger Kernel's fused linear cross entropy "
-             "computes the logits chunk by chunk and their gradients in the same pass: no full logits, no fp32 "
-             "log-probabilities; it keeps the gradient of its input and of the output layer's weight from forward to "
-             "backward (liger_kernel/ops/fused_linear_cross_entropy.py)."),
-    )
-}
 
 @dataclass(frozen=True)
 class Framework:

@@ -21,7 +21,7 @@ from app.core.flops import step_flops
 from app.core.job import JOB_FIELDS, Job, field_value, with_field
 from app.core.optimizers import OPTIMIZER_INFO
 from app.core.precision import PRECISION_PRESETS
-from app.core.series import POLYNOMIAL, _Fit, polynomial
+from app.core.series import POLYNOMIAL, Fit, polynomial
 from app.core.setup import activation_setup
 
 TARGETS: Final = {
@@ -138,7 +138,7 @@ def _polynomial_guess(job: Job, path: str, capacity: int, high: int) -> int | No
     if not polynomial(job, path):
         return None
     degree, x0 = POLYNOMIAL[path]
-    fitted = _Fit.of(job, path, [x0 + degree])
+    fitted = Fit.of(job, path, [x0 + degree])
     if fitted is None:
         return None
     fitted.keep_candidates(0, high - x0)
