@@ -20,14 +20,15 @@ from typing import Annotated, Any, Final
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Header, Request
-from fastapi.responses import HTMLResponse
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 
 from app import core
 from app.api.schemas import ARCHITECTURE_FIELDS, to_job, to_parallelism
 from app.core.finetuning import ALL_LINEAR, module_names
 from app.core.job import Job
-from app.web import controls, links
+from app.web import controls, imports, links
 from app.web.accuracy import accuracy
 from app.web.answers import fit_answers
 from app.web.compare import pin
@@ -124,7 +125,17 @@ def page_context(form: ParsedForm, params: Mapping[str, str]) -> dict[str, Any]:
         "finetuning_presets": finetuning_presets(form, params, _architecture(form, job)),
         "exports": _export_links(params) if view is not None else (),
         "when": lambda expression: controls.condition_holds(expression, values),
+        "paste": paste_box(params),
+        "imported": None,
     }
+
+
+def paste_box(params: Mapping[str, str], *, text: str = "", kind: str = imports.AUTO,
+              error: imports.PasteError | None = None) -> dict[str, Any]:
+    """The paste form: what it shows, and the page's state it posts without JavaScript."""
+    return {"text": text, "kind": kind, "error": error, "open": bool(text or error),
+            "kinds": tuple(imports.KIND_LABELS.items()),
+            "state": urlencode(links.state_of(params, names=STATE_NAMES))}
 
 
 def _export_links(params: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
@@ -176,3 +187,46 @@ def calculator(
         response = templates.TemplateResponse(request, "page.html", context, status_code=status)
     response.headers["Vary"] = VARY
     return response
+
+
+@router.post("/import", response_class=HTMLResponse)
+async def import_config(
+    request: Request,
+    hx_request: Annotated[str | None, Header()] = None,
+) -> HTMLResponse:
+    """A pasted training config: the page with the form filled from it and what it said beside the result.
+
+    htmx gets the page too (it swaps the part holding the paste box and the form) and ``HX-Push-Url`` with
+    the new state; without JavaScript the page answers the POST and links the new state. A text that cannot
+    be read leaves the state as it was, with the message at the paste box (a 422 without JavaScript).
+    """
+    fields = {key: value for key, value in (await request.form()).items() if isinstance(value, str)}
+    return await run_in_threadpool(_import_page, request, fields, hx_request == "true")
+
+
+def _import_page(request: Request, fields: Mapping[str, str], from_htmx: bool) -> HTMLResponse:
+    state = imports.page_state(fields)
+    text, kind = fields.get(imports.TEXT, ""), fields.get(imports.KIND, imports.AUTO)
+    result = imports.read_paste(kind, text, state)
+    imported = result if isinstance(result, imports.Imported) else None
+    error = result if isinstance(result, imports.PasteError) else None
+    if imported is not None:
+        state = imported.state
+    form = parse_form(state)
+    context = page_context(form, state) | {
+        "paste": paste_box(state, text=text, kind=kind, error=error),
+        "imported": imported,
+    }
+    ok = imported is not None and form.ok
+    status = 200 if ok or from_htmx else 422
+    response = templates.TemplateResponse(request, "page.html", context, status_code=status)
+    if imported is not None and from_htmx:
+        response.headers["HX-Push-Url"] = imported.href
+    response.headers["Vary"] = VARY
+    return response
+
+
+@router.get("/import")
+def import_address() -> RedirectResponse:
+    """The paste box answers a POST; its address opened directly is the calculator."""
+    return RedirectResponse("/", status_code=303)
