@@ -144,4 +144,22 @@
     }
   });
   document.addEventListener("htmx:oobAfterSwap", markSoon);
+
+  /* A pasted config over the body limit is refused before the page sees it (a 413 in the API's error
+     shape, which htmx does not swap): its message goes where the page's own messages about the text go. */
+  document.addEventListener("htmx:responseError", function (event) {
+    if (event.detail.elt.id !== "paste-form") return;
+    var slot = document.getElementById("error-config_text");
+    var text = document.getElementById("f-config_text");
+    var message = "The config could not be read (" + event.detail.xhr.status + ").";
+    try {
+      var detail = JSON.parse(event.detail.xhr.responseText).detail[0];
+      if (detail && detail.msg) message = "The config " + detail.msg + ".";
+    } catch (ignored) { /* not the API's error shape: keep the status */ }
+    if (slot) slot.textContent = message;
+    if (text) {
+      text.setAttribute("aria-invalid", "true");
+      text.focus();
+    }
+  });
 })();
