@@ -96,6 +96,25 @@ def _mixtral(size: Size) -> PretrainedConfig:
     )
 
 
+def _gemma3(size: Size) -> PretrainedConfig:
+    # Sliding-window and full-attention layers alternate; the window (Gemma3TextConfig's 4096) is longer than
+    # the sequences measured, so both kinds keep the same tensors (app.core.activations.sliding_window_activations).
+    return transformers.Gemma3TextConfig(
+        hidden_size=size.hidden, num_hidden_layers=size.layers, num_attention_heads=size.heads,
+        num_key_value_heads=size.kv_heads, intermediate_size=size.intermediate, vocab_size=size.vocab,
+        max_position_embeddings=size.positions, head_dim=size.head_dim or size.hidden // size.heads,
+        layer_types=["sliding_attention" if index % 2 == 0 else "full_attention" for index in range(size.layers)],
+    )
+
+
+def _olmo2(size: Size) -> PretrainedConfig:
+    return transformers.Olmo2Config(
+        hidden_size=size.hidden, num_hidden_layers=size.layers, num_attention_heads=size.heads,
+        num_key_value_heads=size.kv_heads, intermediate_size=size.intermediate, vocab_size=size.vocab,
+        max_position_embeddings=size.positions, eos_token_id=1,  # Olmo2Config's 50279 lies outside small vocabularies
+    )
+
+
 FAMILIES: dict[str, Callable[[Size], PretrainedConfig]] = {
     "gpt2": _gpt2,
     "gpt2-no-dropout": _gpt2_no_dropout,
@@ -105,6 +124,8 @@ FAMILIES: dict[str, Callable[[Size], PretrainedConfig]] = {
     "qwen2": _qwen2,
     "gemma": _gemma,
     "mixtral": _mixtral,
+    "gemma3": _gemma3,
+    "olmo2": _olmo2,
 }
 
 # Dtypes of the precision presets the harness runs.

@@ -106,9 +106,14 @@ FP32_BYTES: Final = 4
 INDEX_BYTES: Final = 8  # int64 token ids and labels
 MASK_BYTES: Final = 1  # a bool/uint8 dropout mask from a fused dropout kernel
 
-# Models whose RMSNorm computes in fp32 and multiplies by (1 + weight) before casting back, so the
-# normalised tensor it keeps is fp32 (modeling_gemma.py, GemmaRMSNorm).
-FP32_NORMALISED_MODELS: Final = ("gemma", "gemma2")
+# Models whose RMSNorm multiplies by its weight in fp32 before casting back, so the normalised tensor it keeps is
+# fp32: Gemma's multiplies by (1 + weight), a new fp32 vector that the multiply keeps too (modeling_gemma.py,
+# GemmaRMSNorm; Gemma3RMSNorm likewise), OLMo 2's by the weight itself (modeling_olmo2.py, Olmo2RMSNorm).
+FP32_NORMALISED_MODELS: Final = ("gemma", "gemma2", "gemma3_text", "olmo2")
+ONE_PLUS_WEIGHT_MODELS: Final = ("gemma", "gemma2", "gemma3_text")
+# Models whose rotary embedding returns cos and sin in fp32, without casting them to the activations' dtype
+# (modeling_olmo2.py, Olmo2RotaryEmbedding.forward; apply_rotary_pos_emb casts the rotated Q and K back).
+FP32_ROTARY_MODELS: Final = ("olmo2",)
 
 
 @dataclass(frozen=True)
@@ -311,7 +316,7 @@ def _hf_norm(saved: _Saved, prefix: str, arch: Architecture, setup: ActivationSe
     fp32_normalised = arch.model_type in FP32_NORMALISED_MODELS
     if weight_grad:
         saved.add(f"{prefix}.normalised", n * h, FP32_BYTES if fp32_normalised else ws, "sequence")
-    if fp32_normalised and input_grad:
+    if input_grad and arch.model_type in ONE_PLUS_WEIGHT_MODELS:
         saved.add(f"{prefix}.one_plus_weight_fp32", h, FP32_BYTES, "none")
 
 
@@ -526,15 +531,25 @@ def _hf_probs_bytes(arch: Architecture, setup: ActivationSetup) -> int:
 
 
 def _hf_qk_norms(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, weight_grad: bool) -> None:
-    """Qwen3's RMSNorm over each head of Q and K (modeling_qwen3.py, q_norm and k_norm), before the rotary
-    multiply: as every RMSNorm, its fp32 input and reciprocal RMS per head, and the normalised tensor for
-    its weight's gradient."""
+    """The RMSNorms of Q and K before the rotary multiply: as every RMSNorm (`_hf_norm`), its fp32 input and
+    fp32 reciprocal RMS, and the normalised tensor for its weight's gradient.
+
+    Qwen3 and Gemma 3 normalise each head (modeling_qwen3.py, modeling_gemma3.py: q_norm and k_norm over
+    head_dim), so the reciprocal RMS has one value per token and head; OLMo 2 normalises the whole projection
+    (modeling_olmo2.py: q_norm over a*d, k_norm over g*d), one value per token. Gemma's and OLMo 2's norms
+    keep the normalised tensor in fp32, and Gemma's its fp32 (1 + weight) of d elements.
+    """
     n, d = setup.tokens, arch.head_size
+    per_head = arch.qk_norm_over == "head"
+    normalised_bytes = FP32_BYTES if arch.model_type in FP32_NORMALISED_MODELS else setup.half_bytes
+    one_plus_weight = arch.model_type in ONE_PLUS_WEIGHT_MODELS
     for name, heads in (("q_norm", arch.num_attention_heads), ("k_norm", arch.kv_heads)):
         saved.add(f"attn.{name}.input_fp32", n * heads * d, FP32_BYTES, "tensor")
-        saved.add(f"attn.{name}.rstd", n * heads, FP32_BYTES, "tensor")
+        saved.add(f"attn.{name}.rstd", n * heads if per_head else n, FP32_BYTES, "tensor" if per_head else "none")
         if weight_grad:
-            saved.add(f"attn.{name}.normalised", n * heads * d, setup.half_bytes, "tensor")
+            saved.add(f"attn.{name}.normalised", n * heads * d, normalised_bytes, "tensor")
+        if one_plus_weight:
+            saved.add(f"attn.{name}.one_plus_weight_fp32", d, FP32_BYTES, "none")
 
 
 def _hf_moe(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
@@ -637,7 +652,9 @@ def _hf_layer(arch: Architecture, setup: ActivationSetup, role: Role = "full") -
     mlp_out = adapters_on("mlp.down")
     attn_consumers = 1 if arch.fused_qkv else 3
     mlp_consumers = 1 if (arch.fused_gate_up or not arch.is_gated) else 2
-    _hf_norm(saved, "attn_norm", arch, setup, weight_grad=weights, input_grad=input_grad)
+    pre_norms = arch.norm_placement == "pre"  # OLMo 2 normalises each block's output instead (`post`)
+    if pre_norms:
+        _hf_norm(saved, "attn_norm", arch, setup, weight_grad=weights, input_grad=input_grad)
     if weights:
         _hf_linear_input(saved, "attn.qkv_input", attn_consumers, arch, setup)
     _hf_adapters(saved, attn_in, setup.stream_bytes, input_kept=weights, input_grad=input_grad, name="attn.qkv_input",
@@ -655,8 +672,11 @@ def _hf_layer(arch: Architecture, setup: ActivationSetup, role: Role = "full") -
         kernel_keeps_output = attention_records and attention_kernel(arch, setup) not in ("eager", "math")
         _hf_adapters(saved, attn_out, setup.half_bytes, input_kept=weights or kernel_keeps_output,
                      input_grad=attention_records, name="attn.out_proj_input", arch=arch, setup=setup)
+    if not pre_norms:
+        _hf_norm(saved, "attn_post_norm", arch, setup, weight_grad=weights, input_grad=attention_records)
     mlp_grad = input_grad or weights or bool(attn_in or attn_out)
-    _hf_norm(saved, "mlp_norm", arch, setup, weight_grad=weights, input_grad=mlp_grad)
+    if pre_norms:
+        _hf_norm(saved, "mlp_norm", arch, setup, weight_grad=weights, input_grad=mlp_grad)
     if weights and not arch.is_moe:  # a MoE block's router keeps its input (_hf_moe)
         _hf_linear_input(saved, "mlp.input", mlp_consumers, arch, setup)
     _hf_adapters(saved, mlp_in, setup.stream_bytes, input_kept=weights, input_grad=mlp_grad, name="mlp.input",
@@ -666,6 +686,8 @@ def _hf_layer(arch: Architecture, setup: ActivationSetup, role: Role = "full") -
         _hf_mlp(saved, arch, setup, down_input=weights)
     _hf_adapters(saved, mlp_out, setup.half_bytes, input_kept=weights, input_grad=mlp_records, name="mlp.down_input",
                  arch=arch, setup=setup)
+    if not pre_norms:
+        _hf_norm(saved, "mlp_post_norm", arch, setup, weight_grad=weights, input_grad=mlp_records)
     for index in range(2, arch.norms_per_layer):
         # Extra norms (Gemma 2's post-attention and post-feedforward norms) feed the residual add,
         # which keeps nothing, so only their internals count.
@@ -683,8 +705,11 @@ def _hf_embedding(arch: Architecture, setup: ActivationSetup) -> list[SavedTenso
         if embeddings_train(setup.finetuning):  # for the position table's gradient
             saved.add("embed.position_ids", s, INDEX_BYTES, "none")
     else:
-        # cos and sin, computed once per forward and kept by every layer's rotary multiply.
-        saved.add("rope.cos_sin", 2 * s * arch.head_size, setup.stream_bytes, "none")
+        # cos and sin, computed once per forward and kept by every layer's rotary multiply; Gemma 3 computes a
+        # pair for each kind of layer (its sliding-window layers rotate with another base), in the stream's dtype.
+        pairs = 2 if 0 < arch.sliding_window_layers < arch.num_hidden_layers else 1
+        width = FP32_BYTES if arch.model_type in FP32_ROTARY_MODELS else setup.stream_bytes
+        saved.add("rope.cos_sin", pairs * 2 * s * arch.head_size, width, "none")
     if arch.dropout > 0:
         saved.mask("embed.dropout_mask", n * h, setup.stream_bytes, "sequence")
     return saved.items
@@ -739,6 +764,37 @@ def layer_activations(arch: Architecture, setup: ActivationSetup, role: Role = "
     if setup.implementation == "megatron":
         return tuple(_megatron_layer(arch, setup))
     return tuple(_hf_layer(arch, setup, role))
+
+
+def sliding_window_activations(arch: Architecture, setup: ActivationSetup) -> tuple[SavedTensor, ...]:
+    """What each of the ``sliding_window_layers`` keeps beyond `layer_activations`, for one micro-batch.
+
+    A sliding-window layer computes the same tensors as a full-attention one; only the mask differs. Eager
+    attention adds the mask to the scores (an add keeps nothing) and a fused kernel given the window (flash
+    attention) needs no mask, so they keep the same. sdpa is the exception once the sequence is longer than
+    the window (Gemma 3 in transformers 5.24, measured on CPU: docs/VALIDATION.md): transformers then passes
+    the window as a b x 1 x s x s boolean mask, which sdpa converts to the query's dtype and the kernel keeps
+    for its backward (one per layer), and, because a mask rules out sdpa's grouped-query path
+    (integrations/sdpa_attention.py, use_gqa_in_sdpa), repeats K and V to all a heads first, which the kernel
+    keeps in place of the g-head ones. On CUDA a mask also rules out the flash kernel, so the memory-efficient
+    one runs, whose log-sum-exp is padded to 32 queries (`MEM_EFFICIENT_LSE_ALIGN`).
+    """
+    if (not arch.sliding_window_layers or arch.sliding_window is None or setup.seq_len <= arch.sliding_window
+            or setup.implementation == "megatron" or setup.attention != "sdpa"):
+        return ()
+    kernel = attention_kernel(arch, setup)
+    if kernel not in ("flash", "memory-efficient"):  # the math path adds the mask to its scores and repeats K/V anyway
+        return ()
+    saved = _Saved(setup)
+    b, s, n = setup.micro_batch_size, setup.seq_len, setup.tokens
+    a, g, d = arch.num_attention_heads, arch.kv_heads, arch.head_size
+    saved.add("attn.sliding_window_mask", b * s * s, setup.half_bytes, "none", core=True)
+    if g < a:
+        saved.add("attn.key_value_repeated", 2 * n * (a - g) * d, setup.half_bytes, "tensor")
+    if setup.device == "cuda" and kernel == "flash":
+        padded = ceil_div(s, MEM_EFFICIENT_LSE_ALIGN) * MEM_EFFICIENT_LSE_ALIGN
+        saved.add("attn.logsumexp_padding", b * a * (padded - s), FP32_BYTES, "tensor", core=True)
+    return tuple(saved.items)
 
 
 def checkpointed_layer_activations(

@@ -30,11 +30,15 @@ MlpKind = Literal["gelu", "relu", "swiglu", "geglu"]
 NormKind = Literal["layernorm", "rmsnorm"]
 PositionKind = Literal["learned", "rope"]
 TensorSplit = Literal["column", "row", "vocab", "replicated"]
+QkNormScope = Literal["head", "projection"]
+NormPlacement = Literal["pre", "post"]
 
 MLP_KINDS: Final = ("gelu", "relu", "swiglu", "geglu")
 GATED_MLPS: Final = ("swiglu", "geglu")
 NORM_KINDS: Final = ("layernorm", "rmsnorm")
 POSITION_KINDS: Final = ("learned", "rope")
+QK_NORM_SCOPES: Final = ("head", "projection")
+NORM_PLACEMENTS: Final = ("pre", "post")
 
 # Bounds beyond which a value is a typo rather than a model: the largest published dense models
 # have 126 layers (Llama 3.1 405B), hidden size 18,432 (Nemotron-4 340B) and vocabularies of
@@ -60,6 +64,14 @@ class Architecture:
     ``qkv_proj`` and ``gate_up_proj``); it changes no count, only the shapes an optimizer factors.
     ``dropout`` is the residual/MLP dropout probability and ``attention_dropout`` the one applied
     to attention probabilities (defaults to ``dropout``); masks are stored only when they are > 0.
+    ``qk_norm_over`` says what the query and key norms normalise: each head (``head``: Qwen3, Gemma 3,
+    a weight of ``head_dim``) or the whole projection (``projection``: OLMo 2, a weight of
+    ``num_attention_heads * head_dim`` for the query and ``num_key_value_heads * head_dim`` for the key).
+    ``norm_placement`` is ``pre`` where the two norms of a layer normalise each block's input (Llama) and
+    ``post`` where they normalise each block's output before the residual add (OLMo 2); Gemma 2 and 3
+    have both, as ``norms_per_layer`` 4 (two pre, two post). ``sliding_window`` is the span of the local
+    attention that ``sliding_window_layers`` of the layers use (Gemma 3; None: every layer attends to all
+    earlier tokens); it changes no parameter, only what some attention kernels keep.
     ``model_type`` and ``hidden_act`` are kept from an imported config so that the `transformers`
     activation accounting can follow the modules as Hugging Face wrote them.
     """
@@ -88,7 +100,11 @@ class Architecture:
     num_experts_per_tok: int = 2
     moe_intermediate_size: int | None = None
     norm_topk_prob: bool = True  # the k routing weights renormalised to sum to 1 (Mixtral; Qwen3-MoE's option)
-    qk_norm: bool = False  # an RMSNorm over each head of the query and the key (Qwen3)
+    qk_norm: bool = False  # an RMSNorm over the query and the key (Qwen3, Gemma 3, OLMo 2)
+    qk_norm_over: QkNormScope = "head"
+    norm_placement: NormPlacement = "pre"
+    sliding_window: int | None = None
+    sliding_window_layers: int = 0
     model_type: str | None = None
     hidden_act: str | None = None
     extras: tuple[tuple[str, float], ...] = field(default=())
@@ -177,6 +193,14 @@ def validate_architecture(arch: Architecture) -> None:
         if arch.mlp not in GATED_MLPS or arch.fused_gate_up or arch.mlp_bias:
             raise DomainError("model.num_local_experts", "experts are modelled as gated MLPs without biases "
                                                          "(Mixtral's layout)")
+    if arch.qk_norm_over not in QK_NORM_SCOPES:
+        raise DomainError("model.qk_norm_over", f"must be one of {', '.join(QK_NORM_SCOPES)}, got {arch.qk_norm_over!r}")
+    if arch.norm_placement not in NORM_PLACEMENTS:
+        raise DomainError("model.norm_placement",
+                          f"must be one of {', '.join(NORM_PLACEMENTS)}, got {arch.norm_placement!r}")
+    if arch.sliding_window is not None:
+        _require_range("sliding_window", arch.sliding_window, low=1, high=MAX_POSITIONS)
+    _require_range("sliding_window_layers", arch.sliding_window_layers, low=0, high=arch.num_hidden_layers)
     if arch.norm not in NORM_KINDS:
         raise DomainError("model.norm", f"must be one of {', '.join(NORM_KINDS)}, got {arch.norm!r}")
     if arch.position_embedding not in POSITION_KINDS:
@@ -252,9 +276,12 @@ def layer_tensors(arch: Architecture) -> tuple[ParamTensor, ...]:
     tensors.append(ParamTensor("attn.o.weight", (h, q_out), "row", 1, True))
     if arch.attention_bias:
         tensors.append(ParamTensor("attn.o.bias", (h,)))
-    if arch.qk_norm:  # Qwen3Attention.q_norm and k_norm: one weight over the head dimension each
+    if arch.qk_norm and arch.qk_norm_over == "head":  # Qwen3Attention.q_norm and k_norm: a weight of d each
         tensors.append(ParamTensor("attn.q_norm.weight", (d,)))
         tensors.append(ParamTensor("attn.k_norm.weight", (d,)))
+    elif arch.qk_norm:  # Olmo2Attention.q_norm over a*d and k_norm over g*d, split with their heads
+        tensors.append(ParamTensor("attn.q_norm.weight", (q_out,), "column"))
+        tensors.append(ParamTensor("attn.k_norm.weight", (kv_out,), "column"))
 
     tensors += _mlp_tensors(arch) if not arch.is_moe else _moe_tensors(arch)
 

@@ -14,7 +14,7 @@ from app.core.architecture import Architecture
 from app.core.errors import DomainError
 
 SUPPORTED_MODEL_TYPES: Final = ("gpt2", "llama", "mistral", "qwen2", "gemma", "gemma2", "phi3", "mixtral", "qwen3",
-                                 "qwen3_moe")
+                                 "qwen3_moe", "gemma3_text", "gemma3", "olmo2")
 FIELD_PREFIX: Final = "model.hf_config"
 
 # max_position_embeddings when config.json omits it: each configuration class's default in
@@ -22,7 +22,24 @@ FIELD_PREFIX: Final = "model.hf_config"
 # Gemma2Config 8192, Phi3Config 4096). It shapes no parameter of these rotary models; it only
 # decides when a sequence is longer than the model supports.
 DEFAULT_MAX_POSITIONS: Final = {"llama": 2048, "mistral": 131072, "qwen2": 32768, "gemma": 8192, "gemma2": 8192, "phi3": 4096,
-                                "mixtral": 131072, "qwen3": 32768, "qwen3_moe": 32768}
+                                "mixtral": 131072, "qwen3": 32768, "qwen3_moe": 32768, "gemma3_text": 131072,
+                                "olmo2": 2048}
+
+# Every dimension a config.json may leave out, for the model types whose configuration class gives each one a
+# default (transformers 5.24): Gemma3TextConfig (configuration_gemma3.py; a Gemma 3 config.json for the 4B, 12B
+# and 27B models writes only what differs, so its text_config has no vocab_size or head counts) and Olmo2Config
+# (configuration_olmo2.py; num_key_value_heads falls back to num_attention_heads, as for every type).
+CONFIG_DEFAULTS: Final[dict[str, dict[str, int]]] = {
+    "gemma3_text": {"vocab_size": 262_208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+                    "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256},
+    "olmo2": {"vocab_size": 50304, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+              "num_attention_heads": 32},
+}
+# Gemma3TextConfig: sliding_window 4096, and without layer_types every sliding_window_pattern-th layer (6) attends
+# to all tokens, the others within the window.
+GEMMA3_SLIDING_WINDOW: Final = 4096
+GEMMA3_SLIDING_WINDOW_PATTERN: Final = 6
+GEMMA_TYPES: Final = ("gemma", "gemma2", "gemma3_text")
 
 # Activation names Hugging Face uses (transformers/activations.py ACT2FN) mapped to our MLP kinds
 # for the two-matrix MLP of GPT-2; gated models use them inside SwiGLU/GeGLU.
@@ -41,11 +58,12 @@ def _short(value: Any) -> str:
 
 
 class _Reader:
-    def __init__(self, config: Mapping[str, Any]) -> None:
+    def __init__(self, config: Mapping[str, Any], prefix: str = FIELD_PREFIX) -> None:
         self.config = config
+        self.prefix = prefix
 
     def _field(self, name: str) -> str:
-        return f"{FIELD_PREFIX}.{name}"
+        return f"{self.prefix}.{name}"
 
     def optional_int(self, name: str, default: int | None) -> int | None:
         value = self.config.get(name)
@@ -79,6 +97,14 @@ class _Reader:
             raise DomainError(self._field(name), f"must be at most {MAX_CONFIG_NUMBER:,} in size")
         return float(value)
 
+    def str_list(self, name: str) -> list[str] | None:
+        value = self.config.get(name)
+        if value is None:
+            return None
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise DomainError(self._field(name), f"must be a list of strings, got {_short(value)}")
+        return value
+
     def str(self, name: str, default: str) -> str:
         value = self.config.get(name, default)
         if value is None:
@@ -101,6 +127,8 @@ def architecture_from_hf_config(config: Mapping[str, Any]) -> Architecture:
             f"model_type {model_type!r} is not supported; supported: {', '.join(SUPPORTED_MODEL_TYPES)}",
         )
     reader = _Reader(config)
+    if model_type == "gemma3":
+        reader, model_type = _gemma3_text_config(config), "gemma3_text"
     try:
         if model_type == "gpt2":
             return _gpt2(reader)
@@ -109,7 +137,25 @@ def architecture_from_hf_config(config: Mapping[str, Any]) -> Architecture:
         if error.field.startswith(FIELD_PREFIX):
             raise
         # Architecture validation names fields as model.<name>; point it at the config instead.
-        raise DomainError(error.field.replace("model.", f"{FIELD_PREFIX}.", 1), error.message) from None
+        raise DomainError(error.field.replace("model.", f"{reader.prefix}.", 1), error.message) from None
+
+
+def _gemma3_text_config(config: Mapping[str, Any]) -> _Reader:
+    """The language model of a Gemma 3 ``config.json`` (model_type ``gemma3``): its ``text_config``.
+
+    What is counted is what Gemma3ForCausalLM counts for that text_config: the language model that
+    transformers builds inside Gemma3ForConditionalGeneration. The SigLIP vision tower and the multimodal
+    projector are not counted (419,816,304 parameters for google/gemma-3-4b-pt, measured:
+    Gemma3ForConditionalGeneration minus Gemma3ForCausalLM on the meta device, transformers 5.24), nor are the
+    image tokens' activations: a text-only fine-tune (vision tower frozen or dropped) is what is modelled.
+    """
+    text = config.get("text_config")
+    prefix = f"{FIELD_PREFIX}.text_config"
+    if text is None:  # Gemma3Config(text_config=None) builds Gemma3TextConfig() with every default
+        text = {}
+    if not isinstance(text, Mapping):
+        raise DomainError(prefix, "must be a JSON object (the language model's configuration)")
+    return _Reader(text, prefix)
 
 
 def _gpt2(reader: _Reader) -> Architecture:
@@ -139,9 +185,31 @@ def _gpt2(reader: _Reader) -> Architecture:
     )
 
 
+def _sliding_window(reader: _Reader, model_type: str, layers: int) -> tuple[int | None, int]:
+    """Gemma 3's local attention: the window and how many layers use it (Gemma3TextConfig.__post_init__)."""
+    if model_type != "gemma3_text":
+        return None, 0
+    if reader.bool("use_bidirectional_attention", False):
+        raise DomainError(reader._field("use_bidirectional_attention"), "bidirectional attention is not modelled")
+    layer_types = reader.str_list("layer_types")
+    if layer_types is None:
+        pattern = reader.int("sliding_window_pattern", GEMMA3_SLIDING_WINDOW_PATTERN)
+        if pattern < 1:
+            raise DomainError(reader._field("sliding_window_pattern"), f"must be at least 1, got {pattern}")
+        layer_types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)]
+    elif len(layer_types) != layers:
+        raise DomainError(reader._field("layer_types"), f"must name {layers} layers (num_hidden_layers), "
+                                                        f"got {len(layer_types)}")
+    sliding = sum(kind == "sliding_attention" for kind in layer_types)
+    window = reader.optional_int("sliding_window", GEMMA3_SLIDING_WINDOW)
+    return (window, sliding) if window is not None and sliding else (None, 0)
+
+
 def _llama_family(reader: _Reader, model_type: str) -> Architecture:
-    heads = reader.int("num_attention_heads")
-    gemma = model_type in ("gemma", "gemma2")
+    defaults = CONFIG_DEFAULTS.get(model_type, {})
+    heads = reader.int("num_attention_heads", defaults.get("num_attention_heads"))
+    layers = reader.int("num_hidden_layers", defaults.get("num_hidden_layers"))
+    gemma = model_type in GEMMA_TYPES
     act = reader.str("hidden_activation", "") or reader.str("hidden_act", "gelu_pytorch_tanh" if gemma else "silu")
     mlp: Literal["swiglu", "geglu"]
     if act == "silu" or act == "swish":
@@ -151,12 +219,15 @@ def _llama_family(reader: _Reader, model_type: str) -> Architecture:
     else:
         raise DomainError(f"{FIELD_PREFIX}.hidden_act", f"unsupported activation {act!r}")
     extras: list[tuple[str, float]] = []
-    if model_type == "gemma2":
-        for name in ("attn_logit_softcapping", "final_logit_softcapping"):
-            value = reader.float(name, 0.0)
-            if value:
-                extras.append((name, value))
+    # Gemma 2 caps the attention scores and the logits. Gemma 3 caps the logits only: Gemma3Attention keeps
+    # attn_logit_softcapping but does not pass it to the attention function (modeling_gemma3.py, transformers 5.24).
+    for name in {"gemma2": ("attn_logit_softcapping", "final_logit_softcapping"),
+                 "gemma3_text": ("final_logit_softcapping",)}.get(model_type, ()):
+        value = reader.float(name, 0.0)
+        if value:
+            extras.append((name, value))
     head_dim = reader.optional_int("head_dim", 256 if gemma else 128 if model_type == "qwen3" else None)
+    sliding_window, sliding_layers = _sliding_window(reader, model_type, layers)
     moe = model_type in ("mixtral", "qwen3_moe")
     if model_type == "qwen3_moe":
         # Qwen3MoeConfig: sparse every decoder_sparse_step layers except mlp_only_layers; all sparse by default.
@@ -164,13 +235,13 @@ def _llama_family(reader: _Reader, model_type: str) -> Architecture:
             raise DomainError(f"{FIELD_PREFIX}.mlp_only_layers", "dense layers among the sparse ones are not "
                                                                   "modelled yet")
     return Architecture(
-        num_hidden_layers=reader.int("num_hidden_layers"),
-        hidden_size=reader.int("hidden_size"),
+        num_hidden_layers=layers,
+        hidden_size=reader.int("hidden_size", defaults.get("hidden_size")),
         num_attention_heads=heads,
-        num_key_value_heads=reader.int("num_key_value_heads", heads),
+        num_key_value_heads=reader.int("num_key_value_heads", defaults.get("num_key_value_heads", heads)),
         head_dim=head_dim,
-        intermediate_size=reader.int("intermediate_size"),
-        vocab_size=reader.int("vocab_size"),
+        intermediate_size=reader.int("intermediate_size", defaults.get("intermediate_size")),
+        vocab_size=reader.int("vocab_size", defaults.get("vocab_size")),
         max_position_embeddings=reader.int("max_position_embeddings", DEFAULT_MAX_POSITIONS[model_type]),
         tie_word_embeddings=reader.bool("tie_word_embeddings", gemma),
         attention_bias=reader.bool("attention_bias", False),
@@ -178,7 +249,8 @@ def _llama_family(reader: _Reader, model_type: str) -> Architecture:
         mlp_bias=reader.bool("mlp_bias", False),
         mlp=mlp,
         norm="rmsnorm",
-        norms_per_layer=4 if model_type == "gemma2" else 2,
+        norms_per_layer=4 if model_type in ("gemma2", "gemma3_text") else 2,
+        norm_placement="post" if model_type == "olmo2" else "pre",
         position_embedding="rope",
         dropout=reader.float("resid_pdrop", 0.0) if model_type == "phi3" else 0.0,
         attention_dropout=reader.float("attention_dropout", 0.0),
@@ -193,7 +265,10 @@ def _llama_family(reader: _Reader, model_type: str) -> Architecture:
         num_experts_per_tok=reader.int("num_experts_per_tok", 2 if model_type == "mixtral" else 8) if moe else 2,
         moe_intermediate_size=reader.int("moe_intermediate_size", 768) if model_type == "qwen3_moe" else None,
         norm_topk_prob=reader.bool("norm_topk_prob", False) if model_type == "qwen3_moe" else True,
-        qk_norm=model_type in ("qwen3", "qwen3_moe"),
+        qk_norm=model_type in ("qwen3", "qwen3_moe", "gemma3_text", "olmo2"),
+        qk_norm_over="projection" if model_type == "olmo2" else "head",
+        sliding_window=sliding_window,
+        sliding_window_layers=sliding_layers,
         model_type=model_type,
         hidden_act=act,
         extras=tuple(extras),

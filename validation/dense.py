@@ -1,0 +1,177 @@
+"""The newer dense layouts measured: transformers' Gemma 3 (text) and OLMo 2 on CPU.
+
+Small models built from a config (no download); each case compares, to the byte, the parameter count the
+model class has, and the tensors autograd keeps in each layer, the embedding and the head
+(validation/measure.py's recorder). Gemma 3's layers alternate between sliding-window and full attention,
+two of each, so that each kind's rotary cos and sin are shared (model-level, as trainmem counts them); the
+sequences longer than the window show what sdpa keeps for a sliding-window layer
+(`app.core.activations.sliding_window_activations`). The peak of two training steps is measured by the
+timeline harness (`peak_cases`) as for the other families.
+
+    python -m validation.dense           # prints one line per case
+    python -m validation.dense --write   # and publishes them in docs/VALIDATION.md ("Gemma 3 and OLMo 2")
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import torch
+from transformers import Gemma3ForCausalLM, Gemma3TextConfig, Olmo2Config, Olmo2ForCausalLM, PretrainedConfig
+
+from app import core
+from app.core import activations as act
+from validation.moe import write
+
+DTYPES: Final = {"bf16": torch.bfloat16, "fp32": torch.float32}
+REPORT: Final = Path(__file__).resolve().parent.parent / "docs" / "VALIDATION.md"
+SECTION: Final = "## Gemma 3 and OLMo 2"
+MODELS: Final = {"gemma3": Gemma3ForCausalLM, "olmo2": Olmo2ForCausalLM}
+LAYER_TYPES: Final = ("sliding_attention", "full_attention", "sliding_attention", "full_attention")
+VOCAB: Final = 300
+
+
+@dataclass(frozen=True)
+class Case:
+    family: str  # a key of MODELS
+    precision: str
+    attention: str
+    batch: int
+    seq: int
+    kv_heads: int = 2
+    window: int = 4096  # Gemma 3's sliding window
+    softcap: float | None = None  # Gemma 3's final_logit_softcapping
+
+    @property
+    def label(self) -> str:
+        window = f" window {self.window}" if self.family == "gemma3" and self.window < self.seq else ""
+        softcap = f" softcap {self.softcap:g}" if self.softcap else ""
+        return (f"{self.family} kv{self.kv_heads}{window}{softcap} {self.precision} {self.attention} "
+                f"b{self.batch} s{self.seq}")
+
+    def config(self) -> PretrainedConfig:
+        shape = dict(hidden_size=64, num_hidden_layers=len(LAYER_TYPES), num_attention_heads=4,
+                     num_key_value_heads=self.kv_heads, intermediate_size=96, vocab_size=VOCAB,
+                     max_position_embeddings=256, attn_implementation=self.attention)
+        if self.family == "gemma3":
+            return Gemma3TextConfig(head_dim=32, sliding_window=self.window, layer_types=list(LAYER_TYPES),
+                                    final_logit_softcapping=self.softcap, **shape)
+        return Olmo2Config(eos_token_id=1, **shape)  # Olmo2Config's 50279 lies outside this vocabulary
+
+
+CASES: Final = (
+    *(Case("gemma3", precision, attention, batch, seq, kv)
+      for precision in ("bf16", "fp32") for attention in ("sdpa", "eager")
+      for batch, seq, kv in ((2, 32, 2), (1, 48, 4), (3, 16, 1))),
+    *(Case("gemma3", precision, attention, 2, 32, kv, window=16)
+      for precision in ("bf16", "fp32") for attention in ("sdpa", "eager") for kv in (2, 4)),
+    Case("gemma3", "bf16", "sdpa", 2, 32, softcap=30.0),
+    *(Case("olmo2", precision, attention, batch, seq, kv)
+      for precision in ("bf16", "fp32") for attention in ("sdpa", "eager")
+      for batch, seq, kv in ((2, 32, 2), (1, 48, 4), (3, 16, 1))),
+)
+
+
+def measure(case: Case) -> dict[str, object]:
+    from validation.measure import SavedTensorRecorder
+
+    torch.manual_seed(0)
+    model = MODELS[case.family](case.config()).to(DTYPES[case.precision])
+    model.train()
+    recorder = SavedTensorRecorder(model, model.model.layers)
+    ids = torch.randint(0, VOCAB, (case.batch, case.seq))
+    with recorder.recording():
+        out = model(input_ids=ids, labels=ids)
+    saved = recorder.measurement()
+    out.loss.backward()
+    return {"params": sum(p.numel() for p in model.parameters()), "layers": list(saved.layers),
+            "embedding": saved.embedding, "head": saved.head}
+
+
+def predict(case: Case) -> dict[str, object]:
+    config = case.config().to_dict()
+    arch = core.architecture_from_hf_config(config)
+    setup = act.ActivationSetup(micro_batch_size=case.batch, seq_len=case.seq, attention=case.attention, device="cpu",
+                                precision=core.precision_preset(case.precision))
+    layer = act.total_bytes(act.layer_activations(arch, setup))
+    sliding = act.total_bytes(act.sliding_window_activations(arch, setup))
+    kinds = config.get("layer_types") or ["full_attention"] * arch.num_hidden_layers
+    return {"params": core.param_count(arch),
+            "layers": [layer + (sliding if kind == "sliding_attention" else 0) for kind in kinds],
+            "embedding": act.total_bytes(act.embedding_activations(arch, setup)),
+            "head": act.total_bytes(act.head_activations(arch, setup))}
+
+
+def peak_cases() -> tuple:
+    from validation import timeline as tl
+    from validation.models import Size
+
+    size = Size(hidden=256, layers=4, heads=4, kv_heads=2, intermediate=512, vocab=2048, head_dim=64)
+    return (tl.TimelineCase("gemma3", precision="bf16", seq=256, batch=2, size=size),
+            tl.TimelineCase("gemma3", precision="fp32", seq=128, batch=2, size=size, attention="eager"),
+            tl.TimelineCase("olmo2", precision="bf16", seq=256, batch=2, size=size),
+            tl.TimelineCase("olmo2", precision="fp32", seq=128, batch=2, size=size, attention="eager",
+                            implementation="for-loop", loop="hf-trainer"))
+
+
+def section(rows: list[tuple[Case, dict, dict]], peaks: list) -> list[str]:
+    exact = sum(measured == predicted for _, measured, predicted in rows)
+    lines = [SECTION, "",
+             "transformers 5.24's Gemma 3 (Gemma3ForCausalLM) and OLMo 2 on CPU (`python -m validation.dense`), four "
+             "layers each, Gemma 3's alternating sliding-window and full attention. Gemma 3: four RMSNorms a layer "
+             "and one over each head of Q and K, each computing in fp32 and keeping its fp32 normalised tensor and "
+             "(1 + weight); a pair of rotary cos and sin for each kind of layer. OLMo 2: no norm before attention "
+             "or the MLP but one after each (its fp32 input, reciprocal RMS and fp32 normalised tensor), Q and K "
+             "normalised over the whole projection (one reciprocal RMS per token), cos and sin kept in fp32. "
+             f"Compared to the byte with the parameter count and each layer's, the embedding's and the head's saved "
+             f"tensors. **{exact} of {len(rows)} cases exact.**", "",
+             "| case | params | layer B (each) | embedding B | head B | |",
+             "| --- | ---: | --- | ---: | ---: | --- |"]
+    for case, measured, predicted in rows:
+        layers = measured["layers"]
+        shown = f"{layers[0]:,}" if len(set(layers)) == 1 else " / ".join(f"{value:,}" for value in layers)
+        lines.append(f"| {case.label} | {measured['params']:,} | {shown} | {measured['embedding']:,} | "
+                     f"{measured['head']:,} | {'exact' if measured == predicted else 'differs'} |")
+    lines += ["", "The peak of two training steps (the timeline harness):", "",
+              "| case | predicted peak B | measured peak B | error | event (predicted / measured) |",
+              "| --- | ---: | ---: | ---: | --- |"]
+    for row in peaks:
+        lines.append(f"| {row.label} | {row.predicted:,} | {row.measured:,} | {row.error_pct:+.4f}% | "
+                     f"{row.predicted_event}, step {row.predicted_step} / {row.measured_event}, step "
+                     f"{row.measured_step} |")
+    lines += ["",
+              "A sliding-window layer keeps what a full-attention layer keeps under eager attention (the mask is "
+              "added to the scores, and an add keeps nothing) and under sdpa while the sequence fits in the window. "
+              "Past the window, sdpa is given the window as a mask: each sliding-window layer then keeps the mask "
+              "converted to the activations' dtype (b·s² elements) and K and V repeated to all heads, the rows "
+              "with \"window\" above (`sliding_window_activations`; the estimate does not add them to its layers "
+              "yet). For a `gemma3` config.json (the multimodal checkpoints) the language model is counted, as "
+              "Gemma3ForCausalLM counts it: the SigLIP vision tower and the projector are not (419,816,304 "
+              "parameters for gemma-3-4b, 423,060,336 for gemma-3-27b, measured on the meta device), nor are image "
+              "tokens.", ""]
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rows = [(case, measure(case), predict(case)) for case in CASES]
+        for case, measured, predicted in rows:
+            print(f"{'ok  ' if measured == predicted else 'DIFF'} {case.label}: {measured} / {predicted}")
+        if "--write" in argv:
+            from validation import peak
+
+            peaks = [peak.run(case) for case in peak_cases()]
+            for row in peaks:
+                print(f"peak {row.label}: predicted {row.predicted:,} measured {row.measured:,} ({row.error_pct:+.4f}%)")
+            write(REPORT, section(rows, peaks))
+    return 0 if all(measured == predicted for _, measured, predicted in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
