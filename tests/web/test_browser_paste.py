@@ -135,3 +135,16 @@ def test_without_javascript_the_paste_posts_and_the_page_links_the_state(browser
         page.click("#paste-submit")
     expect(page.locator("#error-config_text")).to_contain_text("not valid JSON")
     context.close()
+
+
+def test_a_text_over_the_body_limit_says_so_at_the_box(page: Page, base_url: str):
+    """The limit is the API's (1 MiB, refused before the page sees it); static/app.js puts its message at the box.
+    (Not `watched`: htmx logs the refused request as a console error, which is the point here.)"""
+    page.goto(base_url + "/?seq_len=4096")
+    before = page.url
+    page.locator("#paste summary").click()
+    page.evaluate("document.getElementById('f-config_text').value = '{\"a\": 1}' + ' '.repeat(1100000)")
+    page.click("#paste-submit")
+    expect(page.locator("#error-config_text")).to_contain_text("larger than 1,048,576 bytes")
+    expect(page.locator("#f-config_text")).to_have_attribute("aria-invalid", "true")
+    assert page.url == before
