@@ -118,3 +118,46 @@ def test_checkpointing_never_increases_activations(seed):
     )
     none, selective, full = (per_layer(arch, setup, policy) for policy in ("none", "selective", "full"))
     assert none >= selective >= full > 0
+
+
+# Gemma 3 and OLMo 2 as transformers 5.24 writes them, against the tensors measured on CPU for these very shapes
+# (validation/dense.py, docs/VALIDATION.md "Gemma 3 and OLMo 2": h 64, a 4, g 2, d 32, I 96, b 2, s 32, bf16).
+def _small(model_type, **changes):
+    from app.core import architecture_from_hf_config
+
+    shape = {"hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+             "intermediate_size": 96, "vocab_size": 300, "max_position_embeddings": 256}
+    if model_type == "gemma3_text":
+        shape |= {"head_dim": 32, "layer_types": ["sliding_attention", "full_attention"] * 2}
+    return architecture_from_hf_config({"model_type": model_type, **shape, **changes})
+
+
+def _cpu(attention, s=32):
+    return ActivationSetup(micro_batch_size=2, seq_len=s, precision=precision_preset("bf16"), attention=attention,
+                           device="cpu")
+
+
+def test_sliding_window_layer_under_sdpa_keeps_its_mask_and_full_width_key_value():
+    from app.core.activations import sliding_window_activations
+
+    gemma3 = _small("gemma3_text", sliding_window=16)
+    b, s, a, g, d = 2, 32, 4, 2, 32
+    # the mask converted to bf16 (b x 1 x s x s), K and V repeated from g to a heads: measured 369,408 - 348,928 B
+    assert total_bytes(sliding_window_activations(gemma3, _cpu("sdpa"))) == b * s * s * 2 + 2 * b * s * (a - g) * d * 2
+    assert total_bytes(sliding_window_activations(gemma3, _cpu("sdpa"))) == 369_408 - 348_928
+    assert sliding_window_activations(gemma3, _cpu("eager")) == ()  # the mask is added to the scores: kept by none
+    assert sliding_window_activations(_small("gemma3_text", sliding_window=32), _cpu("sdpa")) == ()  # s fits
+
+
+def test_gemma3_and_olmo2_layers_as_measured():
+    assert per_layer(_small("gemma3_text"), _cpu("sdpa")) == 348_928
+    assert per_layer(_small("gemma3_text"), _cpu("eager")) == 413_440
+    assert per_layer(_small("olmo2"), _cpu("sdpa")) == 206_848
+    assert per_layer(_small("olmo2"), _cpu("eager")) == 263_168
+
+
+def test_olmo2_normalises_q_and_k_over_the_projection():
+    # Olmo2RMSNorm over a*d = 128 and g*d = 64 features: one fp32 reciprocal RMS per token each (b*s = 64 tokens)
+    rstd = {item.name: item.bytes for item in layer_activations(_small("olmo2"), _cpu("sdpa")) if "rstd" in item.name}
+    assert rstd["attn.q_norm.rstd"] == rstd["attn.k_norm.rstd"] == 64 * 4
+    assert "attn_norm.rstd" not in rstd and rstd["attn_post_norm.rstd"] == rstd["mlp_post_norm.rstd"] == 64 * 4
