@@ -25,7 +25,6 @@ from transformers import Gemma3ForCausalLM, Gemma3TextConfig, Olmo2Config, Olmo2
 
 from app import core
 from app.core import activations as act
-from validation.moe import write
 
 DTYPES: Final = {"bf16": torch.bfloat16, "fp32": torch.float32}
 REPORT: Final = Path(__file__).resolve().parent.parent / "docs" / "VALIDATION.md"
@@ -154,6 +153,18 @@ def section(rows: list[tuple[Case, dict, dict]], peaks: list) -> list[str]:
               "parameters for gemma-3-4b, 423,060,336 for gemma-3-27b, measured on the meta device), nor are image "
               "tokens.", ""]
     return lines
+
+
+def write(path: Path, lines: list[str]) -> None:
+    """Replace this section of the report (from its heading to the next), or append it."""
+    text = path.read_text(encoding="utf-8").splitlines()
+    if SECTION in text:
+        start = text.index(SECTION)
+        end = next((i for i in range(start + 1, len(text)) if text[i].startswith("## ")), len(text))
+        text[start:end] = lines
+    else:
+        text += ["", *lines]
+    path.write_text("\n".join(text).rstrip() + "\n", encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
