@@ -1,5 +1,6 @@
 """Parameter counts against published totals and against hand-worked formulas."""
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -24,6 +25,9 @@ PUBLISHED_TOTALS = {
     "mistral-7b": 7_241_732_096,
     "qwen2.5-7b": 7_615_616_512,
     "mixtral-8x7b": 46_702_792_704,  # safetensors total_size 93,405,585,408 B in bf16 (model.safetensors.index.json)
+    # transformers 5.24's Gemma3ForCausalLM and Olmo2ForCausalLM built from each config.json on the meta device
+    "gemma-3-1b": 999_885_952,
+    "olmo-2-7b": 7_298_617_344,
 }
 
 
@@ -38,6 +42,15 @@ def test_every_preset_is_checked_and_cites_sources():
         assert preset.architecture_source.startswith("https://")
         assert preset.param_count_source
         assert preset.published_param_count == PUBLISHED_TOTALS[preset.id]
+
+
+def test_gemma3_and_olmo2_presets_are_their_config_imports():
+    from app.core import architecture_from_hf_config
+    from tests.core.test_hf_config import GEMMA3_1B, OLMO2_7B
+
+    for preset_id, config in (("gemma-3-1b", GEMMA3_1B), ("olmo-2-7b", OLMO2_7B)):
+        imported = architecture_from_hf_config(config)
+        assert replace(get_preset(preset_id).architecture, attention_dropout=0.0) == imported  # no dropout either way
 
 
 def test_gpt2_layer_is_12h2_plus_13h():
