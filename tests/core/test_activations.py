@@ -125,8 +125,9 @@ def test_checkpointing_never_increases_activations(seed):
 def _small(model_type, **changes):
     from app.core import architecture_from_hf_config
 
-    shape: dict[str, object] = {"hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
-             "intermediate_size": 96, "vocab_size": 300, "max_position_embeddings": 256}
+    shape: dict[str, object] = {"hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
+                                "num_key_value_heads": 2, "intermediate_size": 96, "vocab_size": 300,
+                                "max_position_embeddings": 256}
     if model_type == "gemma3_text":
         shape |= {"head_dim": 32, "layer_types": ["sliding_attention", "full_attention"] * 2}
     return architecture_from_hf_config({"model_type": model_type, **shape, **changes})
