@@ -78,6 +78,7 @@ validate: $(VENV)/.validate
 	HF_HUB_OFFLINE=1 $(BIN)/python -m validation --full
 	HF_HUB_OFFLINE=1 $(BIN)/python -m validation.finetuning --write
 	HF_HUB_OFFLINE=1 $(BIN)/python -m validation.moe --write
+	HF_HUB_OFFLINE=1 $(BIN)/python -m validation.fsdp2 --write
 	HF_HUB_OFFLINE=1 $(BIN)/python -m validation.dense --write
 
 # Regenerate the hashed locks after editing requirements*.in.

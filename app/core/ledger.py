@@ -43,6 +43,14 @@ from app.core.units import ceil_div, tensor_bytes
 DS_ZERO2: Final = "deepspeed/runtime/zero/stage_1_and_2.py"
 DS_ZERO3: Final = "deepspeed/runtime/zero/stage3.py"
 
+# PyTorch 2.13's FSDP2 (torch/distributed/fsdp/_fully_shard/), whose convention `training.framework: fsdp2` follows.
+FSDP2_PARAM: Final = "torch/distributed/fsdp/_fully_shard/_fsdp_param.py"
+FSDP2_GROUP: Final = "torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py"
+FSDP2_COLLECTIVES: Final = "torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py"
+FSDP2_STATE: Final = "torch/distributed/fsdp/_fully_shard/_fsdp_state.py"
+# Megatron-LM's distributed optimizer: its byte counts per parameter (docs/source/api-guide/dist_optimizer.md).
+MEGATRON_DIST_OPT: Final = "Megatron-LM docs/source/api-guide/dist_optimizer.md"
+
 # Phase ids of one micro-batch.
 FWD_EMBEDDING: Final = "fwd.embedding"
 FWD_LAYER_FIRST: Final = "fwd.layer_first"
@@ -137,6 +145,13 @@ class _Stage:
         self.ranks = parallelism.tensor * parallelism.data * parallelism.context  # GPUs of one stage
         # DeepSpeed's own convention for model states (setup.FRAMEWORKS); ZeRO stage 0 is plain data parallelism.
         self.deepspeed = training.framework == "deepspeed" and parallelism.zero_stage >= 1
+        # FSDP2 keeps each parameter sharded in its own dtype, the master copy when the precision keeps one, and
+        # its sharded gradient in that dtype too (setup.FRAMEWORKS); model states are counted in that precision.
+        self.fsdp2 = training.framework == "fsdp2"
+        self.states_precision = training.precision
+        if self.fsdp2 and training.precision.master_weights:
+            master = training.precision.master_weights
+            self.states_precision = replace(training.precision, weights=master, gradients=master, master_weights=None)
         self.shapes = states.stage_shapes(arch, parallelism.tensor, layers=n, first=kind.first, last=kind.last)
         self.parts = self.shapes.rank
         self.finetuned = None
@@ -253,8 +268,9 @@ class _Stage:
         if self.finetuned is not None:
             self._finetuned_states()
             return
-        training, p, shapes = self.training, self.parallelism, self.shapes
-        precision = training.precision
+        p, shapes = self.parallelism, self.shapes
+        precision = self.states_precision
+        training = self.training if precision is self.training.precision else replace(self.training, precision=precision)
         rank = states.states_bytes(list(shapes.rank_shapes), training, count=shapes.rank_total)
         cluster = states.states_bytes(list(shapes.cluster_shapes), training, count=shapes.cluster_total)
         _, share = self._share_text(("layers", "embedding", "head"))
@@ -265,7 +281,13 @@ class _Stage:
                      states.on_rank(rank[category], category, p),
                      states.over_group(cluster[category], category, p) * self.kind.count, life)
 
-        state("weights", f"Weights in {precision.weights}", f"{share} × {precision.bits('weights')} bit ÷ 8", always)
+        if self.fsdp2 and precision is not self.training.precision:
+            state("weights", f"Sharded parameters in {precision.weights}, the master copy (FSDP2 casts to "
+                  f"{self.training.precision.weights} as it gathers)", f"{share} × {precision.bits('weights')} bit ÷ 8 "
+                  f"[FSDP2 convention: {FSDP2_PARAM}, FSDPParam._init_sharded_param keeps the parameter's dtype; "
+                  "MixedPrecisionPolicy.param_dtype applies to the all-gather]", always)
+        else:
+            state("weights", f"Weights in {precision.weights}", f"{share} × {precision.bits('weights')} bit ÷ 8", always)
         if precision.master_weights:
             state("master_weights", f"Master copy in {precision.master_weights}",
                   f"{share} × {precision.bits('master_weights')} bit ÷ 8", always)
@@ -274,10 +296,37 @@ class _Stage:
               optimizer_formula(training.optimizer, share=share, bits=bits, adafactor_momentum=training.adafactor_momentum),
               Life("run", OPTIMIZER_STEP))
         self._gradients(precision.bits("gradients"))
+        self._megatron_main_grads()
         self._optimizer_scratch(bits)
+
+    def _megatron_main_grads(self) -> None:
+        """Megatron-LM's optimizer steps from fp32 main gradients: with a gradient buffer narrower than fp32 it
+        keeps an fp32 copy, sharded like the optimizer state by its distributed optimizer (4 + 16/d bytes per
+        parameter for fp16 parameters and gradients, 20 without sharding; MEGATRON_DIST_OPT)."""
+        training, p = self.training, self.parallelism
+        if training.framework != "megatron" or training.precision.bits("gradients") >= FP32_BITS:
+            return
+        elements, share = self._share_text(("layers", "embedding", "head"))
+        size = states.on_rank(tensor_bytes(elements, FP32_BITS), "optimizer_states", p)
+        cluster = states.over_group(tensor_bytes(self.shapes.cluster_total, FP32_BITS), "optimizer_states", p)
+        self.add("megatron.fp32_main_grads", "gradients", "fp32 main gradients the optimizer steps from (Megatron-LM)",
+                 f"{share} × 32 bit ÷ 8{self._shard_note('optimizer_states')} — Megatron-LM convention, "
+                 f"{MEGATRON_DIST_OPT}", size, cluster * self.kind.count, Life("step", OPTIMIZER_STEP, OPTIMIZER_STEP))
 
     def _gradient_lives(self) -> dict[str, tuple[str, Life]]:
         head_from = BWD_LAYER_LAST if self.setup.autocast else BWD_HEAD
+        if self.fsdp2:
+            # FSDP2 writes a sharded gradient only when its group is reduce-scattered: a layer's after its
+            # backward (while it runs, its unsharded gradients stand in: fsdp2.unsharded_grad.layers), the root's
+            # at the end of backward.
+            last = self.phases[-1].id
+            return {
+                "head": ("of the final norm and output layer, sharded after the root's reduce-scatter",
+                         Life("step", last, OPTIMIZER_STEP)),
+                "layers": (f"of {self.kind.layers} layers, sharded as each layer's reduce-scatter ends",
+                           Life("step", self.bwd_end, OPTIMIZER_STEP, ramp=GRADS)),
+                "embedding": ("of the embedding, sharded after the root's reduce-scatter", Life("step", last, OPTIMIZER_STEP)),
+            }
         return {
             "head": ("of the final norm and output layer", Life("step", head_from, OPTIMIZER_STEP)),
             "layers": (f"of {self.kind.layers} layers, written layer by layer in backward",
@@ -347,7 +396,7 @@ class _Stage:
 
     def _gradients(self, bits: int) -> None:
         p = self.parallelism
-        dtype = self.training.precision.gradients
+        dtype = self.states_precision.gradients
         if self.training.implementation == "megatron":
             elements_rank, share = self._share_text(("layers", "embedding", "head"))
             cluster = self.shapes.cluster_total
@@ -651,6 +700,9 @@ class _Stage:
         p, precision = self.parallelism, self.training.precision
         if p.shard_group == 1 or p.zero_stage < 2 or self.deepspeed:
             return  # DeepSpeed's convention counts its own buffers instead (deepspeed_states)
+        if self.fsdp2:
+            self._fsdp2_buffers()
+            return
         gbits, wbits = precision.bits("gradients"), precision.bits("weights")
         layer_elements = self.shapes.layer_rank
         ends = {"layers": (BWD_LAYER_LAST, self.bwd_end), "head": (BWD_HEAD, BWD_HEAD),
@@ -681,6 +733,82 @@ class _Stage:
             self.add(f"zero.gathered.{part}", "weights", f"Weights of the {part} gathered whole while it computes (ZeRO-3)",
                      f"{count:,} params × {wbits} bit ÷ 8", size, self.per_stage(size),
                      Life("micro-batch", phases[0], only=phases))
+
+
+    def _fsdp2_buffers(self) -> None:
+        """What FSDP2 holds unsharded while a layer computes, with one fully_shard per decoder layer and one at the
+        root (the embedding, final norm and output layer).
+
+        * A layer's parameters are all-gathered in the weights' dtype (MixedPrecisionPolicy.param_dtype) before it
+          computes and freed after (reshard_after_forward=True); the next layer's all-gather output is held beside
+          it (implicit prefetch in forward, FSDPParamGroup.wait_for_unshard; explicit prefetch in backward).
+        * The root is not resharded after forward (FSDPState._lazy_init sets its post_forward_mesh_info to None):
+          its parameters stay gathered from the first forward operation to the end of backward.
+        * Backward writes a layer's unsharded gradients in the weights' dtype; foreach_reduce copies them into
+          one flat reduce-scatter input in the reduce dtype (the gradients' dtype here) and frees them; that input
+          is kept until the next group's reduce-scatter (reduce_scatter_max_input_buffers = 1). The root's
+          gradients wait for the root's own post-backward at the end of backward.
+        """
+        precision = self.training.precision
+        wbits, rbits = precision.bits("weights"), precision.bits("gradients")
+        layer_elements = self.shapes.layer_rank
+        source = f"FSDP2 convention: {FSDP2_GROUP}"
+        layers_gathered = 2 if self.kind.layers > 1 else 1
+        gathered = tensor_bytes(layers_gathered * layer_elements, wbits)
+        layer_phases = tuple(x for x in (FWD_LAYER_FIRST, FWD_LAYER_LAST, BWD_LAYER_LAST, BWD_LAYER_FIRST)
+                             if x in self.names)
+        self.add("fsdp2.gathered.layers", "weights", f"Parameters of the layer computing and the next, gathered "
+                 f"whole in {precision.weights} (FSDP2)", f"{layers_gathered} × {layer_elements:,} params × {wbits} bit "
+                 f"÷ 8 [{source}, unshard and wait_for_unshard]", gathered, self.per_stage(gathered),
+                 Life("micro-batch", layer_phases[0], only=layer_phases))
+        held_phases = tuple(x for x in (FWD_LOSS, BWD_LOSS, BWD_HEAD) if x in self.names)
+        if held_phases:
+            held = tensor_bytes(layer_elements, wbits)
+            self.add("fsdp2.all_gather_held", "weights", "The last layer's all-gather output, whose free forward "
+                     "defers to the next all-gather (FSDP2)", f"{layer_elements:,} params × {wbits} bit ÷ 8 "
+                     f"[{source}, wait_for_unshard: comm_ctx.all_gather_state]", held, self.per_stage(held),
+                     Life("micro-batch", held_phases[0], only=held_phases))
+        unsharded = tensor_bytes(layer_elements, wbits)
+        self.add("fsdp2.unsharded_grad.layers", "gradients", f"One layer's unsharded gradients in {precision.weights}, "
+                 "until they are copied into the reduce-scatter input (FSDP2)",
+                 f"{layer_elements:,} params × {wbits} bit ÷ 8 [{source}, post_backward]", unsharded,
+                 self.per_stage(unsharded), Life("micro-batch", BWD_LAYER_LAST, self.bwd_end))
+        after_first = tuple(x for x in (BWD_LAYER_FIRST, BWD_EMBEDDING) if x in self.names)
+        if after_first:
+            reduce_input = tensor_bytes(layer_elements, rbits)
+            self.add("fsdp2.reduce_scatter_input.layers", "gradients", f"A layer's gradients in {precision.gradients}, "
+                     "the reduce-scatter input, held until the next group's reduce-scatter (FSDP2)",
+                     f"{layer_elements:,} params × {rbits} bit ÷ 8 [FSDP2 convention: {FSDP2_COLLECTIVES}, "
+                     f"foreach_reduce; {FSDP2_GROUP}, reduce_scatter_max_input_buffers = 1]", reduce_input,
+                     self.per_stage(reduce_input), Life("micro-batch", after_first[0], only=after_first))
+        root = [part for part in ("embedding", "head") if part in self.parts]
+        if not root:
+            return
+        elements = sum(self.parts[part] for part in root)
+        words = " and ".join({"embedding": "embedding", "head": "final norm and output layer"}[part] for part in root)
+        size = tensor_bytes(elements, wbits)
+        self.add("fsdp2.gathered.root", "weights", f"The root's parameters ({words}) gathered whole in "
+                 f"{precision.weights}, from forward to the end of backward (FSDP2)",
+                 f"{elements:,} params × {wbits} bit ÷ 8 [FSDP2 convention: {FSDP2_STATE}, _lazy_init: the root is not "
+                 "resharded after forward]", size, self.per_stage(size),
+                 Life("micro-batch", self.phases[0].id, self.phases[-1].id))
+        last = self.phases[-1].id
+        if "head" in root:
+            head = tensor_bytes(self.parts["head"], wbits)
+            self.add("fsdp2.unsharded_grad.head", "gradients", f"The final norm's and output layer's unsharded "
+                     f"gradients in {precision.weights}, until the root's reduce-scatter (FSDP2)",
+                     f"{self.parts['head']:,} params × {wbits} bit ÷ 8 [{source}, post_backward]", head,
+                     self.per_stage(head), Life("micro-batch", BWD_HEAD, last))
+        if "embedding" in root:
+            embedding = tensor_bytes(self.parts["embedding"], wbits)
+            self.add("fsdp2.unsharded_grad.embedding", "gradients", f"The embedding's unsharded gradient in "
+                     f"{precision.weights}, until the root's reduce-scatter (FSDP2)",
+                     f"{self.parts['embedding']:,} params × {wbits} bit ÷ 8 [{source}, post_backward]", embedding,
+                     self.per_stage(embedding), Life("micro-batch", BWD_EMBEDDING, only=(BWD_EMBEDDING,)))
+        # The root's own reduce-scatter input is left out: the root reshards before it reduces
+        # (FSDPParamGroup.post_backward), so that input, in the same dtype, takes the place of its gathered
+        # parameters, and the held layer input is dropped first; backward's end (FSDPParamGroup.finalize_backward)
+        # releases it before the optimizer step.
 
 
 def _next_power_of_2(value: int) -> int:

@@ -74,6 +74,21 @@ FRAMEWORKS: Final[dict[str, Framework]] = {
                   "of each rank's gradient partition for the optimizer step (2 + 18/N bytes per parameter for "
                   "ZeRO-2), and under ZeRO-3 the largest layer's 16-bit parameters and gradients gathered whole "
                   "(4 bytes per parameter of it); ZeRO stage 0 is counted as plain data parallelism."),
+        Framework("fsdp2", "PyTorch FSDP2 (fully_shard per decoder layer)",
+                  "As torch.distributed.fsdp.fully_shard keeps a model wrapped layer by layer and at the root, with "
+                  "MixedPrecisionPolicy(param_dtype = the weights' dtype, reduce_dtype = the gradients' dtype): "
+                  "the sharded parameter is the master copy (its own dtype, fp32 with a mixed-precision preset) and "
+                  "so is its sharded gradient; each layer is gathered in the weights' dtype while it computes (and "
+                  "the next one prefetched), the root's embedding and output layer stay gathered from forward to "
+                  "the end of backward, and one layer's gradients in the reduce dtype are held until the next "
+                  "reduce-scatter. Requires ZeRO stage 3 (reshard_after_forward=True)."),
+        Framework("megatron", "Megatron-LM (its distributed optimizer's convention)",
+                  "As Megatron-LM's distributed optimizer counts bytes per parameter (docs/source/api-guide/"
+                  "dist_optimizer.md): the optimizer steps from fp32 main gradients, so when the gradient buffer is "
+                  "narrower than fp32 an fp32 copy of it is kept beside the master copy, sharded with the optimizer "
+                  "state (4 + 16/d bytes per parameter for fp16 parameters and gradients; 6 + 12/d for bf16 "
+                  "parameters with fp32 gradients). Requires the megatron implementation and ZeRO stage 0 or 1 "
+                  "(1 is the distributed optimizer)."),
     )
 }
 
@@ -202,6 +217,24 @@ def validate_setup(training: Training, parallelism: Parallelism, arch: Architect
     if training.framework == "deepspeed" and training.implementation == "megatron":
         raise DomainError("training.framework", "Megatron-LM keeps its own gradient buffer and distributed optimizer; "
                                                 "choose the pytorch convention")
+    if training.framework == "fsdp2":
+        if parallelism.zero_stage != 3:
+            raise DomainError("parallelism.zero_stage", "the fsdp2 convention shards parameters, gradients and optimizer "
+                                                        "state (fully_shard with reshard_after_forward=True): choose ZeRO "
+                                                        "stage 3")
+        if training.implementation == "megatron":
+            raise DomainError("training.framework", "Megatron-LM keeps its own gradient buffer and distributed "
+                                                    "optimizer; choose the megatron convention")
+        if training.finetuning != Finetuning():
+            raise DomainError("training.framework", "fine-tuning under the fsdp2 convention is not modelled yet; "
+                                                    "choose the pytorch convention")
+    if training.framework == "megatron":
+        if training.implementation != "megatron":
+            raise DomainError("training.framework", "the megatron convention is Megatron-LM's own: choose the megatron "
+                                                    "implementation")
+        if parallelism.zero_stage > 1:
+            raise DomainError("parallelism.zero_stage", "Megatron-LM's distributed optimizer shards the optimizer state "
+                                                        "and main gradients (ZeRO stage 1); choose stage 0 or 1")
     if training.loss != "standard" and training.implementation == "megatron":
         raise DomainError("training.loss", "Megatron-LM computes its own vocabulary-parallel cross entropy; "
                                            "choose the standard loss")
