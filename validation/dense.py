@@ -147,8 +147,8 @@ def section(rows: list[tuple[Case, dict, dict]], peaks: list) -> list[str]:
               "added to the scores, and an add keeps nothing) and under sdpa while the sequence fits in the window. "
               "Past the window, sdpa is given the window as a mask: each sliding-window layer then keeps the mask "
               "converted to the activations' dtype (b·s² elements) and K and V repeated to all heads, the rows "
-              "with \"window\" above (`sliding_window_activations`; the estimate does not add them to its layers "
-              "yet). For a `gemma3` config.json (the multimodal checkpoints) the language model is counted, as "
+              "with \"window\" above (`sliding_window_activations`, which the estimate adds to the stage's "
+              "sliding-window layers). For a `gemma3` config.json (the multimodal checkpoints) the language model is counted, as "
               "Gemma3ForCausalLM counts it: the SigLIP vision tower and the projector are not (419,816,304 "
               "parameters for gemma-3-4b, 423,060,336 for gemma-3-27b, measured on the meta device), nor are image "
               "tokens.", ""]

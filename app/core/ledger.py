@@ -448,6 +448,10 @@ class _Stage:
         layers_bytes, layers_text = n * per_layer, f"{n} layers × {per_layer:,} B"
         if self.finetuned is not None:
             layers_bytes, layers_text = self._finetuned_layers(per_layer)
+        window_layers, window_each = self._sliding_window_extra()
+        if window_each:
+            layers_bytes += window_layers * window_each
+            layers_text += f" + {window_layers} sliding-window layers × {window_each:,} B (their mask and repeated K/V)"
         self.add("activations.layers", "activations", f"{n} layers' saved tensors ({policy}), b={b}, s={s:,}, h={h:,}",
                  layers_text, layers_bytes, layers_bytes * self.ranks * current,
                  Life("micro-batch", FWD_LAYER_FIRST, self.bwd_end, ramp=ACTS))
@@ -489,6 +493,22 @@ class _Stage:
                          f"The loss's saved tensors: fp32 softmax or log-probabilities (4 B × {b} × {s:,} × "
                          f"{arch.vocab_size:,}) and the labels", _listed(loss), act.total_bytes(loss),
                          act.total_bytes(loss) * self.ranks, Life("micro-batch", FWD_LOSS, loss_end))
+
+    def _sliding_window_extra(self) -> tuple[int, int]:
+        """The stage's sliding-window layers (at most their share of the model's, rounded up) and what each keeps
+        beyond a full-attention layer (`act.sliding_window_activations`): under full recomputation a layer keeps
+        only its input; selective recomputation drops what belongs to core attention."""
+        arch, checkpointing = self.arch, self.training.activation_checkpointing
+        if not arch.sliding_window_layers or checkpointing == "full":
+            return 0, 0
+        extra = act.sliding_window_activations(arch, self.setup)
+        if checkpointing == "selective":
+            extra = tuple(item for item in extra if not item.core_attention)
+        each = act.total_bytes(extra)
+        if not each:
+            return 0, 0
+        layers = min(self.kind.layers, ceil_div(self.kind.layers * arch.sliding_window_layers, arch.num_hidden_layers))
+        return layers, each
 
     def _finetuned_layers(self, full_layer: int) -> tuple[int, str]:
         """The stage's layers by their part in backward (finetuning.layer_role): the lowest trainable layer keeps

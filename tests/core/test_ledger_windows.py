@@ -1,0 +1,41 @@
+"""Gemma 3's sliding-window layers in the ledger: under sdpa past the window each keeps the mask in the activations'
+dtype and K/V repeated to every head (measured on CPU, docs/VALIDATION.md "Gemma 3 and OLMo 2")."""
+
+import pytest
+
+from app import core
+from app.core import activations as act
+
+ARCH = core.get_preset("gemma-3-1b").architecture  # 26 layers, 22 of them sliding, window 512; a=4, g=1, d=256
+
+
+def layers_bytes(seq_len: int, checkpointing: str = "none", attention: str = "sdpa") -> int:
+    training = core.Training(seq_len=seq_len, attention=attention, activation_checkpointing=checkpointing)
+    estimate = core.estimate(architecture=ARCH, training=training)
+    return next(buffer.bytes for buffer in estimate.ledger if buffer.key == "activations.layers")
+
+
+def test_gemma_3_1b_layout() -> None:
+    assert (ARCH.num_hidden_layers, ARCH.sliding_window_layers, ARCH.sliding_window) == (26, 22, 512)
+    assert (ARCH.num_attention_heads, ARCH.kv_heads, ARCH.head_size) == (4, 1, 256)
+
+
+def test_past_the_window_each_sliding_layer_keeps_its_mask_and_repeated_kv() -> None:
+    s = 8192
+    setup = core.activation_setup(core.Training(seq_len=s, attention="sdpa"), core.Parallelism())
+    full_layer = act.total_bytes(act.layer_activations(ARCH, setup))
+    mask = s * s * 2  # b·s² in bf16
+    repeated = 2 * s * (4 - 1) * 256 * 2  # K and V for the a - g heads the repeat adds, bf16
+    assert layers_bytes(s) == 26 * full_layer + 22 * (mask + repeated)
+
+
+@pytest.mark.parametrize("attention", ["eager", "flash"])
+def test_no_extra_without_sdpa(attention: str) -> None:
+    setup = core.activation_setup(core.Training(seq_len=8192, attention=attention), core.Parallelism())
+    assert layers_bytes(8192, attention=attention) == 26 * act.total_bytes(act.layer_activations(ARCH, setup))
+
+
+def test_within_the_window_no_extra_and_full_recomputation_keeps_inputs_only() -> None:
+    setup = core.activation_setup(core.Training(seq_len=512, attention="sdpa"), core.Parallelism())
+    assert layers_bytes(512) == 26 * act.total_bytes(act.layer_activations(ARCH, setup))
+    assert layers_bytes(8192, "full") == 26 * 8192 * 1152 * 2  # each layer's bf16 input, h = 1,152
