@@ -63,7 +63,7 @@ class Breakdown(Mapping[str, int | None]):
         if len(values) != len(CATEGORIES):
             raise ValueError(f"expected {len(CATEGORIES)} values, got {len(values)}")
         breakdown = cls.__new__(cls)
-        breakdown._listed, breakdown._mapped = list(values), None
+        breakdown._listed, breakdown._mapped = values, None  # the caller hands the list over
         return breakdown
 
     @property

@@ -9,6 +9,7 @@ follows the peak.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Final
 
 from app.core import activations as act
@@ -146,8 +147,15 @@ def _from_architecture(arch: Architecture, training: Training, parallelism: Para
                                                              full=layer_saved),
         trainable_param_count=trainable,
         host=_host(host, parallelism),
-        active_param_count=count - (param_count(arch) - active_param_count(arch)),
+        active_param_count=count - _inactive_params(arch),
     )
+
+
+@lru_cache(maxsize=256)
+def _inactive_params(arch: Architecture) -> int:
+    """Parameters a token does not use (the experts it is not routed to): a property of the architecture alone,
+    worked out once per architecture, which a session of estimates keeps while the training setup changes."""
+    return param_count(arch) - active_param_count(arch)
 
 
 def _with_cluster(buffer: Buffer, cluster_bytes: int) -> Buffer:

@@ -194,22 +194,29 @@ def sweep(
     rounded down.
     """
     timeline = timeline_plan.timeline
-    live = [[0] * len(CATEGORIES) for _ in timeline]
-    alive_at = timeline_plan.alive_at
+    # Buffers that share a lifetime and a category are alive at the same events: add them up first.
+    fixed: dict[tuple[Life, int], int] = {}
+    ramps: list[tuple[int, int, Life]] = []
     for category, size, life in buffers:
         if not size:
             continue
-        slot = _COLUMN[category]
         if life.ramp is None:
-            for index, _ in alive_at(life):
-                live[index][slot] += size
+            key = (life, _COLUMN[category])
+            fixed[key] = fixed.get(key, 0) + size
         else:
-            total = ramp_totals[life.ramp]
-            for index, count in alive_at(life):
-                live[index][slot] += size * count // total
+            ramps.append((_COLUMN[category], size, life))
+    live = [[0] * len(CATEGORIES) for _ in timeline]
+    alive_at = timeline_plan.alive_at
+    for (life, slot), size in fixed.items():
+        for index, _ in alive_at(life):
+            live[index][slot] += size
+    for slot, size, life in ramps:
+        total = ramp_totals[life.ramp]
+        for index, count in alive_at(life):
+            live[index][slot] += size * count // total
     of = Breakdown.of
-    points = tuple(Point(event.name, event.step, sum(values), of(values))
-                   for event, values in zip(timeline, live, strict=True))
+    points = tuple([Point(event.name, event.step, sum(values), of(values))
+                    for event, values in zip(timeline, live, strict=True)])
     top = max(range(len(points)), key=lambda index: (points[index].bytes, -index))
     peak = Peak(points[top].bytes, points[top].event, points[top].step, points[top].breakdown)
     return points, peak
