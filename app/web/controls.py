@@ -34,6 +34,7 @@ LABELS: Final[dict[str, str]] = {
     "framework_overhead_bytes": "Framework overhead per GPU",
     "data": "Data parallel",
     "zero_stage": "ZeRO stage",
+    "framework": "Memory convention",
     "tensor": "Tensor parallel",
     "sequence_parallel": "Sequence parallelism",
     "pipeline": "Pipeline stages",
@@ -96,6 +97,11 @@ EXTRA_HELP: Final[dict[str, str]] = {
     "save_embed_tokens": "modules_to_save: peft keeps a trainable copy beside the frozen original.",
     "save_lm_head": "modules_to_save: peft keeps a trainable copy beside the frozen original.",
 }
+# Help read from a registry's own texts instead of the schema's description: each choice's label and what it counts.
+REGISTRY_HELP: Final[dict[str, str]] = {
+    "framework": "Whose accounting the model states follow. "
+    + " ".join(f"{item.label}: {item.about}" for item in core.FRAMEWORKS.values()),
+}
 # Controls named apart from their API field (the finetuning field `dropout` would clash with the architecture's).
 SCHEMA_FIELDS: Final[dict[str, tuple[Any, str]]] = {"lora_dropout": (FinetuningIn, "dropout")}
 
@@ -105,6 +111,7 @@ CHOICE_LABELS: Final[dict[str, dict[str, str]]] = {
     "attention": {c.id: c.label for c in core.ATTENTION_CHOICES.values()},
     "implementation": {c.id: c.label for c in core.IMPLEMENTATION_CHOICES.values()},
     "loop": {loop.id: loop.label for loop in core.LOOPS.values()},
+    "framework": {item.id: item.label for item in core.FRAMEWORKS.values()},
     "optimizer_implementation": {"foreach": "foreach (torch's default)", "fused": "fused", "for-loop": "for-loop"},
     "zero_stage": {"0": "0: none", "1": "1: optimizer state", "2": "2: + gradients", "3": "3: + weights"},
     "mlp": {"gelu": "GeLU (2 matrices)", "relu": "ReLU (2 matrices)", "swiglu": "SwiGLU (3 matrices)", "geglu": "GeGLU (3 matrices)"},
@@ -137,9 +144,11 @@ def _schema_field(name: str) -> Any:
 
 
 def help_text(name: str) -> str:
-    """The schema's description of the field, then anything the page adds."""
+    """The schema's description of the field (or its registry's texts), then anything the page adds."""
     schema_field = _schema_field(name)
     parts = [schema_field.description] if schema_field is not None and schema_field.description else []
+    if name in REGISTRY_HELP:
+        parts = [REGISTRY_HELP[name]]
     if name in EXTRA_HELP:
         parts.append(EXTRA_HELP[name])
     return " ".join(parts)
@@ -183,6 +192,7 @@ def options() -> dict[str, tuple[Option, ...]]:
         result[name] = _labelled(name, _literal_values(ModelIn.model_fields[name].annotation))
     result["loss"] = _labelled("loss", _literal_values(TrainingIn.model_fields["loss"].annotation))
     result["offload"] = _labelled("offload", _literal_values(ParallelismIn.model_fields["offload"].annotation))
+    result["framework"] = _labelled("framework", _literal_values(TrainingIn.model_fields["framework"].annotation))
     for name in ("method", "quantization"):
         result[name] = _labelled(name, _literal_values(FinetuningIn.model_fields[name].annotation))
     return result

@@ -48,7 +48,7 @@ TRUE: Final = "true"
 TRAINING_INTS: Final = ("micro_batch_size", "seq_len", "gradient_accumulation_steps")
 PARALLEL_INTS: Final = ("data", "tensor", "pipeline", "zero_stage", "context")
 TRAINING_CHOICES: Final = ("optimizer", "optimizer_implementation", "activation_checkpointing", "attention",
-                           "implementation", "loop", "loss")
+                           "implementation", "loop", "loss", "framework")
 # Controls read only when shown (the rest of the time the API's default stands): name -> (control, values shown for).
 LOSS_CHUNKS: Final = "loss_chunks"
 PARALLEL_SHOWN: Final = ("offload", "gpus_per_node", "virtual_stages")
@@ -323,6 +323,9 @@ def parse_form(params: Mapping[str, str]) -> ParsedForm:
         result = run_estimate(request)
     except core.DomainError as error:
         control, message = control_for(error.field.split("."), error.message, source)
+        if control == "zero_stage" and not _above(values["data"], 1):
+            # ZeRO is on screen only with data parallelism: the rule speaks at the convention that asked for it.
+            control, message = "framework", f"{message} (the ZeRO stage shows with more than one data-parallel GPU)"
         return ParsedForm(source, unit, values, refilled=refill, request=request, errors={control: message})
     return ParsedForm(source, unit, values, refilled=refill, request=request, estimate=result, host_ram_bytes=host_ram)
 
@@ -453,7 +456,7 @@ def _is_type_tag(part: str) -> bool:
 
 def _prefixed(keys: Sequence[str], message: str) -> str:
     first_word = message.split(" ", 1)[0]
-    if first_word.isalpha() and first_word.islower():
+    if first_word.replace("-", "").isalpha() and first_word.islower():
         message = message[:1].upper() + message[1:]
     return f"{'.'.join(keys)}: {message}" if keys else message
 

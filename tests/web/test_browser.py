@@ -220,3 +220,17 @@ def test_the_timeline_marks_the_peak_the_verdict_speaks_of_and_follows_the_form(
     expect(rows.first).to_be_visible()
     expect(page.locator("#timeline details tr.is-peak")).to_have_count(1)
     assert rows.count() == int(page.evaluate("document.querySelector('#timeline .total').points.numberOfItems"))
+
+
+def test_the_memory_convention_is_refused_at_the_zero_stage_then_explained(watched: Page, base_url: str):
+    page = watched
+    page.goto(base_url + "/?data=8&zero_stage=1")
+    expect(page.locator("#f-framework")).to_be_visible()
+    page.select_option("#f-framework", "fsdp2")
+    expect(page.locator("#error-zero_stage")).to_contain_text("choose ZeRO stage 3")
+    expect(page.locator("#results-status")).to_contain_text("Out of date")
+    page.select_option("#f-zero_stage", "3")
+    expect(page.locator("#error-zero_stage")).to_be_empty()
+    expect(page.locator("#explanation")).to_contain_text("FSDP2 convention")
+    query = parse_qs(urlparse(page.url).query)
+    assert (query["framework"], query["zero_stage"]) == (["fsdp2"], ["3"])
