@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, cast
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ class Breakdown(Mapping[str, int | None]):
         if len(values) != len(CATEGORIES):
             raise ValueError(f"expected {len(CATEGORIES)} values, got {len(values)}")
         breakdown = cls.__new__(cls)
-        breakdown._listed, breakdown._mapped = values, None  # the caller hands the list over
+        breakdown._listed, breakdown._mapped = cast(list[int | None], values), None  # the caller hands it over
         return breakdown
 
     @property

@@ -211,7 +211,7 @@ def sweep(
         for index, _ in alive_at(life):
             live[index][slot] += size
     for slot, size, life in ramps:
-        total = ramp_totals[life.ramp]
+        total = ramp_totals[life.ramp or ""]
         for index, count in alive_at(life):
             live[index][slot] += size * count // total
     of = Breakdown.of

@@ -1,6 +1,8 @@
 """Gemma 3's sliding-window layers in the ledger: under sdpa past the window each keeps the mask in the activations'
 dtype and K/V repeated to every head (measured on CPU, docs/VALIDATION.md "Gemma 3 and OLMo 2")."""
 
+from typing import Any
+
 import pytest
 
 from app import core
@@ -9,7 +11,7 @@ from app.core import activations as act
 ARCH = core.get_preset("gemma-3-1b").architecture  # 26 layers, 22 of them sliding, window 512; a=4, g=1, d=256
 
 
-def layers_bytes(seq_len: int, checkpointing: str = "none", attention: str = "sdpa") -> int:
+def layers_bytes(seq_len: int, checkpointing: Any = "none", attention: Any = "sdpa") -> int:
     training = core.Training(seq_len=seq_len, attention=attention, activation_checkpointing=checkpointing)
     estimate = core.estimate(architecture=ARCH, training=training)
     return next(buffer.bytes for buffer in estimate.ledger if buffer.key == "activations.layers")
@@ -30,7 +32,7 @@ def test_past_the_window_each_sliding_layer_keeps_its_mask_and_repeated_kv() -> 
 
 
 @pytest.mark.parametrize("attention", ["eager", "flash"])
-def test_no_extra_without_sdpa(attention: str) -> None:
+def test_no_extra_without_sdpa(attention: Any) -> None:
     setup = core.activation_setup(core.Training(seq_len=8192, attention=attention), core.Parallelism())
     assert layers_bytes(8192, attention=attention) == 26 * act.total_bytes(act.layer_activations(ARCH, setup))
 
