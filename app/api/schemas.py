@@ -201,6 +201,10 @@ class ParallelismIn(BaseModel):
     context: int = Field(default=1, ge=1, le=limits.MAX_DEGREE,
                          description="Context parallelism: each sequence split over this many GPUs (ring attention); "
                          "activations shrink with it, ZeRO shards over data × context.")
+    reduce_bucket_size: int = Field(default=limits.DEEPSPEED_REDUCE_BUCKET_SIZE, ge=1, le=limits.MAX_REDUCE_BUCKET_SIZE,
+                                    description="DeepSpeed's zero_optimization.reduce_bucket_size, in elements (its "
+                                    "default 500,000,000): the contiguous gradient bucket it reduces from, counted "
+                                    "in the gradients' dtype under training.framework deepspeed.")
     virtual_stages: int = Field(default=1, ge=1, le=limits.MAX_DEGREE,
                                 description="Interleaved pipeline schedule (Megatron's virtual stages): model chunks "
                                 "per device; the first device then holds (p - 1) chunks of activations more.")

@@ -217,6 +217,7 @@ class _Stage:
                      "the optimizer step (DeepSpeed)", f"{params:,} params ÷ {p.shard_group} × 32 bit ÷ 8 — DeepSpeed "
                      f"convention, {source}", size, tensor_bytes(cluster, FP32_BITS) * self.kind.count,
                      Life("step", OPTIMIZER_STEP, OPTIMIZER_STEP))
+        self._deepspeed_bucket()
         if p.zero_stage < 3:
             return
         largest = states.largest_module(self.arch, p.tensor, first=self.kind.first, last=self.kind.last)
@@ -232,6 +233,27 @@ class _Stage:
             self.add(key, category, f"The largest layer's {what} gathered whole (DeepSpeed ZeRO-3)",
                      f"{largest:,} params × {bits} bit ÷ 8 — DeepSpeed convention, {source}", size,
                      self.per_stage(size), life)
+
+    def _deepspeed_bucket(self) -> None:
+        """DeepSpeed's contiguous gradient bucket (contiguous_gradients, on by default): reduce_bucket_size elements
+        in the gradients' dtype, whatever the model's size. ZeRO-1/2 allocate it at the first gradient of backward
+        and release it when backward ends (stage_1_and_2.py:3266, setup_buckets; 1061, in
+        independent_gradient_partition_epilogue); ZeRO-3 allocates it once, after the optimizer's state, for the
+        whole run (stage3.py:780-784). With overlap_comm, ZeRO-1/2 keep a second one (3275); it is off by default
+        for them (config.py:384-386) and not counted."""
+        p, precision = self.parallelism, self.training.precision
+        elements = p.reduce_bucket_size
+        bits = precision.bits("gradients")
+        size = tensor_bytes(elements, bits)
+        if p.zero_stage >= 3:
+            source, life = f"{DS_ZERO3}:780-784", Life("run", START)
+        else:
+            first_backward = next(phase.id for phase in self.phases if phase.id.startswith("bwd."))
+            source = f"{DS_ZERO2}:3266, setup_buckets; released at 1061"
+            life = Life("micro-batch", first_backward, self.phases[-1].id)
+        self.add("deepspeed.reduce_bucket", "gradients", f"Contiguous gradient bucket of reduce_bucket_size elements "
+                 f"in {precision.gradients} (DeepSpeed)", f"{elements:,} × {bits} bit ÷ 8 — DeepSpeed convention, "
+                 f"{source}", size, self.per_stage(size), life)
 
     def per_stage(self, size: int) -> int:
         """Cluster bytes of a buffer every GPU of every stage of this kind holds once."""

@@ -20,6 +20,10 @@ GIB: Final = 1 << 30
 # a process that has only called torch.cuda.init()); fragmentation in the caching allocator adds a
 # few hundred MiB more in a training loop. 1 GiB is a round default; set it to your measurement.
 DEFAULT_FRAMEWORK_OVERHEAD_BYTES: Final = 1 * GIB
+# DeepSpeed 0.19.8's DeepSpeedZeroConfig.reduce_bucket_size default (deepspeed/runtime/zero/config.py:113), and the
+# most this calculator takes (elements).
+DEEPSPEED_REDUCE_BUCKET_SIZE: Final = 500_000_000
+MAX_REDUCE_BUCKET_SIZE: Final = 10**12
 
 MAX_MICRO_BATCH: Final = 1 << 16
 MAX_SEQ_LEN: Final = 1 << 24
@@ -174,6 +178,9 @@ class Parallelism:
     gpus_per_node: int = 8  # for host memory per node
     virtual_stages: int = 1  # interleaved pipeline schedule: model chunks per device (Megatron's virtual stages)
     context: int = 1  # context parallelism: each sequence split over this many GPUs (ring attention)
+    # DeepSpeed's zero_optimization.reduce_bucket_size, in elements (its default): the contiguous gradient bucket
+    # it reduces from, counted under training.framework deepspeed.
+    reduce_bucket_size: int = DEEPSPEED_REDUCE_BUCKET_SIZE
 
     @property
     def world_size(self) -> int:
@@ -245,6 +252,7 @@ def validate_setup(training: Training, parallelism: Parallelism, arch: Architect
     check_int("parallelism.gpus_per_node", parallelism.gpus_per_node, low=1, high=MAX_GPUS_PER_NODE)
     check_int("parallelism.virtual_stages", parallelism.virtual_stages, low=1, high=MAX_DEGREE)
     check_int("parallelism.context", parallelism.context, low=1, high=MAX_DEGREE)
+    check_int("parallelism.reduce_bucket_size", parallelism.reduce_bucket_size, low=1, high=MAX_REDUCE_BUCKET_SIZE)
     if parallelism.context > 1:
         if training.seq_len % (2 * parallelism.context):
             raise DomainError("parallelism.context", f"seq_len ({training.seq_len:,}) must be divisible by 2 × context "

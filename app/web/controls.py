@@ -67,6 +67,7 @@ LABELS: Final[dict[str, str]] = {
     "loss_chunks": "Loss chunks",
     "context": "Context parallel",
     "virtual_stages": "Virtual stages per GPU",
+    "reduce_bucket_size": "Reduce bucket (elements)",
     "offload": "Offload to host memory",
     "gpus_per_node": "GPUs per node",
     "host_ram": "Host RAM per node",

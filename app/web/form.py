@@ -51,7 +51,7 @@ TRAINING_CHOICES: Final = ("optimizer", "optimizer_implementation", "activation_
                            "implementation", "loop", "loss", "framework")
 # Controls read only when shown (the rest of the time the API's default stands): name -> (control, values shown for).
 LOSS_CHUNKS: Final = "loss_chunks"
-PARALLEL_SHOWN: Final = ("offload", "gpus_per_node", "virtual_stages")
+PARALLEL_SHOWN: Final = ("offload", "gpus_per_node", "virtual_stages", "reduce_bucket_size")
 # Fine-tuning: the API's finetuning fields; the page's names where one would clash with an architecture field.
 FINETUNING_METHOD: Final = "method"
 ADAPTER_CONTROLS: Final = ("rank", "target_modules", "lora_dropout", "save_embed_tokens", "save_lm_head")
@@ -214,6 +214,7 @@ def default_values() -> dict[str, str]:
         "offload": str(_field_default(ParallelismIn, "offload")),
         "gpus_per_node": str(_field_default(ParallelismIn, "gpus_per_node")),
         "virtual_stages": str(_field_default(ParallelismIn, "virtual_stages")),
+        "reduce_bucket_size": str(_field_default(ParallelismIn, "reduce_bucket_size")),
         HOST_RAM: DEFAULT_HOST_RAM,
         FINETUNING_METHOD: str(_field_default(FinetuningIn, "method")),
         "rank": str(_field_default(FinetuningIn, "rank")),
@@ -306,6 +307,8 @@ def parse_form(params: Mapping[str, str]) -> ParsedForm:
             parallelism["gpus_per_node"] = read("gpus_per_node", parse_int)
     if _above(values["pipeline"], 1):
         parallelism["virtual_stages"] = read("virtual_stages", parse_int)
+    if values["framework"] == "deepspeed":
+        parallelism["reduce_bucket_size"] = read("reduce_bucket_size", parse_int)
     host_ram = read(HOST_RAM, parse_bytes) if parallelism.get("offload", "none") != "none" else None
     finetuning = _finetuning_dict(values, read)
     if errors:
