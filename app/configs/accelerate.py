@@ -9,6 +9,12 @@ fsdp_sharding_strategy, fsdp_activation_checkpointing, fsdp_offload_params), par
 (parallelism_config_tp_size, _dp_shard_size, _dp_replicate_size, _cp_size; FSDP2) and megatron_lm_config
 (megatron_lm_tp_degree, _pp_degree, _num_micro_batches, _sequence_parallelism, _recompute_activations,
 _use_distributed_optimizer).
+
+The memory convention (training.framework) follows the plugin: DEEPSPEED from ZeRO stage 1 on is DeepSpeed's,
+FSDP with fsdp_version 2 and reshard_after_forward (its default) is FSDP2's, MEGATRON_LM is Megatron-LM's
+distributed optimizer's (app.configs.fsdp says why FSDP1 is counted with the pytorch convention). cp_size splits
+each sequence over that many GPUs (accelerate/parallelism_config.py, ParallelismConfig; `accelerate config` writes it
+as parallelism_config_cp_size, commands/config/cluster.py): num_processes counts them too.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import Any, Final
 
 from app.configs import fsdp
 from app.configs.common import COMPILE, FP8, NO_MEMORY, PATH, Reading, describe
+from app.configs.deepspeed import convention as deepspeed_convention
 from app.configs.deepspeed import offload_facts
 
 DISTRIBUTED_TYPES: Final = ("NO", "MULTI_GPU", "DEEPSPEED", "FSDP", "MEGATRON_LM", "MULTI_CPU", "MULTI_NPU",
@@ -24,6 +31,9 @@ DISTRIBUTED_TYPES: Final = ("NO", "MULTI_GPU", "DEEPSPEED", "FSDP", "MEGATRON_LM
 MIXED_PRECISION: Final = {"no": "no", "fp16": "fp16", "bf16": "bf16", "fp8": "bf16"}
 DISTRIBUTED_OPTIMIZER_NOTE: Final = ("Megatron-LM's distributed optimizer shards the fp32 master weights and the "
                                      "optimizer state over the data-parallel GPUs, as ZeRO stage 1 does")
+MEGATRON_NOTE: Final = ("Megatron-LM's convention: fp32 main gradients beside the master copy, sharded with the "
+                        "optimizer state by its distributed optimizer")
+DDP_WHY: Final = "plain data parallelism (DDP), which the pytorch convention counts"
 LAUNCH_KEYS: Final = ("compute_environment", "machine_rank", "gpu_ids", "main_process_ip",
                       "main_process_port", "rdzv_backend", "same_network", "main_training_function",
                       "enable_cpu_affinity", "debug", "tpu_name", "tpu_zone", "tpu_use_cluster", "tpu_use_sudo",
@@ -43,11 +53,13 @@ def read(data: Any, r: Reading) -> None:
         r.said("engine", "megatron", "distributed_type", kind, field="")
         r.said("training.implementation", "megatron", "distributed_type", kind,
                note="accelerate's Megatron-LM plugin runs the model with Megatron-LM's layers")
+        r.said("training.framework", "megatron", "distributed_type", kind, note=MEGATRON_NOTE)
     elif kind not in ("NO", "MULTI_GPU"):
         r.ignore("distributed_type", f"{kind}: the estimate is for CUDA GPUs")
     else:
         r.also("distributed_type", kind, "parallelism.zero_stage", "plain data parallelism (DDP), no sharding")
         r.said("parallelism.zero_stage", 0, "distributed_type", kind, field="")
+        r.default("training.framework", "pytorch", "distributed_type", DDP_WHY)
 
     precision = data.get("mixed_precision")
     if precision is not None:
@@ -85,7 +97,7 @@ def read(data: Any, r: Reading) -> None:
             _deepspeed(value, r, active=kind == "DEEPSPEED")
         elif key == "fsdp_config":
             if kind == "FSDP":
-                fsdp.read_config(r, key, value, strategy_set=False)
+                fsdp.read_config(r, key, value, strategy=None, version=fsdp.find_version(r, key, value))
             else:
                 r.ignore_all(value, key, f"distributed_type is {kind}, not FSDP")
         elif key == "megatron_lm_config":
@@ -96,9 +108,11 @@ def read(data: Any, r: Reading) -> None:
             r.ignore_all(value, key, COMPILE)
     if kind == "FSDP" and data.get("fsdp_config") in (None, {}):
         fsdp.default_strategy(r, "fsdp_config")
+        fsdp.convention(r, fsdp.Version(), 3, "fsdp_config")
     if kind == "DEEPSPEED" and data.get("deepspeed_config") in (None, {}):
         r.default("parallelism.zero_stage", 2, "deepspeed_config.zero_stage",
                   "accelerate's DeepSpeed plugin defaults to ZeRO stage 2")
+        deepspeed_convention(r, 2, "distributed_type", kind)
     for key, value in data.items():
         if key in ("distributed_type", "mixed_precision", "num_processes", "deepspeed_config", "fsdp_config",
                    "megatron_lm_config", "parallelism_config", "dynamo_config"):
@@ -119,11 +133,14 @@ def _deepspeed(config: dict[str, Any], r: Reading, *, active: bool) -> None:
     if "zero_stage" not in config and not config.get("deepspeed_config_file"):
         r.default("parallelism.zero_stage", 2, f"{prefix}.zero_stage",
                   "accelerate's DeepSpeed plugin defaults to ZeRO stage 2")
+        deepspeed_convention(r, 2, "distributed_type", "DEEPSPEED")
     devices: dict[str, tuple[str, str]] = {}
     for name, value in config.items():
         key = f"{prefix}.{name}"
         if name == "zero_stage":
-            r.said("parallelism.zero_stage", r.integer(key, value, low=0, high=3), key)
+            stage = r.integer(key, value, low=0, high=3)
+            r.said("parallelism.zero_stage", stage, key)
+            deepspeed_convention(r, stage, key, value)
         elif name == "gradient_accumulation_steps":
             r.said("training.gradient_accumulation_steps", r.integer(key, value), key)
         elif name == "deepspeed_config_file":
@@ -185,8 +202,9 @@ def _parallelism(config: dict[str, Any], r: Reading) -> None:
         elif bare in ("dp_shard_size", "dp_replicate_size"):
             data *= r.integer(key, value)
             data_keys.append(key)
-        elif bare == "cp_size" and value not in (None, 1):
-            r.ignore(key, "context parallelism is not modelled: each GPU is counted with the whole sequence")
+        elif bare == "cp_size":
+            r.said("parallelism.context", r.integer(key, value), key,
+                   note="each sequence split over this many GPUs (ring attention)")
         else:
             r.ignore_all(value, key)
     if data_keys:

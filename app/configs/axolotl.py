@@ -5,8 +5,9 @@ base_model, sequence_len (default 512), micro_batch_size (1), gradient_accumulat
 (adamw_torch_fused; the Trainer's names plus axolotl's own), bf16 ("auto": on where the GPU has bf16),
 fp16, bfloat16/float16 (weights in half precision without autocast), gradient_checkpointing (true, "offload"),
 attn_implementation (eager, sdpa, flash_attention_2, ...; the older flash_attention/sdp_attention switches),
-deepspeed (a path, e.g. axolotl's bundled deepspeed_configs/zero2.json, or a mapping), fsdp/fsdp_config,
-tensor_parallel_size (DeepSpeed AutoTP), dp_shard_size/dp_replicate_size, adapter (lora, qlora).
+deepspeed (a path, e.g. axolotl's bundled deepspeed_configs/zero2.json, or a mapping), fsdp/fsdp_config with
+fsdp_version (1 unless it says 2), tensor_parallel_size (DeepSpeed AutoTP), dp_shard_size/dp_replicate_size,
+context_parallel_size (sequence_parallel_degree before it), adapter (lora, qlora).
 
 axolotl loads the weights in the run's half dtype (resolve_dtype in axolotl/utils/config: bf16 or bfloat16 ->
 torch_dtype bfloat16), so without DeepSpeed or FSDP a bf16 run keeps no fp32 copy: pure bf16. DeepSpeed keeps
@@ -112,8 +113,7 @@ def read(data: Any, r: Reading) -> None:
         elif key in ("torch_compile", "torch_compile_backend", "torch_compile_mode", "torch_compile_options"):
             r.ignore_all(value, key, COMPILE)
         elif key in ("context_parallel_size", "sequence_parallel_degree"):
-            r.ignore(key, "context parallelism is not modelled: each GPU is counted with the whole sequence"
-                     if value not in (None, 1) else "1: no context parallelism")
+            _context(data, key, r)
         elif key in ("liger_rms_norm", "liger_glu_activation") and value is True:
             r.said("training.implementation", "liger", key, value, note="Liger Kernel's RMSNorm and SwiGLU")
         elif key == "liger_fused_linear_cross_entropy" and value is True:
@@ -231,6 +231,7 @@ def _engines(data: dict[str, Any], r: Reading) -> None:
                    "its bf16/fp16 'auto' filled from bf16/fp16 here")
             r.said("parallelism.zero_stage", stage, "deepspeed", ds, note=why)
             r.assume("parallelism.zero_stage", stage, why)
+            deepspeed.convention(r, stage, "deepspeed", ds)
             offload = {"": "optimizer" if stage == 2 else None, "_bf16_cpuoffload_all": "optimizer+parameters"}.get(
                 bundled.group(2))
             if offload:
@@ -252,28 +253,42 @@ def _engines(data: dict[str, Any], r: Reading) -> None:
         if ds:
             raise r.error("fsdp_config" if config else "fsdp", "DeepSpeed and FSDP cannot both run the model")
         r.said("engine", "fsdp", "fsdp_config" if config else "fsdp", config or options, field="")
-        strategy_set = False
+        # axolotl reads the top-level fsdp_version first (schemas/validation.py, check_fsdp_version_in_fsdp_config)
+        version = fsdp.find_version(r, "fsdp_config", config, outer="fsdp_version", value=data.get("fsdp_version"))
+        strategy = None
         if options:
             if not isinstance(options, list):
                 options = str(options).split()
             for item in options:
                 name = str(item).lower()
-                if name in ("full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2"):
+                strategies = ("full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2")
+                if name in strategies and version.number == 2:
+                    r.ignore("fsdp", f"{item}: FSDP2 reads fsdp_config's reshard_after_forward, not a sharding "
+                                     "strategy (the Trainer's TrainingArguments._process_fsdp_args)")
+                elif name in strategies:
                     fsdp.set_strategy(r, "fsdp", item, name.upper())
-                    strategy_set = True
+                    strategy = name.upper()
                 elif name == "offload":
                     r.said("parallelism.offload", "optimizer+parameters", "fsdp", item,
                            note="FSDP's CPUOffload(offload_params=True)")
                 else:
                     r.also("fsdp", item, "parallelism.zero_stage", "how FSDP wraps modules changes no count")
         if isinstance(config, dict):
-            fsdp.read_config(r, "fsdp_config", config, strategy_set=strategy_set)
-        elif not strategy_set:
-            fsdp.default_strategy(r, "fsdp_config")
+            # axolotl hands fsdp_config to the Trainer (core/builders/base.py), which passes it on to accelerate
+            fsdp.read_config(r, "fsdp_config", config, strategy=strategy, version=version, trainer=True)
+        else:
+            if version.number == 2 and not strategy:
+                r.default("parallelism.zero_stage", 2, "fsdp_version", fsdp.TRAINER_RESHARD_WHY)
+            elif not strategy:
+                fsdp.default_strategy(r, "fsdp_config")
+            stage = 2 if version.number == 2 and not strategy else fsdp.STRATEGY_STAGES[strategy or "FULL_SHARD"]
+            fsdp.convention(r, version, stage, "fsdp")
+        if "fsdp_version" in data and version.key != "fsdp_version":
+            r.ignore("fsdp_version", "empty: not set")
     elif "fsdp" in data or "fsdp_config" in data:
         r.ignore("fsdp" if "fsdp" in data else "fsdp_config", "empty: no FSDP")
-    if "fsdp_version" in data:
-        r.ignore("fsdp_version", "FSDP1 and FSDP2 shard the same tensors; the version changes no count")
+    if "fsdp_version" in data and not (options or config):
+        r.ignore("fsdp_version", "no FSDP: fsdp_config is not set")
 
     if data.get("tensor_parallel_size") is not None:
         r.said("parallelism.tensor", r.integer("tensor_parallel_size", data["tensor_parallel_size"]),
@@ -287,6 +302,18 @@ def _engines(data: dict[str, Any], r: Reading) -> None:
                note="dp_shard_size × dp_replicate_size" if len(sizes) > 1 else "")
         for key, size in sizes[1:]:
             r.also(key, size, "parallelism.data")
+
+
+def _context(data: dict[str, Any], key: str, r: Reading) -> None:
+    """context_parallel_size (sequence_parallel_degree before it, read only without the new name): each sequence
+    split over that many GPUs with ring-flash-attn (schemas/config.py; validation.py, check_context_parallel_size)."""
+    if data[key] is None:
+        r.ignore(key, "empty: not set")
+    elif key == "sequence_parallel_degree" and data.get("context_parallel_size") is not None:
+        r.ignore(key, "the old name of context_parallel_size, which is set: axolotl reads that")
+    else:
+        r.said("parallelism.context", r.integer(key, data[key]), key,
+               note="each sequence split over this many GPUs (ring-flash-attn's ring attention)")
 
 
 def _adapter(data: dict[str, Any], r: Reading) -> None:

@@ -17,6 +17,9 @@ Key meanings follow DeepSpeed's documentation (docs/_pages/config-json.md) and i
   false, torch's with ``torch_adam``; Lion: FusedLion; Lamb, Adagrad...) or any ``torch.optim`` class by name.
 * ``"auto"``: left for the Hugging Face integration to fill from the Trainer's arguments
   (transformers/integrations/deepspeed.py, HfTrainerDeepSpeedConfig.trainer_config_process).
+* From ZeRO stage 1 on, the run's memory follows DeepSpeed's own convention (training.framework deepspeed, as
+  deepspeed/runtime/zero/stage_1_and_2.py and stage3.py allocate and as its estimators count); stage 0 is plain data
+  parallelism.
 """
 
 from __future__ import annotations
@@ -39,6 +42,11 @@ _DS_OPTIMIZERS: Final = ("adagrad", "adam", "adamw", "lamb", "onebitadam", "zero
 # torch.optim classes DeepSpeed falls back to by exact name (engine._configure_basic_optimizer: getattr(torch.optim, name)).
 _TORCH_OPTIMIZERS: Final = ("SGD", "Adafactor", "RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam", "ASGD",
                             "Rprop", "LBFGS", "SparseAdam", "Adam", "AdamW")
+
+CONVENTION_NOTE: Final = ("DeepSpeed's convention: an fp32 copy of each rank's gradient partition for the optimizer "
+                          "step, and under ZeRO-3 the largest layer gathered whole")
+STAGE_0_WHY: Final = ("ZeRO stage 0: DeepSpeed runs plain data parallelism, which the pytorch convention counts the "
+                      "same way")
 
 ACTIVATION_CHECKPOINTING_WHY: Final = (
     "configures deepspeed.checkpointing, which only models that call it use (Megatron-DeepSpeed); a Hugging Face "
@@ -109,15 +117,20 @@ def _zero(data: dict[str, Any], r: Reading, p: str) -> bool:
     key = f"{p}zero_optimization"
     if zero is None:
         r.default("parallelism.zero_stage", 0, key, "no zero_optimization section: DeepSpeed runs without ZeRO")
+        convention(r, 0, key, None)
         return False
     if isinstance(zero, bool):  # the legacy form: true is stage 1
         r.said("parallelism.zero_stage", 1 if zero else 0, key, zero)
+        convention(r, 1 if zero else 0, key, zero)
         return False
     zero = r.mapping(key, zero)
     if "stage" in zero:
-        r.said("parallelism.zero_stage", r.integer(f"{key}.stage", zero["stage"], low=0, high=3), f"{key}.stage")
+        stage = r.integer(f"{key}.stage", zero["stage"], low=0, high=3)
+        r.said("parallelism.zero_stage", stage, f"{key}.stage")
+        convention(r, stage, f"{key}.stage", stage)
     else:
         r.default("parallelism.zero_stage", 0, f"{key}.stage", "zero_optimization without a stage: DeepSpeed's default, 0")
+        convention(r, 0, f"{key}.stage", None)
     devices: dict[str, tuple[str, str]] = {}  # "optimizer"/"parameters" -> (device, its key)
     for name, value in zero.items():
         if name == "stage":
@@ -152,6 +165,15 @@ def _zero(data: dict[str, Any], r: Reading, p: str) -> bool:
             r.ignore_all(value, sub, COMMS if reason(name) == COMMS else None)
     offload_facts(r, devices)
     return "optimizer" in devices
+
+
+def convention(r: Reading, stage: int, key: str, raw: Any) -> None:
+    """training.framework for a DeepSpeed run at ZeRO `stage`: DeepSpeed's own convention from stage 1 on (the core
+    counts stage 0 under it as plain data parallelism); `raw` None when the stage is DeepSpeed's default."""
+    if stage >= 1:
+        r.said("training.framework", "deepspeed", key, raw, note=CONVENTION_NOTE)
+    else:
+        r.default("training.framework", "pytorch", key, STAGE_0_WHY)
 
 
 def offload_facts(r: Reading, devices: dict[str, tuple[str, str]]) -> None:

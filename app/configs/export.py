@@ -51,6 +51,8 @@ _WHY: Final[dict[str, dict[str, str]]] = {
         "training.adafactor_momentum": "torch.optim.Adafactor keeps no first moment",
         "finetuning": "adapters and frozen layers are the script's (peft's get_peft_model, requires_grad)",
         "parallelism.gpus_per_node": "a DeepSpeed config does not say how many GPUs share a host: the hostfile does",
+        "training.framework": "DeepSpeed runs this file: from ZeRO stage 1 on its memory follows DeepSpeed's own "
+                              "convention, at stage 0 plain data parallelism's",
     },
     "training-arguments": {
         "model": "TrainingArguments do not name the model: from_pretrained does",
@@ -73,6 +75,8 @@ _WHY: Final[dict[str, dict[str, str]]] = {
         "parallelism.tensor": "tensor parallelism goes in the DeepSpeed section (AutoTP)",
         "finetuning": "adapters and frozen layers are the script's (peft's get_peft_model, requires_grad)",
         "parallelism.gpus_per_node": "the Trainer's arguments do not say how many GPUs share a host",
+        "training.framework": "the engine the Trainer's file names sets the convention: DeepSpeed's from ZeRO stage "
+                              "1 on, else pytorch's (this file writes no FSDP section, so not fsdp2's)",
     },
     "accelerate": {
         "model": "accelerate's config does not name the model",
@@ -97,6 +101,8 @@ _WHY: Final[dict[str, dict[str, str]]] = {
         "finetuning": "adapters and frozen layers are the script's (peft's get_peft_model, requires_grad)",
         "parallelism.offload": "offload goes through accelerate's DeepSpeed plugin, not the Megatron-LM one",
         "parallelism.gpus_per_node": "num_processes does not split evenly into machines of that many GPUs",
+        "training.framework": "the plugin sets the convention: DeepSpeed's from ZeRO stage 1 on, Megatron-LM's with "
+                              "MEGATRON_LM, else pytorch's (this file writes no FSDP section, so not fsdp2's)",
     },
     "axolotl": {
         "model": "base_model is a Hugging Face id or a path: give your model's (no preset matches this model)",
@@ -116,6 +122,8 @@ _WHY: Final[dict[str, dict[str, str]]] = {
         "finetuning": "axolotl freezes layers with unfrozen_parameters patterns, which trainmem does not write; "
                       "adapters other than lora and qlora have no trainmem form",
         "parallelism.gpus_per_node": "axolotl's config does not say how many GPUs share a host",
+        "training.framework": "the engine the file names sets the convention: DeepSpeed's from ZeRO stage 1 on, else "
+                              "pytorch's (this file writes no FSDP section, so not fsdp2's)",
     },
 }
 _GENERIC_WHY: Final = "the file does not carry it"

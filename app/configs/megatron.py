@@ -14,7 +14,8 @@ embeddings are tied unless --untie-embeddings-and-output-weights; --hidden-dropo
 --max-position-embeddings defaults to --seq-length; global batch = micro-batch × data-parallel × micro-batches
 per step; --bf16 accumulates and reduces gradients in fp32 (accumulate_allreduce_grads_in_fp32), --fp16 in fp16
 unless asked; --optimizer adam is fused Adam with decoupled weight decay (AdamW), sgd has momentum 0.9;
---recompute-activations is --recompute-granularity selective.
+--recompute-activations is --recompute-granularity selective. The memory convention is Megatron-LM's own
+(training.framework megatron), except under its FSDP (--use-torch-fsdp2, --use-megatron-fsdp).
 """
 
 from __future__ import annotations
@@ -61,6 +62,11 @@ ASSIGNMENT: Final = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)
 VARIABLE: Final = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 DISTRIBUTED_OPTIMIZER_NOTE: Final = ("Megatron-LM's distributed optimizer shards the fp32 master weights and the "
                                      "optimizer state over the data-parallel GPUs, as ZeRO stage 1 does")
+CONVENTION_NOTE: Final = ("Megatron-LM's convention (docs/source/api-guide/dist_optimizer.md): the optimizer steps from "
+                          "fp32 main gradients, kept beside the master copy when the gradient buffer is narrower")
+FSDP_WHY: Final = ("Megatron-LM's FSDP (--use-torch-fsdp2, --use-megatron-fsdp) replaces the distributed optimizer "
+                   "whose buffers the megatron convention counts, and the fsdp2 convention is for transformers' "
+                   "modules: counted with the pytorch convention")
 AUTO_ATTENTION: Final = ("Transformer Engine picks a fused kernel (no score matrix) for bf16/fp16 and head sizes it "
                          "supports, else the unfused softmax: modelled as sdpa (flash where it runs, else eager)")
 SHARDING: Final = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
@@ -601,17 +607,21 @@ def _sharding(f: _Flags, r: Reading, tensor: int) -> None:
     strategy = f.choice("data-parallel-sharding-strategy", tuple(SHARDING))
     if fsdp:
         stage = SHARDING[strategy or "optim_grads_params"]
-        key = "--data-parallel-sharding-strategy" if strategy else ("--use-torch-fsdp2" if f.has("use-torch-fsdp2")
-                                                                    else "--use-megatron-fsdp")
+        switch = "--use-torch-fsdp2" if f.has("use-torch-fsdp2") else "--use-megatron-fsdp"
+        key = "--data-parallel-sharding-strategy" if strategy else switch
         r.said("parallelism.zero_stage", stage, key, strategy or True)
         r.assume("parallelism.zero_stage", stage, f"FSDP sharding {strategy or 'optim_grads_params (the default)'}: "
                                                   f"ZeRO stage {stage}")
+        r.said("training.framework", "pytorch", switch, True, note=FSDP_WHY)
+        r.assume("training.framework", "pytorch", FSDP_WHY)
     elif f.switch("use-distributed-optimizer"):
         r.said("parallelism.zero_stage", 1, "--use-distributed-optimizer", True, note=DISTRIBUTED_OPTIMIZER_NOTE)
         r.assume("parallelism.zero_stage", 1, DISTRIBUTED_OPTIMIZER_NOTE)
+        r.said("training.framework", "megatron", "--use-distributed-optimizer", True, note=CONVENTION_NOTE)
     else:
         r.default("parallelism.zero_stage", 0, "--use-distributed-optimizer", "no --use-distributed-optimizer: each "
                                                                               "data-parallel rank keeps every state")
+        r.said("training.framework", "megatron", "(Megatron-LM)", "pretrain_gpt.py", note=CONVENTION_NOTE)
         if strategy:
             r.ignore("--data-parallel-sharding-strategy", "read only with --use-megatron-fsdp or --use-torch-fsdp2")
     if f.has("use-mcore-models") or f.has("use-legacy-models"):

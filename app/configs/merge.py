@@ -13,6 +13,11 @@ different things, as the frameworks resolve them:
 3. DeepSpeed's config decides its own settings (ZeRO stage, optimizer when it names one).
 
 A torchtitan or Megatron-LM config describes a whole run and stands alone.
+
+The framework that runs the model brings its own memory convention (training.framework: DeepSpeed's estimator,
+FSDP2's, Megatron-LM's distributed optimizer). Where the core does not model that convention with the rest of the
+setup (fine-tuning under FSDP2, Megatron-LM's FSDP under its distributed optimizer's convention), the body keeps the
+pytorch convention and says why, in the core's own words.
 """
 
 from __future__ import annotations
@@ -20,16 +25,18 @@ from __future__ import annotations
 from typing import Any, Final
 
 from app import core
+from app.api import wire
 from app.configs.common import DEFAULT_MODEL_PRESET, Fact, Reading, json_safe, reason
 from app.configs.fsdp import FSDP_PRECISION_NOTE
 from app.core import DomainError
+from app.core.setup import validate_setup
 
 RANK: Final = {"accelerate": 0, "training-arguments": 1, "axolotl": 1, "deepspeed": 2, "torchtitan": 1, "megatron": 1}
 ARGUMENTS: Final = ("training-arguments", "axolotl")
 MUST_MATCH: Final = ("training.micro_batch_size", "training.gradient_accumulation_steps")
 TRAINING_FIELDS: Final = ("micro_batch_size", "seq_len", "precision", "optimizer", "optimizer_implementation",
                           "adafactor_momentum", "activation_checkpointing", "attention", "implementation", "loop",
-                          "gradient_accumulation_steps", "loss")
+                          "gradient_accumulation_steps", "loss", "framework")
 PARALLELISM_FIELDS: Final = ("data", "tensor", "pipeline", "sequence_parallel", "zero_stage", "offload", "gpus_per_node",
                               "context", "virtual_stages")
 FINETUNING_FIELDS: Final = ("method", "rank", "target_modules", "dropout", "modules_to_save", "quantization")
@@ -155,7 +162,31 @@ class _Merge:
         finetuning = self.finetuning()
         if finetuning:
             request["finetuning"] = finetuning
+        self.fit_framework(request)
         return request
+
+    def fit_framework(self, request: dict[str, Any]) -> None:
+        """The framework's convention where the core models it with the rest of the setup, else the pytorch
+        convention with the core's reason: the convention a file implies never makes the import refuse it."""
+        chosen = request["training"]["framework"]
+        refusal = None if chosen == "pytorch" else _refusal(request)
+        if refusal is None:
+            return
+        plain = _refusal(request | {"training": request["training"] | {"framework": "pytorch"}})
+        if plain is not None and (plain.field, plain.message) == (refusal.field, refusal.message):
+            return  # not the convention's doing: the import reports it at the key it came from
+        request["training"]["framework"] = self.values["training.framework"] = "pytorch"
+        why = f"the {chosen} convention does not apply to this setup: {refusal.message}"
+        if refusal.field != "training.framework":
+            why += f" ({refusal.field})"
+        for entry in self.understood:
+            if entry["field"] == "training.framework":
+                self.ignored.append({"key": entry["key"], "file": entry["file"], "why": why})
+        self.understood = [entry for entry in self.understood if entry["field"] != "training.framework"]
+        source = self.sources.pop("training.framework", None)
+        self.assumed = [entry for entry in self.assumed if entry["field"] != "training.framework"]
+        self.assumed.append({"field": "training.framework", "value": "pytorch", "file": source[0] if source else None,
+                             "why": why if "pytorch convention" in why else f"{why}: counted with the pytorch convention"})
 
     def finetuning(self) -> dict[str, Any] | None:
         """LoRA or QLoRA adapters when a file asks for them (the body's finetuning section); None for full."""
@@ -204,24 +235,25 @@ class _Merge:
         micro-batch × accumulation × data-parallel GPUs (DeepSpeedConfig._batch_assertion)."""
         tensor = self.value_of("parallelism.tensor", 1)
         pipeline = self.value_of("parallelism.pipeline", 1)
+        context = self.value_of("parallelism.context", 1)
         world = self.pick("world_size")
         if world is not None:
             self.settle("world_size", world)
-            parallel = tensor * pipeline
+            parallel = tensor * pipeline * context
+            groups = "tensor × pipeline" + (" × context" if context > 1 else "")
             if world.value % parallel:
-                raise self.error_at(world, f"{world.value} processes do not split into tensor × pipeline groups of "
-                                           f"{parallel}")
+                raise self.error_at(world, f"{world.value} processes do not split into {groups} groups of {parallel}")
             data = world.value // parallel
             stated = self.pick("parallelism.data")
             if stated is not None and stated.origin == "said" and stated.value != data:
                 raise self.error_at(stated, f"is {stated.value} but {self.source(world)} gives {world.value} "
-                                            f"processes, {data} data-parallel groups of tensor × pipeline = {parallel}")
+                                            f"processes, {data} data-parallel groups of {groups} = {parallel}")
             if stated is None or stated.origin != "said":
                 self.values["parallelism.data"] = data
                 self.sources["parallelism.data"] = (world.file, world.key)
                 self.assumed.append({"field": "parallelism.data", "value": data, "file": world.file,
                                      "why": f"{self.source(world)} {world.value} ÷ (tensor {tensor} × pipeline "
-                                            f"{pipeline})"})
+                                            f"{pipeline}" + (f" × context {context}" if context > 1 else "") + ")"})
         batch = self.pick("train_batch_size")
         auto = next((r.autos["train_batch_size"] for r in self.readings if "train_batch_size" in r.autos), None)
         if auto is not None and batch is None:
@@ -415,6 +447,16 @@ class _Merge:
         for field in winner.value:
             self.sources.setdefault(f"model.{field}", (winner.file, winner.key))
         return dict(winner.value)
+
+
+def _refusal(request: dict[str, Any]) -> DomainError | None:
+    """What the core refuses in a body's setup (its cross-field rules), or None."""
+    try:
+        job = wire.job_from(request)
+        validate_setup(job.training, job.parallelism, job.architecture)
+    except DomainError as error:
+        return error
+    return None
 
 
 def _flatten(reading: Reading) -> list[Reading]:

@@ -6,8 +6,9 @@ local_batch_size (batch_size before it; default 8), global_batch_size (-1: local
 seq_len (2048), dtype (float32; bfloat16 is pure bf16, no fp32 copy), mixed_precision_param (bfloat16: applied
 by FSDP when data_parallel_shard_degree > 1, by torch.autocast under DDP or one GPU), [parallelism]
 data_parallel_replicate_degree (1), data_parallel_shard_degree (-1: the GPUs left over), tensor_parallel_degree,
-pipeline_parallel_degree, context_parallel_degree, fsdp_reshard_after_forward; [activation_checkpoint] mode
-(selective by default, every second layer) and selective_ac_option ('op' or a layer interval);
+pipeline_parallel_degree, context_parallel_degree, fsdp_reshard_after_forward ("default" reshards after forward
+unless pipeline parallelism runs: torchtitan/models/llama3/infra/parallelize.py, apply_fsdp); [activation_checkpoint]
+mode (selective by default, every second layer) and selective_ac_option ('op' or a layer interval);
 [optimizer] name (AdamW) and implementation (fused by default).
 
 The llama3 flavours 8B, 70B and 405B are the Llama 3 8B, 70B and Llama 3.1 405B shapes
@@ -20,6 +21,7 @@ from __future__ import annotations
 import tomllib
 from typing import Any, Final
 
+from app.configs import fsdp
 from app.configs.common import COMPILE, FP8, MOE, NO_MEMORY, PATH, Reading, describe
 from app.core import DomainError
 
@@ -67,7 +69,7 @@ def read(data: Any, r: Reading) -> None:
 
     _model(model, r)
     _optimizer(optimizer, r)
-    tensor, pipeline, data_degree, shard = _parallelism(parallel, experimental, r)
+    tensor, pipeline, data_degree, shard = _parallelism(parallel, experimental, r)  # shard: the FSDP degree
     _training(training, r, data_degree)
     _precision(training, r, shard=shard, tensor=tensor, pipeline=pipeline, data=data_degree)
     _checkpointing(checkpointing, r)
@@ -147,7 +149,7 @@ def _optimizer(optimizer: dict[str, Any], r: Reading) -> None:
 
 
 def _parallelism(parallel: dict[str, Any], experimental: dict[str, Any], r: Reading) -> tuple[int, int, int, int]:
-    """(tensor, pipeline, data, FSDP shard degree)."""
+    """(tensor, pipeline, data, FSDP shard degree: dp_shard × context, ParallelDims.fsdp_enabled)."""
     def degree(name: str, default: int, *, where: dict[str, Any] = parallel, section: str = "parallelism",
                low: int = 1) -> tuple[int, str | None]:
         if name in where:
@@ -173,11 +175,9 @@ def _parallelism(parallel: dict[str, Any], experimental: dict[str, Any], r: Read
                     "(SequenceParallel)")
         r.assume("parallelism.sequence_parallel", True, "torchtitan applies sequence parallelism with tensor "
                                                         "parallelism (parallelize_llama)")
-    if context > 1:
-        r.ignore(context_key or "parallelism.context_parallel_degree",
-                 "context parallelism is not modelled: each GPU is counted with the whole sequence")
-    elif context_key:
-        r.ignore(context_key, "1: no context parallelism")
+    if context_key:
+        r.said("parallelism.context", context, context_key,
+               note="each sequence split over this many GPUs (ring attention); FSDP shards over data × context")
     if shard == -1:
         shard = DEFAULT_SHARD
         r.assume("parallelism.data", shard * replicate,
@@ -195,18 +195,35 @@ def _parallelism(parallel: dict[str, Any], experimental: dict[str, Any], r: Read
            note="data_parallel_shard_degree × data_parallel_replicate_degree")
     if shard_key and replicate_key:
         r.also(replicate_key, replicate, "parallelism.data")
+    reshard_key = "parallelism.fsdp_reshard_after_forward"
     reshard = parallel.get("fsdp_reshard_after_forward", "default")
     if "fsdp_reshard_after_forward" in parallel:
-        reshard = r.choice("parallelism.fsdp_reshard_after_forward", reshard, ("default", "always", "never"))
+        reshard = r.choice(reshard_key, reshard, ("default", "always", "never"))
     if shard > 1 or context > 1:
-        stage = 2 if reshard == "never" else 3
+        # apply_fsdp: "default" reshards after forward unless pipeline parallelism runs (reshard_after_forward =
+        # not pp_enabled), to spare each micro-batch an all-gather
+        gathered = reshard == "never" or (reshard == "default" and pipeline > 1)
+        if "fsdp_reshard_after_forward" in parallel:
+            stage_key, stage_raw = reshard_key, reshard
+        elif gathered:
+            stage_key, stage_raw = pipeline_key or "parallelism.pipeline_parallel_degree", pipeline
+        else:
+            stage_key, stage_raw = key, shard
         r.said("engine", "fsdp", key, shard, field="")
-        r.said("parallelism.zero_stage", stage, "parallelism.fsdp_reshard_after_forward"
-               if "fsdp_reshard_after_forward" in parallel else key, reshard if stage == 2 else shard,
-               note="FSDP2 keeps the parameters gathered after forward: ZeRO stage 2" if stage == 2 else
-               "FSDP2 shards parameters, gradients and optimizer state: ZeRO stage 3")
+        if gathered:
+            why = (f"fsdp_reshard_after_forward {reshard}" + (" with pipeline parallelism" if reshard == "default"
+                                                              else "") + ": FSDP2 keeps each layer's parameters "
+                   "gathered after forward: ZeRO stage 2")
+            r.said("parallelism.zero_stage", 2, stage_key, stage_raw, note=why)
+            r.said("training.framework", "pytorch", stage_key, stage_raw, note=fsdp.FSDP2_GATHERED_WHY)
+            r.assume("training.framework", "pytorch", fsdp.FSDP2_GATHERED_WHY)
+        else:
+            r.said("parallelism.zero_stage", 3, stage_key, stage_raw,
+                   note="FSDP2 shards parameters, gradients and optimizer state: ZeRO stage 3")
+            r.said("training.framework", "fsdp2", key, shard, note=fsdp.FSDP2_NOTE)
     else:
         r.said("parallelism.zero_stage", 0, key, shard, note="no sharding (DDP or one GPU)")
+        r.default("training.framework", "pytorch", key, "no FSDP: DDP or one GPU, which the pytorch convention counts")
         if "fsdp_reshard_after_forward" in parallel:
             r.ignore("parallelism.fsdp_reshard_after_forward", "no FSDP: nothing is sharded")
     handled = {"tensor_parallel_degree", "pipeline_parallel_degree", "context_parallel_degree",
@@ -226,7 +243,7 @@ def _parallelism(parallel: dict[str, Any], experimental: dict[str, Any], r: Read
     for name, value in experimental.items():
         if name != "pipeline_parallel_degree" or pipeline_key != "experimental.pipeline_parallel_degree":
             r.ignore_all(value, f"experimental.{name}")
-    return tensor, pipeline, data, shard
+    return tensor, pipeline, data, shard * context  # FSDP shards over data_parallel_shard × context
 
 
 def _training(training: dict[str, Any], r: Reading, data: int) -> None:

@@ -4,8 +4,10 @@ Meanings and defaults from transformers' TrainingArguments (training_args.py): p
 (default 8), gradient_accumulation_steps (1), gradient_checkpointing, called activation_checkpointing from
 transformers 5 on (False), bf16/fp16 (torch.autocast through accelerate unless DeepSpeed or FSDP runs the
 model; at most one), optim (adamw_torch_fused with torch >= 2.8, else adamw_torch) with optim_args,
-deepspeed (a path or a dict), fsdp (True, or the legacy option list "full_shard auto_wrap") with fsdp_config.
-The Trainer's loss step keeps only the loss (Trainer.compute_loss), so the loop is hf-trainer.
+deepspeed (a path or a dict), fsdp (True, or the legacy option list "full_shard auto_wrap") with fsdp_config
+(its "version" 2 runs FSDP2, see app.configs.fsdp), parallelism_config (accelerate's ParallelismConfig: dp_shard_size,
+dp_replicate_size, tp_size, cp_size). The Trainer's loss step keeps only the loss (Trainer.compute_loss), so the
+loop is hf-trainer.
 """
 
 from __future__ import annotations
@@ -172,16 +174,20 @@ def _fsdp(data: dict[str, Any], r: Reading) -> None:
                 r.ignore("fsdp_config", "FSDP is not on (fsdp is empty)")
         return
     r.said("engine", "fsdp", "fsdp", option, field="")
-    strategy_set = False
+    version = fsdp.find_version(r, "fsdp_config", config)
+    strategy = None
     if option is not True:
         options = option.split() if isinstance(option, str) else option
         if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
             raise r.error("fsdp", f"must be true, or FSDP options such as \"full_shard auto_wrap\", got {describe(option)}")
         for item in options:
             name = item.lower()
-            if name in FSDP_OPTIONS:
+            if name in FSDP_OPTIONS and version.number == 2:
+                r.ignore("fsdp", f"{item}: FSDP2 reads fsdp_config's reshard_after_forward, not a sharding strategy "
+                                 "(TrainingArguments._process_fsdp_args)")
+            elif name in FSDP_OPTIONS:
                 fsdp.set_strategy(r, "fsdp", item, FSDP_OPTIONS[name])
-                strategy_set = True
+                strategy = FSDP_OPTIONS[name]
             elif name == "offload":
                 r.said("parallelism.offload", "optimizer+parameters", "fsdp", item,
                        note="FSDP's CPUOffload(offload_params=True)")
@@ -191,12 +197,13 @@ def _fsdp(data: dict[str, Any], r: Reading) -> None:
                 raise r.error("fsdp", f"unknown FSDP option {item!r}; the Trainer takes "
                                       f"{', '.join([*FSDP_OPTIONS, 'offload', 'auto_wrap'])}")
     if isinstance(config, dict):
-        fsdp.read_config(r, "fsdp_config", config, strategy_set=strategy_set)
+        fsdp.read_config(r, "fsdp_config", config, strategy=strategy, version=version, trainer=True)
     else:
         if isinstance(config, str) and config:
             r.ignore("fsdp_config", PATH)
-        if not strategy_set:
+        if not strategy:
             fsdp.default_strategy(r, "fsdp")
+        fsdp.convention(r, version, fsdp.STRATEGY_STAGES[strategy or "FULL_SHARD"], "fsdp")
     for name in ("fsdp_min_num_params", "fsdp_transformer_layer_cls_to_wrap"):
         if data.get(name) not in (None, 0, "", []):
             r.ignore(name, "which modules FSDP wraps changes no count trainmem keeps")
@@ -217,8 +224,9 @@ def _parallelism_config(value: Any, r: Reading) -> None:
         elif name in ("dp_shard_size", "dp_replicate_size"):
             data *= r.integer(key, item)
             data_keys.append(key)
-        elif name == "cp_size" and item not in (None, 1):
-            r.ignore(key, "context parallelism is not modelled: each GPU is counted with the whole sequence")
+        elif name == "cp_size":
+            r.said("parallelism.context", r.integer(key, item), key,
+                   note="each sequence split over this many GPUs (ring attention)")
         else:
             r.ignore_all(item, key)
     if data_keys:

@@ -55,6 +55,23 @@ def test_several_files():
     assert post("estimate", answer["request"]).status_code == 200
 
 
+@pytest.mark.parametrize("name, framework, own_buffers", [
+    ("accelerate_fsdp2.yaml", "fsdp2", True), ("ds_config_zero3.json", "deepspeed", True),
+    # bf16 with fp32 main gradients: Megatron-LM's 6 + 12/d bytes per parameter are the ZeRO paper's
+    ("megatron_llama3_8b.sh", "megatron", False),
+    ("axolotl_lora_fsdp2_cp.yaml", "pytorch", False),  # LoRA: the fsdp2 convention does not model fine-tuning yet
+])
+def test_an_imported_framework_sets_the_estimates_convention(name, framework, own_buffers):
+    answer = post("import", {"kind": "auto", "text": (SAMPLES[0].parent / name).read_text()}).json()
+    request = answer["request"]
+    assert request["training"]["framework"] == framework
+    assert any(entry["field"] == "training.framework" for entry in (*answer["understood"], *answer["assumed"]))
+    estimate = post("estimate", request)
+    assert estimate.status_code == 200, estimate.text
+    plain = post("estimate", request | {"training": request["training"] | {"framework": "pytorch"}})
+    assert (plain.json()["peak"]["bytes"] != estimate.json()["peak"]["bytes"]) == own_buffers
+
+
 @pytest.mark.parametrize("body, loc", [
     ({"kind": "deepspeed", "text": '{"zero_optimization": {"stage": 9}}'}, ["body", "text", "zero_optimization", "stage"]),
     ({"kind": "deepspeed", "text": '{"zero_optimization": '}, ["body", "text"]),

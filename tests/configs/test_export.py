@@ -192,9 +192,11 @@ def test_round_trip_property(kind, preset, precision, optimizer, implementation,
 
 @pytest.mark.parametrize("kind", EXPORT_KINDS)
 def test_a_plain_setup_comes_back_whole(kind):
-    # What each framework says in full: nothing the file could carry is lost.
+    # What each framework says in full: nothing the file could carry is lost. Every exporter writes ZeRO-3 as a
+    # DeepSpeed config, which brings DeepSpeed's own memory convention.
     body = body_of("mistral-7b", "bf16-fp32-master", "adamw", "fused", "full", (8, 1, 1, 3))
     body["training"]["loop"] = "plain" if kind in ("deepspeed", "accelerate") else "hf-trainer"
+    body["training"]["framework"] = "deepspeed"
     out = check_round_trip(body, kind)
     lost = {entry["field"] for entry in out["unexpressed"]}
     expected = {"deepspeed": {"model", "training.seq_len", "training.activation_checkpointing"},
@@ -203,6 +205,19 @@ def test_a_plain_setup_comes_back_whole(kind):
                                "training.activation_checkpointing"},
                 "axolotl": set()}[kind]
     assert lost == expected, out["unexpressed"]
+
+
+@pytest.mark.parametrize("kind", EXPORT_KINDS)
+def test_a_convention_the_file_cannot_say_is_listed(kind):
+    # ZeRO-2 written as DeepSpeed comes back under DeepSpeed's convention; the ZeRO paper's (pytorch) and FSDP2's are
+    # lost, and the answer says which engine's convention the file implies instead.
+    for framework, stage in (("pytorch", 2), ("fsdp2", 3)):
+        body = body_of("llama-2-7b", "bf16-fp32-master", "adamw", "fused", "none", (8, 1, 1, stage))
+        body["training"]["framework"] = framework
+        out = check_round_trip(body, kind)
+        assert import_config(kind, out["text"])["request"]["training"]["framework"] == "deepspeed"
+        why = {entry["field"]: entry["why"] for entry in out["unexpressed"]}["training.framework"]
+        assert "DeepSpeed" in why, why
 
 
 def test_adapters_round_trip_through_axolotl():

@@ -86,7 +86,8 @@ def test_train_batch_size_gives_the_data_parallel_degree_with_the_trainers_value
     ("full_shard auto_wrap", None, 3),
     (["shard_grad_op"], None, 2),
     (True, {"reshard_after_forward": False}, 2),
-    (True, {"version": 2}, 3),
+    (True, {"version": 2}, 2),  # FSDP2 under the Trainer: reshard_after_forward false unless fsdp_config says it
+    ("full_shard", {"version": 2, "reshard_after_forward": True}, 3),
     (True, {"fsdp_activation_checkpointing": True}, 3),  # the old fsdp_ prefix, which transformers strips
 ])
 def test_fsdp(fsdp, config, stage):
