@@ -36,6 +36,7 @@ from functools import cached_property
 from typing import Final, Literal, NamedTuple
 
 from app.core.architecture import Architecture
+from app.core.errors import DomainError
 from app.core.finetuning import Finetuning, Role, embeddings_train, head_trains, module_names, targeted
 from app.core.precision import Precision
 from app.core.units import ceil_div
@@ -114,6 +115,9 @@ ONE_PLUS_WEIGHT_MODELS: Final = ("gemma", "gemma2", "gemma3_text")
 # Models whose rotary embedding returns cos and sin in fp32, without casting them to the activations' dtype
 # (modeling_olmo2.py, Olmo2RotaryEmbedding.forward; apply_rotary_pos_emb casts the rotated Q and K back).
 FP32_ROTARY_MODELS: Final = ("olmo2",)
+# Mixtures of experts whose experts multiply by the router's fp32 weights as they are (None: a custom architecture,
+# modelled as Mixtral); Qwen3-MoE casts them to the activations' dtype first.
+FP32_ROUTING_MODELS: Final = (None, "mixtral", "deepseek_v3")
 
 
 @dataclass(frozen=True)
@@ -374,12 +378,20 @@ def attention_kernel(arch: Architecture, setup: ActivationSetup) -> Kernel:
       activations are fp16 or bf16 and the head size is at most 256; otherwise memory-efficient,
       unless K/V heads are grouped, which it refuses; otherwise math. Megatron-LM has no math path:
       where flash cannot run it uses its unfused softmax, modelled as eager.
+
+    Multi-head latent attention's value heads (d_v) are narrower than its query and key heads (d_n + d_r), and
+    the flash kernels take one head size for all three (sdp_utils_cpp.h check_head_dim_size_cpp on CPU,
+    check_head_dim_size_flash on CUDA): CPU sdpa then takes the math path, CUDA sdpa the memory-efficient kernel
+    (which allows a different value head size, and MLA's key and value heads are never grouped).
     """
     choice = setup.attention
     if choice in ("eager", "memory-efficient", "math"):
         return choice  # an already resolved kernel
+    unequal_heads = arch.is_mla and arch.v_head_dim != arch.head_size and choice == "sdpa"
     if setup.device == "cpu" or choice == "flash":
-        return "math" if _cpu_sdpa_falls_back_to_math(arch, setup) else "flash"
+        return "math" if unequal_heads or _cpu_sdpa_falls_back_to_math(arch, setup) else "flash"
+    if unequal_heads:
+        return "memory-efficient"
     if setup.precision.activations in HALF_DTYPES and arch.head_size <= FLASH_MAX_HEAD_DIM:
         return "flash"
     if setup.implementation == "megatron":
@@ -569,9 +581,12 @@ def _hf_moe(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
     n, h, e, k = setup.tokens, arch.hidden_size, arch.num_local_experts, arch.num_experts_per_tok
     width, wa = arch.expert_size, setup.half_bytes
     routed = n * k
-    saved.add("moe.router_input", n * h, wa, "sequence")
-    saved.add("moe.router_probs_fp32", n * e, FP32_BYTES, "none")
-    saved.add("moe.topk_indices", n * k, INDEX_BYTES, "none")
+    if arch.model_type == "deepseek_v3":
+        _hf_deepseek_v3_router(saved, arch, setup)
+    else:
+        saved.add("moe.router_input", n * h, wa, "sequence")
+        saved.add("moe.router_probs_fp32", n * e, FP32_BYTES, "none")
+        saved.add("moe.topk_indices", n * k, INDEX_BYTES, "none")
     if arch.norm_topk_prob:  # the division by their sum keeps the k weights and the sum
         saved.add("moe.topk_weights_fp32", n * k, FP32_BYTES, "none")
         saved.add("moe.topk_weight_sum_fp32", n, FP32_BYTES, "none")
@@ -581,14 +596,51 @@ def _hf_moe(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
     saved.add("moe.gate_up", routed * 2 * width, wa, "tensor")
     saved.add("moe.act_output", routed * width, wa, "tensor")
     saved.add("moe.product", routed * width, wa, "tensor")
-    # Mixtral applies its fp32 routing weights as they are; Qwen3-MoE casts them to the activations' dtype first.
-    saved.add("moe.routing_weights", routed, FP32_BYTES if arch.model_type in (None, "mixtral") else wa, "none")
+    # Mixtral and DeepSeek-V3 apply their fp32 routing weights as they are; Qwen3-MoE casts them to the
+    # activations' dtype first.
+    saved.add("moe.routing_weights", routed, FP32_BYTES if arch.model_type in FP32_ROUTING_MODELS else wa, "none")
     saved.add("moe.expert_output", routed * h, wa, "none")
     saved.add("moe.scatter_index", routed, INDEX_BYTES, "none")
+    if arch.n_shared_experts or arch.model_type == "deepseek_v3":
+        _hf_shared_experts(saved, arch, setup)
 
 
-def _hf_mlp(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, down_input: bool = True) -> None:
-    if arch.is_moe:
+def _hf_deepseek_v3_router(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
+    """DeepseekV3TopkRouter (modeling_deepseek_v3.py, transformers 5.24): group-limited sigmoid routing.
+
+    The router's linear runs in fp32 and keeps the fp32 cast of its input (n × h; in an fp32 model the input
+    itself, which the shared experts read too); the sigmoid keeps its fp32 scores (n × E); each group is scored
+    by its two best experts, whose topk keeps int64 indices (n × n_group × 2), the choice of the topk_group
+    groups keeps its indices (n × topk_group), masking the other groups' experts keeps a bool mask (n × E) and
+    the top-k over the rest its indices (n × k), which gathering the weights keeps too. With ``norm_topk_prob``
+    the k weights and their sum are kept as for Mixtral (`_hf_moe`); ``routed_scaling_factor`` is a Python
+    number, whose product keeps nothing. Measured on CPU: docs/VALIDATION.md, "Multi-head latent attention".
+    """
+    n, h, e, k = setup.tokens, arch.hidden_size, arch.num_local_experts, arch.num_experts_per_tok
+    saved.add("moe.router_input_fp32", n * h, FP32_BYTES, "sequence")
+    saved.add("moe.router_scores_fp32", n * e, FP32_BYTES, "none")
+    saved.add("moe.group_top2_indices", n * arch.n_group * 2, INDEX_BYTES, "none")
+    saved.add("moe.group_indices", n * arch.topk_group, INDEX_BYTES, "none")
+    saved.add("moe.group_mask", n * e, MASK_BYTES, "none")
+    saved.add("moe.topk_indices", n * k, INDEX_BYTES, "none")
+
+
+def _hf_shared_experts(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
+    """DeepSeekMoE's shared experts, one gated MLP of width I_s = n_shared_experts × moe_intermediate_size that
+    every token passes through (DeepseekV3MLP): its input (unless it is the router's fp32 input already, in an
+    fp32 model), the gate, the activation's output, the up projection and their product, n × I_s each.
+    DeepseekV3MoE builds the shared MLP even with n_shared_experts 0 (of width 0), whose linears still keep
+    their input."""
+    n, wa, width = setup.tokens, setup.half_bytes, arch.shared_expert_size
+    if not (arch.model_type == "deepseek_v3" and wa == FP32_BYTES):
+        saved.add("moe.shared.input", n * arch.hidden_size, wa, "sequence")
+    for name in ("gate", "act_output", "up", "product"):
+        saved.add(f"moe.shared.{name}", n * width, wa, "tensor")
+
+
+def _hf_mlp(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, down_input: bool = True,
+            dense: bool = False) -> None:
+    if arch.is_moe and not dense:
         _hf_moe(saved, arch, setup)
         return
     n, inter = setup.tokens, arch.ffn_size
@@ -624,7 +676,113 @@ def _hf_mlp(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, down_i
         saved.mask("mlp.residual_dropout_mask", n * arch.hidden_size, wa, "sequence")
 
 
-def _hf_layer(arch: Architecture, setup: ActivationSetup, role: Role = "full") -> list[SavedTensor]:
+def _hf_mla_layer(arch: Architecture, setup: ActivationSetup, *, dense: bool = False) -> list[SavedTensor]:
+    """A DeepSeek-V3 decoder layer (DeepseekV3DecoderLayer, transformers 5.24): the input RMSNorm, multi-head
+    latent attention (`_hf_mla_attention`) on the normalised input that q_a_proj (or q_proj) and
+    kv_a_proj_with_mqa share, the post-attention RMSNorm, and a dense MLP (the first ``first_k_dense_replace``
+    layers, `dense`) or the mixture of experts with its shared experts (`_hf_moe`)."""
+    saved = _Saved(setup)
+    _hf_norm(saved, "attn_norm", arch, setup)
+    _hf_linear_input(saved, "attn.qkv_input", 2, arch, setup)
+    _hf_mla_attention(saved, arch, setup)
+    _hf_norm(saved, "mlp_norm", arch, setup)
+    if dense or not arch.is_moe:  # a MoE block's router and shared experts keep its input (_hf_moe)
+        _hf_linear_input(saved, "mlp.input", 2, arch, setup)
+    _hf_mlp(saved, arch, setup, dense=dense)
+    return saved.items
+
+
+def _hf_mla_attention(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
+    """Multi-head latent attention as DeepseekV3Attention runs it (modeling_deepseek_v3.py, transformers 5.24),
+    for r_q = q_lora_rank, r_kv = kv_lora_rank, d_n, d_r and d_v the no-rope, rope and value head sizes.
+
+    The projections: q_a_layernorm keeps its fp32 input (n × r_q), reciprocal RMS and normalised tensor, and
+    q_b_proj its input (n × r_q); kv_a_layernorm likewise over the latent (n × r_kv), except that in an fp32
+    model its fp32 "copy" is the split view of kv_a_proj_with_mqa's output and keeps all n × (r_kv + d_r) of it;
+    kv_b_proj keeps its input (n × r_kv). The rotary multiplies keep only cos and sin (the embedding's), and the
+    concatenations that build Q and K keep nothing.
+
+    The attention, Q and K of n × a × (d_n + d_r) each and V of n × a × d_v:
+
+    * eager: the matmuls keep Q, K, the probabilities (fp32 softmax and its cast, as `_hf_eager_attention`) and
+      V; V is a view of kv_b_proj's output (n × a × (d_n + d_v)) that the matmul's fold copies, except at
+      micro-batch 1 where the fold stays a view and the whole output is kept;
+    * math (CPU sdpa, whose fused kernel wants one head size): the scaled fp32 copies of Q and K, the fp32 V
+      (an upcast copy of n × a × d_v; in an fp32 model the view itself, with the same rule as eager), and the
+      fp32 softmax that the second matmul keeps too; with dropout its mask and output as well;
+    * a fused kernel (CUDA's memory-efficient kernel under sdpa, or flash): Q, K, V as passed (the view keeps
+      kv_b_proj's whole output), its output and the fp32 log-sum-exp (not measured: no GPU in the harness).
+
+    o_proj keeps its input, n × a × d_v. Measured on CPU: docs/VALIDATION.md, "Multi-head latent attention".
+    """
+    b, s, n = setup.micro_batch_size, setup.seq_len, setup.tokens
+    a, d_qk, d_v, d_n = arch.num_attention_heads, arch.head_size, arch.v_head_dim or 0, arch.qk_nope_head_dim or 0
+    r_kv, d_r = arch.kv_lora_rank or 0, arch.rope_size
+    wa = setup.half_bytes
+    if arch.q_lora_rank is not None:
+        r_q = arch.q_lora_rank
+        saved.add("attn.q_a_norm.input_fp32", n * r_q, FP32_BYTES, "none")
+        saved.add("attn.q_a_norm.rstd", n, FP32_BYTES, "none")
+        saved.add("attn.q_a_norm.normalised", n * r_q, wa, "none")
+        saved.add("attn.q_b_input", n * r_q, wa, "none")
+    saved.add("attn.kv_a_norm.input_fp32", n * (r_kv + (d_r if wa == FP32_BYTES else 0)), FP32_BYTES, "none")
+    saved.add("attn.kv_a_norm.rstd", n, FP32_BYTES, "none")
+    saved.add("attn.kv_a_norm.normalised", n * r_kv, wa, "none")
+    saved.add("attn.kv_b_input", n * r_kv, wa, "none")
+    scores = b * a * s * s
+    value_view = n * a * ((d_n + d_v) if b == 1 else d_v)  # V as the matmul keeps it: a copy, or at b = 1 the view
+    kernel = attention_kernel(arch, setup)
+    if kernel == "eager":
+        saved.add("attn.query", n * a * d_qk, wa, "tensor")
+        saved.add("attn.key", n * a * d_qk, wa, "tensor")
+        saved.add("attn.softmax", scores, FP32_BYTES, "tensor", core=True)
+        if arch.attn_dropout > 0:
+            saved.mask("attn.softmax_dropout_mask", scores, wa, "tensor", core=True)
+            saved.add("attn.softmax_dropout_output", scores, wa, "tensor", core=True)
+        elif wa != FP32_BYTES:
+            saved.add("attn.probs_half", scores, wa, "tensor", core=True)
+        saved.add("attn.value", value_view, wa, "tensor")
+    elif kernel == "math":
+        saved.add("attn.query_scaled_fp32", n * a * d_qk, FP32_BYTES, "tensor")
+        saved.add("attn.key_scaled_fp32", n * a * d_qk, FP32_BYTES, "tensor")
+        saved.add("attn.value_fp32", value_view if wa == FP32_BYTES else n * a * d_v, FP32_BYTES, "tensor")
+        saved.add("attn.softmax", scores, FP32_BYTES, "tensor", core=True)
+        if arch.attn_dropout > 0:
+            saved.mask("attn.softmax_dropout_mask", scores, FP32_BYTES, "tensor", core=True)
+            saved.add("attn.softmax_dropout_output", scores, FP32_BYTES, "tensor", core=True)
+    else:
+        saved.add("attn.query", n * a * d_qk, wa, "tensor")
+        saved.add("attn.key", n * a * d_qk, wa, "tensor")
+        saved.add("attn.value", n * a * (d_n + d_v), wa, "tensor")
+        saved.add("attn.output", n * a * d_v, wa, "tensor")
+        queries = s if kernel == "flash" else ceil_div(s, MEM_EFFICIENT_LSE_ALIGN) * MEM_EFFICIENT_LSE_ALIGN
+        saved.add("attn.logsumexp", b * a * queries, FP32_BYTES, "tensor", core=True)
+    if kernel in ("eager", "math"):  # a fused kernel's output is o_proj's input
+        saved.add("attn.out_proj_input", n * a * d_v, wa, "tensor")
+    if arch.dropout > 0:
+        saved.mask("attn.residual_dropout_mask", n * arch.hidden_size, wa, "sequence")
+
+
+def _refuse_unmodelled_mla(arch: Architecture, setup: ActivationSetup) -> None:
+    """Multi-head latent attention is modelled as transformers runs it, on one tensor-parallel rank, in the
+    training dtype, training every weight: refuse the rest by name rather than guess."""
+    if setup.implementation != "transformers":
+        raise DomainError("training.implementation", "multi-head latent attention (DeepSeek) is modelled as "
+                                                     "Hugging Face transformers runs it")
+    if setup.tensor_parallel > 1:
+        raise DomainError("parallelism.tensor", "tensor parallelism for multi-head latent attention (DeepSeek) is "
+                                                "not modelled yet: how the latent projections split is a choice of "
+                                                "the framework; use tensor 1 with data, pipeline or ZeRO sharding")
+    if setup.autocast:
+        raise DomainError("training.precision", "multi-head latent attention (DeepSeek) is modelled in its training "
+                                                "dtype (bf16, fp16 or fp32), not under autocast")
+    if setup.finetuning != Finetuning():
+        raise DomainError("finetuning.method", "fine-tuning multi-head latent attention (DeepSeek) is not "
+                                               "modelled yet")
+
+
+def _hf_layer(arch: Architecture, setup: ActivationSetup, role: Role = "full", *,
+              dense: bool = False) -> list[SavedTensor]:
     """One decoder layer as Hugging Face's modules save it (see module docstring).
 
     `role` says how the layer takes part in backward (finetuning.layer_role). With frozen weights
@@ -677,13 +835,13 @@ def _hf_layer(arch: Architecture, setup: ActivationSetup, role: Role = "full") -
     mlp_grad = input_grad or weights or bool(attn_in or attn_out)
     if pre_norms:
         _hf_norm(saved, "mlp_norm", arch, setup, weight_grad=weights, input_grad=mlp_grad)
-    if weights and not arch.is_moe:  # a MoE block's router keeps its input (_hf_moe)
+    if weights and (dense or not arch.is_moe):  # a MoE block's router keeps its input (_hf_moe)
         _hf_linear_input(saved, "mlp.input", mlp_consumers, arch, setup)
     _hf_adapters(saved, mlp_in, setup.stream_bytes, input_kept=weights, input_grad=mlp_grad, name="mlp.input",
                  arch=arch, setup=setup)
     mlp_records = mlp_grad or weights or bool(mlp_in)
     if mlp_records:
-        _hf_mlp(saved, arch, setup, down_input=weights)
+        _hf_mlp(saved, arch, setup, down_input=weights, dense=dense)
     _hf_adapters(saved, mlp_out, setup.half_bytes, input_kept=weights, input_grad=mlp_records, name="mlp.down_input",
                  arch=arch, setup=setup)
     if not pre_norms:
@@ -709,7 +867,7 @@ def _hf_embedding(arch: Architecture, setup: ActivationSetup) -> list[SavedTenso
         # pair for each kind of layer (its sliding-window layers rotate with another base), in the stream's dtype.
         pairs = 2 if 0 < arch.sliding_window_layers < arch.num_hidden_layers else 1
         width = FP32_BYTES if arch.model_type in FP32_ROTARY_MODELS else setup.stream_bytes
-        saved.add("rope.cos_sin", pairs * 2 * s * arch.head_size, width, "none")
+        saved.add("rope.cos_sin", pairs * 2 * s * arch.rope_size, width, "none")
     if arch.dropout > 0:
         saved.mask("embed.dropout_mask", n * h, setup.stream_bytes, "sequence")
     return saved.items
@@ -759,11 +917,19 @@ def _hf_logits_workspace(arch: Architecture, setup: ActivationSetup) -> list[Sav
 # --- Public functions ----------------------------------------------------------------------------
 
 
-def layer_activations(arch: Architecture, setup: ActivationSetup, role: Role = "full") -> tuple[SavedTensor, ...]:
-    """Every tensor one layer keeps for backward, for one micro-batch, without recomputation."""
+def layer_activations(arch: Architecture, setup: ActivationSetup, role: Role = "full", *,
+                      dense: bool = False) -> tuple[SavedTensor, ...]:
+    """Every tensor one layer keeps for backward, for one micro-batch, without recomputation.
+
+    For a mixture of experts, a sparse layer; ``dense`` asks for one of its first ``first_k_dense_replace``
+    layers (``arch.dense_layers`` of them), whose MLP is dense.
+    """
+    if arch.is_mla:
+        _refuse_unmodelled_mla(arch, setup)
+        return tuple(_hf_mla_layer(arch, setup, dense=dense))
     if setup.implementation == "megatron":
         return tuple(_megatron_layer(arch, setup))
-    return tuple(_hf_layer(arch, setup, role))
+    return tuple(_hf_layer(arch, setup, role, dense=dense))
 
 
 def sliding_window_activations(arch: Architecture, setup: ActivationSetup) -> tuple[SavedTensor, ...]:

@@ -15,7 +15,17 @@ Llama's SwiGLU MLP and RMSNorm; Ainslie et al. 2023 for grouped-query attention)
 * ``norms_per_layer`` norms of ``h`` weights each, plus ``h`` biases for LayerNorm.
 * mixture of experts (Shazeer et al. 2017; Jiang et al. 2024 for Mixtral): in place of the MLP, a
   router ``E x h`` and ``num_local_experts`` (E) gated experts of width ``moe_intermediate_size``
-  (defaults to ``intermediate_size``), each token sent to ``num_experts_per_tok`` (k) of them.
+  (defaults to ``intermediate_size``), each token sent to ``num_experts_per_tok`` (k) of them;
+  DeepSeekMoE (Dai et al. 2024, arXiv:2401.06066) adds ``n_shared_experts`` that every token passes through
+  (one gated MLP of ``n_shared_experts * moe_intermediate_size``) and keeps the first
+  ``first_k_dense_replace`` layers dense (an MLP of ``intermediate_size``).
+* multi-head latent attention (DeepSeek-V2, arXiv:2405.04434, section 2.1; DeepSeek-V3, arXiv:2412.19437,
+  section 2.1.1), when ``kv_lora_rank`` is set: the query through a low-rank pair ``q_a_proj`` ``h x r_q``,
+  ``q_a_layernorm`` (r_q) and ``q_b_proj`` ``r_q x a*(d_n + d_r)`` (or one ``q_proj`` ``h x a*(d_n + d_r)``
+  when ``q_lora_rank`` is None), keys and values through ``kv_a_proj_with_mqa`` ``h x (r_kv + d_r)``,
+  ``kv_a_layernorm`` (r_kv) and ``kv_b_proj`` ``r_kv x a*(d_n + d_v)``, and ``o_proj`` ``a*d_v x h``, where
+  r_q, r_kv, d_n, d_r and d_v are ``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``
+  and ``v_head_dim``.
 """
 
 from __future__ import annotations
@@ -72,6 +82,12 @@ class Architecture:
     have both, as ``norms_per_layer`` 4 (two pre, two post). ``sliding_window`` is the span of the local
     attention that ``sliding_window_layers`` of the layers use (Gemma 3; None: every layer attends to all
     earlier tokens); it changes no parameter, only what some attention kernels keep.
+    ``kv_lora_rank`` (with ``qk_nope_head_dim``, ``qk_rope_head_dim`` and ``v_head_dim``) makes the attention
+    multi-head latent attention (module docstring); its heads are ``num_attention_heads`` for queries, keys
+    and values alike, and ``head_size`` is then the query and key head, ``d_n + d_r``. ``n_group`` and
+    ``topk_group`` are DeepSeek-V3's group-limited routing: the experts fall into ``n_group`` groups and each
+    token picks its k experts from its ``topk_group`` best groups; they change no parameter, only what the
+    router keeps. The router's ``e_score_correction_bias`` is a buffer, not a parameter, and is not counted.
     ``model_type`` and ``hidden_act`` are kept from an imported config so that the `transformers`
     activation accounting can follow the modules as Hugging Face wrote them.
     """
@@ -100,6 +116,15 @@ class Architecture:
     num_experts_per_tok: int = 2
     moe_intermediate_size: int | None = None
     norm_topk_prob: bool = True  # the k routing weights renormalised to sum to 1 (Mixtral; Qwen3-MoE's option)
+    n_shared_experts: int = 0  # DeepSeekMoE's experts every token uses, one MLP of n_shared_experts * moe width
+    first_k_dense_replace: int = 0  # the first k layers of a mixture of experts keep a dense MLP (DeepSeek)
+    n_group: int = 1  # DeepSeek-V3's expert groups; each token picks from its topk_group best groups
+    topk_group: int = 1
+    q_lora_rank: int | None = None  # multi-head latent attention (kv_lora_rank set): None, a plain q_proj
+    kv_lora_rank: int | None = None
+    qk_nope_head_dim: int | None = None
+    qk_rope_head_dim: int | None = None
+    v_head_dim: int | None = None
     qk_norm: bool = False  # an RMSNorm over the query and the key (Qwen3, Gemma 3, OLMo 2)
     qk_norm_over: QkNormScope = "head"
     norm_placement: NormPlacement = "pre"
@@ -118,7 +143,29 @@ class Architecture:
 
     @property
     def head_size(self) -> int:
+        """Each head's width; for multi-head latent attention, the query's and key's (d_n + d_r)."""
+        if self.kv_lora_rank is not None:
+            return (self.qk_nope_head_dim or 0) + (self.qk_rope_head_dim or 0)
         return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank is not None
+
+    @property
+    def rope_size(self) -> int:
+        """The width the rotary embedding turns: the whole head, or MLA's qk_rope_head_dim."""
+        return (self.qk_rope_head_dim or 0) if self.is_mla else self.head_size
+
+    @property
+    def shared_expert_size(self) -> int:
+        """The width of the shared experts' one MLP (DeepSeekMoE): n_shared_experts times each expert's width."""
+        return self.n_shared_experts * self.expert_size
+
+    @property
+    def dense_layers(self) -> int:
+        """Layers with a dense MLP: all of a dense model, the first ``first_k_dense_replace`` of a mixture."""
+        return min(self.first_k_dense_replace, self.num_hidden_layers) if self.is_moe else self.num_hidden_layers
 
     @property
     def ffn_size(self) -> int:
@@ -175,7 +222,7 @@ def validate_architecture(arch: Architecture) -> None:
             )
     if arch.head_dim is not None:
         _require_range("head_dim", arch.head_dim, low=1, high=MAX_HIDDEN_SIZE)
-    elif arch.hidden_size % arch.num_attention_heads:
+    elif arch.hidden_size % arch.num_attention_heads and not arch.is_mla:
         raise DomainError(
             "model.num_attention_heads",
             f"hidden_size ({arch.hidden_size}) is not divisible by num_attention_heads "
@@ -193,6 +240,7 @@ def validate_architecture(arch: Architecture) -> None:
         if arch.mlp not in GATED_MLPS or arch.fused_gate_up or arch.mlp_bias:
             raise DomainError("model.num_local_experts", "experts are modelled as gated MLPs without biases "
                                                          "(Mixtral's layout)")
+    _validate_deepseek(arch)
     if arch.qk_norm_over not in QK_NORM_SCOPES:
         raise DomainError("model.qk_norm_over", f"must be one of {', '.join(QK_NORM_SCOPES)}, got {arch.qk_norm_over!r}")
     if arch.norm_placement not in NORM_PLACEMENTS:
@@ -211,6 +259,44 @@ def validate_architecture(arch: Architecture) -> None:
     for name, probability in (("dropout", arch.dropout), ("attention_dropout", arch.attention_dropout)):
         if probability is not None and not 0.0 <= probability < 1.0:
             raise DomainError(f"model.{name}", f"must be a probability in [0, 1), got {probability}")
+
+
+def _validate_deepseek(arch: Architecture) -> None:
+    """Multi-head latent attention's dimensions, shared experts, dense layers and expert groups (DeepSeek)."""
+    _require_range("n_shared_experts", arch.n_shared_experts, low=0, high=MAX_EXPERTS)
+    _require_range("first_k_dense_replace", arch.first_k_dense_replace, low=0, high=MAX_LAYERS)
+    _require_range("n_group", arch.n_group, low=1, high=MAX_EXPERTS)
+    _require_range("topk_group", arch.topk_group, low=1, high=arch.n_group)
+    if arch.is_moe and arch.n_group > 1:
+        # DeepseekV3TopkRouter scores each group by its two best experts (topk(2) over each group).
+        if arch.num_local_experts % arch.n_group or arch.num_local_experts // arch.n_group < 2:
+            raise DomainError("model.n_group", f"num_local_experts ({arch.num_local_experts}) must split into "
+                                               f"n_group ({arch.n_group}) groups of at least two experts")
+        if arch.num_experts_per_tok > arch.topk_group * arch.num_local_experts // arch.n_group:
+            raise DomainError("model.topk_group", f"the {arch.topk_group} groups a token may use hold fewer than "
+                                                  f"num_experts_per_tok ({arch.num_experts_per_tok}) experts")
+    if arch.q_lora_rank is not None:
+        _require_range("q_lora_rank", arch.q_lora_rank, low=1, high=MAX_HIDDEN_SIZE)
+    if not arch.is_mla:
+        for name in ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+            if getattr(arch, name) is not None:
+                raise DomainError(f"model.{name}", "belongs to multi-head latent attention: give kv_lora_rank too")
+        return
+    _require_range("kv_lora_rank", arch.kv_lora_rank, low=1, high=MAX_HIDDEN_SIZE)  # type: ignore[arg-type]
+    for name in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+        value = getattr(arch, name)
+        if value is None:
+            raise DomainError(f"model.{name}", "multi-head latent attention (kv_lora_rank) needs it")
+        _require_range(name, value, low=1, high=MAX_HIDDEN_SIZE)
+    if arch.kv_heads != arch.num_attention_heads:
+        raise DomainError("model.num_key_value_heads", "multi-head latent attention expands keys and values to every "
+                                                       "query head: num_key_value_heads must equal num_attention_heads")
+    if arch.qkv_bias is not None or arch.fused_qkv or arch.qk_norm or arch.sliding_window_layers:
+        raise DomainError("model.kv_lora_rank", "multi-head latent attention is modelled as DeepSeek-V3 lays it out: "
+                                                "no qkv_bias, fused_qkv, qk_norm or sliding window")
+    if arch.position_embedding != "rope" or arch.norm != "rmsnorm":
+        raise DomainError("model.kv_lora_rank", "multi-head latent attention is modelled with rotary positions and "
+                                                "RMSNorm (DeepSeek-V3's layout)")
 
 
 @dataclass(frozen=True)
@@ -253,17 +339,31 @@ class ParamTensor:
         return tuple((shape, count) for shape, count in classes if count)
 
 
-def layer_tensors(arch: Architecture) -> tuple[ParamTensor, ...]:
+def layer_tensors(arch: Architecture, *, dense: bool = False) -> tuple[ParamTensor, ...]:
     """The parameter tensors of one decoder layer, with Megatron's tensor-parallel splits.
+
+    For a mixture of experts, a sparse layer; ``dense`` asks for one of its first ``first_k_dense_replace``
+    layers, whose MLP is dense (`dense_layers` of them). A dense model's layers are all alike.
 
     Column-parallel (split on output features): query, key, value, MLP up/gate, and their biases.
     Row-parallel (split on input features): attention output and MLP down; their biases are
     replicated. Norms are replicated. (Shoeybi et al. 2019, arXiv:1909.08053, §3.)
     """
+    tensors = _mla_tensors(arch) if arch.is_mla else _attention_tensors(arch)
+    tensors += _mlp_tensors(arch) if dense or not arch.is_moe else _moe_tensors(arch)
+
+    for index in range(arch.norms_per_layer):
+        tensors.append(ParamTensor(f"norm{index}.weight", (arch.hidden_size,)))
+        if arch.norm == "layernorm":
+            tensors.append(ParamTensor(f"norm{index}.bias", (arch.hidden_size,)))
+    return tuple(tensors)
+
+
+def _attention_tensors(arch: Architecture) -> list[ParamTensor]:
+    """Query, key, value and output projections (grouped-query attention), and the query and key norms."""
     h, d = arch.hidden_size, arch.head_size
     q_out, kv_out = arch.num_attention_heads * d, arch.kv_heads * d
     tensors: list[ParamTensor] = []
-
     if arch.fused_qkv:
         tensors.append(ParamTensor("attn.qkv.weight", (q_out + 2 * kv_out, h), "column", 0, True))
         if arch.has_qkv_bias:
@@ -282,14 +382,41 @@ def layer_tensors(arch: Architecture) -> tuple[ParamTensor, ...]:
     elif arch.qk_norm:  # Olmo2Attention.q_norm over a*d and k_norm over g*d, split with their heads
         tensors.append(ParamTensor("attn.q_norm.weight", (q_out,), "column"))
         tensors.append(ParamTensor("attn.k_norm.weight", (kv_out,), "column"))
+    return tensors
 
-    tensors += _mlp_tensors(arch) if not arch.is_moe else _moe_tensors(arch)
 
-    for index in range(arch.norms_per_layer):
-        tensors.append(ParamTensor(f"norm{index}.weight", (h,)))
-        if arch.norm == "layernorm":
-            tensors.append(ParamTensor(f"norm{index}.bias", (h,)))
-    return tuple(tensors)
+def _mla_tensors(arch: Architecture) -> list[ParamTensor]:
+    """Multi-head latent attention as DeepseekV3Attention holds it (modeling_deepseek_v3.py, transformers 5.24).
+
+    ``q_a_proj`` h -> r_q, ``q_a_layernorm`` (r_q), ``q_b_proj`` r_q -> a*(d_n + d_r), or a plain ``q_proj``
+    h -> a*(d_n + d_r) without q_lora_rank; ``kv_a_proj_with_mqa`` h -> r_kv + d_r, ``kv_a_layernorm`` (r_kv),
+    ``kv_b_proj`` r_kv -> a*(d_n + d_v); ``o_proj`` a*d_v -> h. ``attention_bias`` adds biases to q_a_proj,
+    kv_a_proj_with_mqa and o_proj only (q_proj, q_b_proj and kv_b_proj have none). The down-projections and
+    their norms are replicated under tensor parallelism, the up-projections split by heads (column) and
+    o_proj by rows, as Megatron-Core's MLA splits them; trainmem refuses tensor parallelism for MLA for now.
+    """
+    h, a = arch.hidden_size, arch.num_attention_heads
+    d_n, d_r, d_v = arch.qk_nope_head_dim or 0, arch.qk_rope_head_dim or 0, arch.v_head_dim or 0
+    r_kv, bias = arch.kv_lora_rank or 0, arch.attention_bias
+    tensors: list[ParamTensor] = []
+    if arch.q_lora_rank is None:
+        tensors.append(ParamTensor("attn.q.weight", (a * (d_n + d_r), h), "column", 0, True))
+    else:
+        r_q = arch.q_lora_rank
+        tensors.append(ParamTensor("attn.q_a.weight", (r_q, h), matmul=True))
+        if bias:
+            tensors.append(ParamTensor("attn.q_a.bias", (r_q,)))
+        tensors.append(ParamTensor("attn.q_a_norm.weight", (r_q,)))
+        tensors.append(ParamTensor("attn.q_b.weight", (a * (d_n + d_r), r_q), "column", 0, True))
+    tensors.append(ParamTensor("attn.kv_a.weight", (r_kv + d_r, h), matmul=True))
+    if bias:
+        tensors.append(ParamTensor("attn.kv_a.bias", (r_kv + d_r,)))
+    tensors.append(ParamTensor("attn.kv_a_norm.weight", (r_kv,)))
+    tensors.append(ParamTensor("attn.kv_b.weight", (a * (d_n + d_v), r_kv), "column", 0, True))
+    tensors.append(ParamTensor("attn.o.weight", (h, a * d_v), "row", 1, True))
+    if bias:
+        tensors.append(ParamTensor("attn.o.bias", (h,)))
+    return tensors
 
 
 def _mlp_tensors(arch: Architecture) -> list[ParamTensor]:
@@ -315,11 +442,17 @@ def _moe_tensors(arch: Architecture) -> list[ParamTensor]:
     one E x 2I x h tensor and the down projections as E x h x I (modeling_mixtral.py); tensor parallelism
     splits each expert's width as it splits a dense MLP's."""
     h, e, width = arch.hidden_size, arch.num_local_experts, arch.expert_size
-    return [
+    tensors = [
         ParamTensor("moe.router.weight", (e, h)),
         ParamTensor("moe.experts.gate_up", (e, 2 * width, h), "column", 1, True),
         ParamTensor("moe.experts.down", (e, h, width), "row", 2, True),
     ]
+    if arch.n_shared_experts:  # DeepseekV3MoE.shared_experts: one gated MLP of n_shared_experts * width
+        shared = arch.shared_expert_size
+        tensors += [ParamTensor("moe.shared.gate.weight", (shared, h), "column", 0, True),
+                    ParamTensor("moe.shared.up.weight", (shared, h), "column", 0, True),
+                    ParamTensor("moe.shared.down.weight", (h, shared), "row", 1, True)]
+    return tensors
 
 
 def embedding_tensors(arch: Architecture) -> tuple[ParamTensor, ...]:
@@ -342,8 +475,12 @@ def head_tensors(arch: Architecture) -> tuple[ParamTensor, ...]:
 
 
 def parameter_tensors(arch: Architecture) -> tuple[ParamTensor, ...]:
-    """Every parameter tensor of the model, layers repeated, in checkpoint order."""
-    return embedding_tensors(arch) + layer_tensors(arch) * arch.num_hidden_layers + head_tensors(arch)
+    """Every parameter tensor of the model, layers repeated, in checkpoint order (a mixture's dense layers first)."""
+    if not arch.is_moe:
+        return embedding_tensors(arch) + layer_tensors(arch) * arch.num_hidden_layers + head_tensors(arch)
+    sparse = arch.num_hidden_layers - arch.dense_layers
+    return (embedding_tensors(arch) + layer_tensors(arch, dense=True) * arch.dense_layers
+            + layer_tensors(arch) * sparse + head_tensors(arch))
 
 
 def sum_elements(tensors: tuple[ParamTensor, ...]) -> int:
@@ -351,11 +488,12 @@ def sum_elements(tensors: tuple[ParamTensor, ...]) -> int:
 
 
 def active_param_count(arch: Architecture) -> int:
-    """Parameters one token uses: all but the experts it is not routed to (E - k of them in every layer)."""
+    """Parameters one token uses: all but the experts it is not routed to (E - k of them in every sparse layer)."""
     if not arch.is_moe:
         return param_count(arch)
     unused = arch.num_local_experts - arch.num_experts_per_tok
-    return param_count(arch) - arch.num_hidden_layers * unused * 3 * arch.hidden_size * arch.expert_size
+    sparse = arch.num_hidden_layers - arch.dense_layers
+    return param_count(arch) - sparse * unused * 3 * arch.hidden_size * arch.expert_size
 
 
 def param_count(arch: Architecture) -> int:
@@ -365,8 +503,10 @@ def param_count(arch: Architecture) -> int:
     reports for those checkpoints (see ``data/models.json`` for each preset's source).
     """
     per_layer = sum_elements(layer_tensors(arch))
+    dense = arch.dense_layers if arch.is_moe else 0  # a mixture's first dense layers, each its own size
     return (
         sum_elements(embedding_tensors(arch))
-        + arch.num_hidden_layers * per_layer
+        + (arch.num_hidden_layers - dense) * per_layer
+        + (dense * sum_elements(layer_tensors(arch, dense=True)) if dense else 0)
         + sum_elements(head_tensors(arch))
     )

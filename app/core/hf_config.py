@@ -14,7 +14,7 @@ from app.core.architecture import Architecture
 from app.core.errors import DomainError
 
 SUPPORTED_MODEL_TYPES: Final = ("gpt2", "llama", "mistral", "qwen2", "gemma", "gemma2", "phi3", "mixtral", "qwen3",
-                                 "qwen3_moe", "gemma3_text", "gemma3", "olmo2")
+                                 "qwen3_moe", "gemma3_text", "gemma3", "olmo2", "deepseek_v3")
 FIELD_PREFIX: Final = "model.hf_config"
 
 # max_position_embeddings when config.json omits it: each configuration class's default in
@@ -35,6 +35,16 @@ CONFIG_DEFAULTS: Final[dict[str, dict[str, int]]] = {
     "olmo2": {"vocab_size": 50304, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
               "num_attention_heads": 32},
 }
+# DeepseekV3Config's defaults (configuration_deepseek_v3.py, transformers 5.24), which are DeepSeek-V3's own
+# config.json numbers (https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json) except
+# max_position_embeddings (4096 in the class, 163840 in the checkpoint's file).
+DEEPSEEK_V3_DEFAULTS: Final = {"vocab_size": 129_280, "hidden_size": 7168, "intermediate_size": 18432,
+                               "moe_intermediate_size": 2048, "num_hidden_layers": 61, "num_attention_heads": 128,
+                               "n_shared_experts": 1, "n_routed_experts": 256, "num_experts_per_tok": 8,
+                               "first_k_dense_replace": 3, "n_group": 8, "topk_group": 4, "kv_lora_rank": 512,
+                               "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+                               "v_head_dim": 128, "max_position_embeddings": 4096}
+DEEPSEEK_V3_ROUTED_SCALING: Final = 2.5
 # Gemma3TextConfig: sliding_window 4096, and without layer_types every sliding_window_pattern-th layer (6) attends
 # to all tokens, the others within the window.
 GEMMA3_SLIDING_WINDOW: Final = 4096
@@ -132,6 +142,8 @@ def architecture_from_hf_config(config: Mapping[str, Any]) -> Architecture:
     try:
         if model_type == "gpt2":
             return _gpt2(reader)
+        if model_type == "deepseek_v3":
+            return _deepseek_v3(reader)
         return _llama_family(reader, model_type)
     except DomainError as error:
         if error.field.startswith(FIELD_PREFIX):
@@ -182,6 +194,57 @@ def _gpt2(reader: _Reader) -> Architecture:
         fused_qkv=True,
         model_type="gpt2",
         hidden_act=act,
+    )
+
+
+def _deepseek_v3(reader: _Reader) -> Architecture:
+    """DeepSeek-V3 as DeepseekV3ForCausalLM builds it (modeling_deepseek_v3.py, transformers 5.24).
+
+    Multi-head latent attention, ``first_k_dense_replace`` dense layers, then mixtures of ``n_routed_experts``
+    experts with ``n_shared_experts`` shared ones and group-limited sigmoid routing. The multi-token
+    prediction module (``num_nextn_predict_layers``, DeepSeek-V3's layer 61 in the checkpoint) is not part of
+    that class, which skips its weights on loading: it is not counted, nor its activations. ``scoring_func``,
+    ``topk_method`` and ``moe_layer_freq`` are not read: the class always scores with a sigmoid, routes by
+    group and makes every layer after the first k sparse. ``q_lora_rank`` null means a plain q_proj.
+    """
+    d = DEEPSEEK_V3_DEFAULTS
+    heads = reader.int("num_attention_heads", d["num_attention_heads"])
+    act = reader.str("hidden_act", "silu")
+    if act not in ("silu", "swish"):
+        raise DomainError(reader._field("hidden_act"), f"unsupported activation {act!r}")
+    q_lora = None if "q_lora_rank" in reader.config and reader.config["q_lora_rank"] is None \
+        else reader.int("q_lora_rank", d["q_lora_rank"])
+    extras = (("routed_scaling_factor", reader.float("routed_scaling_factor", DEEPSEEK_V3_ROUTED_SCALING)),)
+    return Architecture(
+        num_hidden_layers=reader.int("num_hidden_layers", d["num_hidden_layers"]),
+        hidden_size=reader.int("hidden_size", d["hidden_size"]),
+        num_attention_heads=heads,
+        # MLA expands keys and values to every head; DeepseekV3Config's None falls back to the query heads.
+        num_key_value_heads=reader.int("num_key_value_heads", heads),
+        intermediate_size=reader.int("intermediate_size", d["intermediate_size"]),
+        vocab_size=reader.int("vocab_size", d["vocab_size"]),
+        max_position_embeddings=reader.int("max_position_embeddings", d["max_position_embeddings"]),
+        tie_word_embeddings=reader.bool("tie_word_embeddings", False),
+        attention_bias=reader.bool("attention_bias", False),
+        mlp="swiglu",
+        attention_dropout=reader.float("attention_dropout", 0.0),
+        num_local_experts=reader.int("n_routed_experts" if reader.config.get("n_routed_experts") is not None
+                                     else "num_local_experts", d["n_routed_experts"]),
+        num_experts_per_tok=reader.int("num_experts_per_tok", d["num_experts_per_tok"]),
+        moe_intermediate_size=reader.int("moe_intermediate_size", d["moe_intermediate_size"]),
+        norm_topk_prob=reader.bool("norm_topk_prob", True),
+        n_shared_experts=reader.int("n_shared_experts", d["n_shared_experts"]),
+        first_k_dense_replace=reader.int("first_k_dense_replace", d["first_k_dense_replace"]),
+        n_group=reader.int("n_group", d["n_group"]),
+        topk_group=reader.int("topk_group", d["topk_group"]),
+        q_lora_rank=q_lora,
+        kv_lora_rank=reader.int("kv_lora_rank", d["kv_lora_rank"]),
+        qk_nope_head_dim=reader.int("qk_nope_head_dim", d["qk_nope_head_dim"]),
+        qk_rope_head_dim=reader.int("qk_rope_head_dim", d["qk_rope_head_dim"]),
+        v_head_dim=reader.int("v_head_dim", d["v_head_dim"]),
+        model_type="deepseek_v3",
+        hidden_act=act,
+        extras=extras,
     )
 
 

@@ -1,0 +1,187 @@
+"""Multi-head latent attention measured: transformers' DeepSeek-V3 (DeepseekV3ForCausalLM) on CPU.
+
+Small models built from a DeepseekV3Config (no download): the first layer dense (``first_k_dense_replace``),
+the others mixtures of experts with shared experts and group-limited routing. Each case compares, to the byte,
+the parameter count the model class has, and the tensors autograd keeps in each layer, the embedding and the
+head (validation/measure.py's recorder). DeepSeek-V3's multi-token prediction module is not part of
+DeepseekV3ForCausalLM, so neither side counts it. The peak of two training steps is measured by the timeline
+harness where it builds the model (`peak_cases`).
+
+    python -m validation.mla           # prints one line per case
+    python -m validation.mla --write   # and publishes them in docs/VALIDATION.md ("Multi-head latent attention")
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import torch
+from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+
+from app import core
+from app.core import activations as act
+from app.core.architecture import active_param_count
+
+DTYPES: Final = {"bf16": torch.bfloat16, "fp32": torch.float32}
+REPORT: Final = Path(__file__).resolve().parent.parent / "docs" / "VALIDATION.md"
+SECTION: Final = "## Multi-head latent attention (DeepSeek-V3)"
+VOCAB: Final = 300
+LAYERS: Final = 3
+DENSE: Final = 1
+
+
+@dataclass(frozen=True)
+class Case:
+    precision: str
+    attention: str
+    batch: int
+    seq: int
+    q_lora_rank: int | None = 32
+    shared: int = 1
+    norm_topk_prob: bool = True
+    groups: tuple[int, int] = (2, 1)  # n_group, topk_group
+    experts: tuple[int, int] = (8, 2)  # n_routed_experts, num_experts_per_tok
+    bias: bool = False  # attention_bias
+
+    @property
+    def label(self) -> str:
+        q = f"q_lora {self.q_lora_rank}" if self.q_lora_rank else "q_proj"
+        norm = ("" if self.norm_topk_prob else " no norm_topk_prob") + (" attention_bias" if self.bias else "")
+        return (f"E{self.experts[0]} k{self.experts[1]} groups {self.groups[0]}/{self.groups[1]} shared "
+                f"{self.shared} {q}{norm} {self.precision} {self.attention} b{self.batch} s{self.seq}")
+
+    def config(self) -> DeepseekV3Config:
+        return DeepseekV3Config(
+            vocab_size=VOCAB, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+            num_hidden_layers=LAYERS, first_k_dense_replace=DENSE, num_attention_heads=4, num_key_value_heads=4,
+            n_shared_experts=self.shared, n_routed_experts=self.experts[0], num_experts_per_tok=self.experts[1],
+            n_group=self.groups[0], topk_group=self.groups[1], norm_topk_prob=self.norm_topk_prob,
+            q_lora_rank=self.q_lora_rank, kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+            attention_bias=self.bias, max_position_embeddings=256, bos_token_id=0, eos_token_id=1, attn_implementation=self.attention)
+
+
+CASES: Final = (
+    *(Case(precision, attention, batch, seq, q_lora)
+      for precision in ("bf16", "fp32") for attention in ("sdpa", "eager")
+      for batch, seq, q_lora in ((2, 32, 32), (1, 48, 32), (3, 16, None))),
+    *(Case(precision, "sdpa", 2, 24, 32, shared=2, norm_topk_prob=False, groups=(4, 2), experts=(8, 3))
+      for precision in ("bf16", "fp32")),
+    Case("bf16", "eager", 1, 40, None, shared=0, groups=(1, 1), experts=(6, 2)),
+    Case("fp32", "sdpa", 2, 16, 32, bias=True),
+)
+
+
+def measure(case: Case) -> dict[str, object]:
+    from validation.measure import SavedTensorRecorder
+
+    torch.manual_seed(0)
+    model = DeepseekV3ForCausalLM(case.config()).to(DTYPES[case.precision])
+    model.train()
+    recorder = SavedTensorRecorder(model, model.model.layers)
+    ids = torch.randint(0, VOCAB, (case.batch, case.seq))
+    with recorder.recording():
+        out = model(input_ids=ids, labels=ids)
+    saved = recorder.measurement()
+    out.loss.backward()
+    return {"params": sum(p.numel() for p in model.parameters()), "layers": list(saved.layers),
+            "embedding": saved.embedding, "head": saved.head}
+
+
+def predict(case: Case) -> dict[str, object]:
+    arch = core.architecture_from_hf_config(case.config().to_dict())
+    setup = act.ActivationSetup(micro_batch_size=case.batch, seq_len=case.seq, attention=case.attention, device="cpu",
+                                precision=core.precision_preset(case.precision))
+    dense = act.total_bytes(act.layer_activations(arch, setup, dense=True))
+    sparse = act.total_bytes(act.layer_activations(arch, setup))
+    return {"params": core.param_count(arch),
+            "layers": [dense] * arch.dense_layers + [sparse] * (arch.num_hidden_layers - arch.dense_layers),
+            "embedding": act.total_bytes(act.embedding_activations(arch, setup)),
+            "head": act.total_bytes(act.head_activations(arch, setup))}
+
+
+def peak_cases() -> tuple:
+    """None yet: the timeline harness (validation/timeline.py) builds its models from families it names, and
+    the estimate's stages treat every layer alike, where DeepSeek-V3's first layers are dense."""
+    return ()
+
+
+def section(rows: list[tuple[Case, dict, dict]], peaks: list) -> list[str]:
+    exact = sum(measured == predicted for _, measured, predicted in rows)
+    lines = [SECTION, "",
+             "transformers 5.24's DeepseekV3ForCausalLM on CPU (`python -m validation.mla`), three layers: the first "
+             "dense, the others mixtures of experts. Multi-head latent attention keeps the fp32 input, reciprocal "
+             "RMS and normalised tensor of q_a_layernorm and kv_a_layernorm and the inputs of q_b_proj and "
+             "kv_b_proj; Q and K of a·(d_n + d_r) per token, V of a·d_v (at micro-batch 1 the whole kv_b_proj "
+             "output, which V views), and the probabilities. CPU sdpa takes the math path, because the value "
+             "heads are narrower than the query and key heads. The router keeps its fp32 input and sigmoid "
+             "scores, the group and expert indices and the group mask; the shared experts keep a gated MLP's "
+             "tensors. Compared to the byte with the parameter count and each layer's, the embedding's and the "
+             f"head's saved tensors. **{exact} of {len(rows)} cases exact.**", "",
+             "| case | params | active params | layer B (dense / sparse) | embedding B | head B | |",
+             "| --- | ---: | ---: | --- | ---: | ---: | --- |"]
+    for case, measured, predicted in rows:
+        arch = core.architecture_from_hf_config(case.config().to_dict())
+        layers = measured["layers"]
+        lines.append(f"| {case.label} | {measured['params']:,} | {active_param_count(arch):,} | "
+                     f"{layers[0]:,} / {layers[-1]:,} | {measured['embedding']:,} | {measured['head']:,} | "
+                     f"{'exact' if measured == predicted else 'differs'} |")
+    if peaks:
+        lines += ["", "The peak of two training steps (the timeline harness):", "",
+                  "| case | predicted peak B | measured peak B | error | event (predicted / measured) |",
+                  "| --- | ---: | ---: | ---: | --- |"]
+        for row in peaks:
+            lines.append(f"| {row.label} | {row.predicted:,} | {row.measured:,} | {row.error_pct:+.4f}% | "
+                         f"{row.predicted_event}, step {row.predicted_step} / {row.measured_event}, step "
+                         f"{row.measured_step} |")
+    lines += ["", "DeepSeek-V3 itself (config.json, https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json, "
+              "whose numbers are DeepseekV3Config's defaults): DeepseekV3ForCausalLM on the meta device has "
+              "671,026,404,352 parameters and trainmem counts the same; 37,552,282,624 are used per token (8 of "
+              "256 routed experts in each of the 58 sparse layers). The multi-token prediction module "
+              "(`num_nextn_predict_layers`, the checkpoint's layer 61) is not part of that class and is counted by "
+              "neither. The router's `e_score_correction_bias` is a buffer (256 per sparse layer), not a parameter.",
+              "",
+              "Not measured: the peak of two steps (the timeline harness has no DeepSeek family yet, and the "
+              "estimate's stages count every layer as a sparse one, so its first three layers are over-counted "
+              "until the stages take `layer_tensors(arch, dense=True)` and `layer_activations(..., dense=True)` for "
+              "`arch.dense_layers` of them); CUDA's memory-efficient kernel, which sdpa picks for MLA there "
+              "(modelled, not measured). Refused rather than guessed: tensor parallelism for MLA, Megatron-LM, "
+              "Liger, autocast and fine-tuning. deepseek_v2 is not imported: its rotary embedding (complex "
+              "numbers) and softmax router keep other tensors.", ""]
+    return lines
+
+
+def write(path: Path, lines: list[str]) -> None:
+    """Replace this section of the report (from its heading to the next), or append it."""
+    text = path.read_text(encoding="utf-8").splitlines()
+    if SECTION in text:
+        start = text.index(SECTION)
+        end = next((i for i in range(start + 1, len(text)) if text[i].startswith("## ")), len(text))
+        text[start:end] = lines
+    else:
+        text += ["", *lines]
+    path.write_text("\n".join(text).rstrip() + "\n", encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rows = [(case, measure(case), predict(case)) for case in CASES]
+        for case, measured, predicted in rows:
+            print(f"{'ok  ' if measured == predicted else 'DIFF'} {case.label}: {measured} / {predicted}")
+        if "--write" in argv:
+            from validation import peak
+
+            peaks = [peak.run(case) for case in peak_cases()]
+            for row in peaks:
+                print(f"peak {row.label}: predicted {row.predicted:,} measured {row.measured:,} ({row.error_pct:+.4f}%)")
+            write(REPORT, section(rows, peaks))
+    return 0 if all(measured == predicted for _, measured, predicted in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
