@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from app import core
 from app.configs.common import COMMS, NO_MEMORY, OFFLOAD, OFFLOAD_DETAIL, Reading, describe, reason
 
 AUTO: Final = "auto"
@@ -153,6 +154,15 @@ def _zero(data: dict[str, Any], r: Reading, p: str) -> bool:
                 devices["optimizer" if name == "cpu_offload" else "parameters"] = ("cpu", sub)
             else:
                 r.ignore(sub, "off")
+        elif name == "reduce_bucket_size":
+            # transformers' HfTrainerDeepSpeedConfig fills "auto" with hidden_size² once it has the model
+            # (integrations/deepspeed.py, trainer_config_finalize); the model is not read from this file.
+            if value == AUTO:
+                r.said("parallelism.reduce_bucket_size", core.DEEPSPEED_REDUCE_BUCKET_SIZE, sub, AUTO,
+                       note="auto: the Trainer fills it with hidden_size² from the model at run time; DeepSpeed's own "
+                       "default, 500,000,000 elements, is counted here")
+            else:
+                r.said("parallelism.reduce_bucket_size", r.integer(sub, value, low=1, high=10**12), sub)
         elif name in ("zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_gradients",
                       "zero_quantized_nontrainable_weights", "mics_shard_size", "mics_hierarchical_params_gather"):
             r.ignore(sub, "ZeRO++ and MiCS partitioning variants are not modelled: the estimate shards over every "

@@ -276,6 +276,9 @@ def _ds_core(setup: dict[str, Any], *, auto: bool) -> dict[str, Any]:
         "gradient_accumulation_steps": "auto" if auto else accum,
         "zero_optimization": {"stage": p["zero_stage"]},
     }
+    bucket = p.get("reduce_bucket_size", core.DEEPSPEED_REDUCE_BUCKET_SIZE)
+    if p["zero_stage"] >= 1 and bucket != core.DEEPSPEED_REDUCE_BUCKET_SIZE:
+        config["zero_optimization"]["reduce_bucket_size"] = bucket
     if p["offload"] != "none":
         config["zero_optimization"]["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
         if p["offload"] == "optimizer+parameters":

@@ -27,11 +27,20 @@ from app.core.ledger import Buffer
 from app.core.optimizers import OPTIMIZER_IMPLEMENTATIONS, OPTIMIZER_INFO, OPTIMIZERS
 from app.core.precision import PRECISION_PRESETS, Precision, precision_preset
 from app.core.presets import ModelPreset, get_preset, model_presets
-from app.core.setup import DEFAULT_FRAMEWORK_OVERHEAD_BYTES, FRAMEWORKS, LOOPS, Parallelism, Training, activation_setup
+from app.core.setup import (
+    DEEPSPEED_REDUCE_BUCKET_SIZE,
+    DEFAULT_FRAMEWORK_OVERHEAD_BYTES,
+    FRAMEWORKS,
+    LOOPS,
+    Parallelism,
+    Training,
+    activation_setup,
+)
 from app.core.timeline import Peak, Point
 
 __all__ = [
-    "ATTENTION_CHOICES", "CATEGORIES", "CATEGORY_TABLE", "CHECKPOINTING_CHOICES", "DEFAULT_FRAMEWORK_OVERHEAD_BYTES",
+    "ATTENTION_CHOICES", "CATEGORIES", "CATEGORY_TABLE", "CHECKPOINTING_CHOICES", "DEEPSPEED_REDUCE_BUCKET_SIZE",
+    "DEFAULT_FRAMEWORK_OVERHEAD_BYTES",
     "FRAMEWORKS", "IMPLEMENTATION_CHOICES", "KERNELS", "LOOPS", "OPTIMIZERS", "OPTIMIZER_IMPLEMENTATIONS", "OPTIMIZER_INFO",
     "PRECISION_PRESETS", "SUPPORTED_MODEL_TYPES", "ActivationSetup", "Architecture", "Breakdown", "Buffer",
     "DomainError", "Estimate", "Gpu", "GpuFit", "ModelPreset", "ParamTensor", "Parallelism", "Peak", "Point",

@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from app.configs.common import COMMS, NO_MEMORY, OFFLOAD_DETAIL
+from app.configs.common import NO_MEMORY, OFFLOAD_DETAIL
 from tests.configs.helpers import assumed, ignored, imported, refused, sample, understood
 
 
@@ -35,7 +35,7 @@ def test_explicit_zero2_config():
     assert request["parallelism"]["offload"] == "optimizer"
     why = ignored(answer)
     assert why["zero_optimization.offload_optimizer.pin_memory"] == OFFLOAD_DETAIL
-    assert why["zero_optimization.reduce_bucket_size"] == COMMS
+    assert "zero_optimization.reduce_bucket_size" not in why  # the gradient bucket: parallelism.reduce_bucket_size
     assert why["optimizer.params.lr"] == NO_MEMORY
     assert "deepspeed.checkpointing" in why["activation_checkpointing.partition_activations"]
     assert sorted(understood(answer)["zero_optimization.stage"]) == ["parallelism.zero_stage", "training.framework"]
@@ -156,3 +156,21 @@ def test_not_json_is_refused_at_text():
     assert error.field == "text"
     error = refused("deepspeed", json.dumps({"a": 1}) + " " * 10 + "x")
     assert error.field == "text"
+
+
+def test_reduce_bucket_size_is_read_and_written() -> None:
+    """zero_optimization.reduce_bucket_size (elements) becomes parallelism.reduce_bucket_size; "auto" (the Trainer
+    fills it from the model) falls back to DeepSpeed's default, 500,000,000, saying so; a setup with another bucket
+    exports it back."""
+    from app.configs import import_config
+    from app.configs.export import export_config
+
+    text = '{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2, "reduce_bucket_size": 200000000}}'
+    answer = import_config("deepspeed", text)
+    assert answer["request"]["parallelism"]["reduce_bucket_size"] == 200_000_000
+    auto = import_config("deepspeed", '{"zero_optimization": {"stage": 2, "reduce_bucket_size": "auto"}}')
+    assert auto["request"]["parallelism"].get("reduce_bucket_size", 500_000_000) == 500_000_000
+    body = {"model": {"preset": "gpt2"}, "parallelism": {"data": 8, "zero_stage": 2, "reduce_bucket_size": 50_000_000}}
+    exported = export_config(body, "deepspeed")
+    assert '"reduce_bucket_size": 50000000' in exported["text"]
+    assert not [item for item in exported["unexpressed"] if item["field"] == "parallelism.reduce_bucket_size"]
