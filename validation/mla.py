@@ -104,9 +104,14 @@ def predict(case: Case) -> dict[str, object]:
 
 
 def peak_cases() -> tuple:
-    """None yet: the timeline harness (validation/timeline.py) builds its models from families it names, and
-    the estimate's stages treat every layer alike, where DeepSeek-V3's first layers are dense."""
-    return ()
+    """The timeline harness's DeepSeek-V3 family (validation/models.py): every layer a mixture of experts, since
+    the estimate's stages count their layers alike (a dense first layer would be counted as a sparse one)."""
+    from validation import timeline as tl
+    from validation.models import Size
+
+    size = Size(hidden=256, layers=4, heads=4, kv_heads=4, intermediate=512, vocab=2048, head_dim=64)
+    return (tl.TimelineCase("deepseek_v3", precision="bf16", seq=256, batch=2, size=size),
+            tl.TimelineCase("deepseek_v3", precision="fp32", seq=128, batch=2, size=size, attention="eager"))
 
 
 def section(rows: list[tuple[Case, dict, dict]], peaks: list) -> list[str]:
@@ -144,11 +149,12 @@ def section(rows: list[tuple[Case, dict, dict]], peaks: list) -> list[str]:
               "(`num_nextn_predict_layers`, the checkpoint's layer 61) is not part of that class and is counted by "
               "neither. The router's `e_score_correction_bias` is a buffer (256 per sparse layer), not a parameter.",
               "",
-              "Not measured: the peak of two steps (the timeline harness has no DeepSeek family yet, and the "
-              "estimate's stages count every layer as a sparse one, so its first three layers are over-counted "
+              "The peaks above are of models whose every layer is sparse: the estimate's stages count every layer "
+              "as a sparse one, so a model with dense first layers (DeepSeek-V3's three) is over-counted there "
               "until the stages take `layer_tensors(arch, dense=True)` and `layer_activations(..., dense=True)` for "
-              "`arch.dense_layers` of them); CUDA's memory-efficient kernel, which sdpa picks for MLA there "
-              "(modelled, not measured). Refused rather than guessed: tensor parallelism for MLA, Megatron-LM, "
+              "`arch.dense_layers` of them (`param_count` and this harness's per-layer comparison already do). "
+              "Not measured: CUDA's memory-efficient kernel, which sdpa picks for MLA there (modelled). Refused "
+              "rather than guessed: tensor parallelism for MLA, Megatron-LM, "
               "Liger, autocast and fine-tuning. deepseek_v2 is not imported: its rotary embedding (complex "
               "numbers) and softmax router keep other tensors.", ""]
     return lines

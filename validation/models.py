@@ -115,6 +115,20 @@ def _olmo2(size: Size) -> PretrainedConfig:
     )
 
 
+def _deepseek_v3(size: Size) -> PretrainedConfig:
+    # Multi-head latent attention and a mixture of experts in every layer (first_k_dense_replace 0: trainmem's
+    # estimate counts its stages' layers alike), with a shared expert and two groups of routed experts.
+    width = size.head_dim or size.hidden // size.heads
+    return transformers.DeepseekV3Config(
+        hidden_size=size.hidden, num_hidden_layers=size.layers, num_attention_heads=size.heads,
+        num_key_value_heads=size.heads, intermediate_size=size.intermediate, vocab_size=size.vocab,
+        max_position_embeddings=size.positions, first_k_dense_replace=0, n_routed_experts=8, num_experts_per_tok=2,
+        n_group=2, topk_group=1, n_shared_experts=1, moe_intermediate_size=size.intermediate // 4,
+        q_lora_rank=size.hidden // 2, kv_lora_rank=size.hidden // 4, qk_nope_head_dim=width,
+        qk_rope_head_dim=width // 2, v_head_dim=width, bos_token_id=0, eos_token_id=1,
+    )
+
+
 FAMILIES: dict[str, Callable[[Size], PretrainedConfig]] = {
     "gpt2": _gpt2,
     "gpt2-no-dropout": _gpt2_no_dropout,
@@ -126,6 +140,7 @@ FAMILIES: dict[str, Callable[[Size], PretrainedConfig]] = {
     "mixtral": _mixtral,
     "gemma3": _gemma3,
     "olmo2": _olmo2,
+    "deepseek_v3": _deepseek_v3,
 }
 
 # Dtypes of the precision presets the harness runs.
