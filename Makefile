@@ -80,6 +80,7 @@ validate: $(VENV)/.validate
 	HF_HUB_OFFLINE=1 $(BIN)/python -m validation.moe --write
 	HF_HUB_OFFLINE=1 $(BIN)/python -m validation.fsdp2 --write
 	HF_HUB_OFFLINE=1 $(BIN)/python -m validation.dense --write
+	HF_HUB_OFFLINE=1 $(BIN)/python -m validation.mla --write
 
 # Regenerate the hashed locks after editing requirements*.in.
 lock: | $(BIN)/python
