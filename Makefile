@@ -71,14 +71,22 @@ bench: $(VENV)/.test
 load: $(VENV)/.test
 	$(BIN)/python -m bench.load $(LOAD_ARGS)
 
+# DeepSpeed in an environment of its own, for the cross-check with its estimators (validation/ds_estimators.py).
+DEEPSPEED_ENV ?= .venv-deepspeed
+$(DEEPSPEED_ENV)/.installed: validation/deepspeed-peer.txt
+	$(PYTHON) -m venv $(DEEPSPEED_ENV)
+	$(DEEPSPEED_ENV)/bin/pip install -q --no-deps -r validation/deepspeed-peer.txt
+	touch $@
+
 # The full measurement sweep against PyTorch (CPU build): live memory through two steps at real size
 # (docs/timeline.json), then saved tensors on small models; writes docs/VALIDATION.md and docs/validation.json.
-validate: $(VENV)/.validate
+validate: $(VENV)/.validate $(DEEPSPEED_ENV)/.installed
 	HF_HUB_OFFLINE=1 $(BIN)/python -m validation.timeline
 	HF_HUB_OFFLINE=1 $(BIN)/python -m validation --full
 	HF_HUB_OFFLINE=1 $(BIN)/python -m validation.finetuning --write
 	HF_HUB_OFFLINE=1 $(BIN)/python -m validation.moe --write
 	HF_HUB_OFFLINE=1 $(BIN)/python -m validation.fsdp2 --write
+	DEEPSPEED_PYTHON=$(DEEPSPEED_ENV)/bin/python $(BIN)/python -m validation.ds_estimators --write
 	HF_HUB_OFFLINE=1 $(BIN)/python -m validation.dense --write
 	HF_HUB_OFFLINE=1 $(BIN)/python -m validation.mla --write
 
@@ -90,4 +98,4 @@ lock: | $(BIN)/python
 	$(BIN)/uv pip compile --python-version 3.11 --generate-hashes -q requirements-validate.in -o requirements-validate.lock
 
 clean:
-	rm -rf $(VENV) $(PEERS) .pytest_cache test-artifacts
+	rm -rf $(VENV) $(PEERS) $(DEEPSPEED_ENV) .pytest_cache test-artifacts

@@ -19,9 +19,9 @@ source (sdist deepspeed-0.19.8.tar.gz), never from trainmem's output:
   with total_gpus = num_nodes * num_gpus_per_node, gpus_factor = 1 / num_nodes, additional_buffer_factor 1.5,
   and largest_layer_params the most parameters any one module holds directly (model_to_params, 4055-4065).
 
-Measured cross-check: DeepSpeed itself could not be installed here (no CPU build of torch reachable), so the
-printed figures of estimate_zero*_model_states_mem_needs_all_cold are not reproduced; the literals below are
-the formulas above evaluated by hand.
+Measured cross-check: `make validate` runs DeepSpeed 0.19.8's own functions in an environment of its own
+(validation/ds_estimators.py, docs/VALIDATION.md "DeepSpeed's estimators") for the same cases; their printed figures
+equal the literals below, which are the formulas above evaluated by hand.
 """
 
 import pytest
