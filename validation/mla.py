@@ -104,14 +104,17 @@ def predict(case: Case) -> dict[str, object]:
 
 
 def peak_cases() -> tuple:
-    """The timeline harness's DeepSeek-V3 family (validation/models.py): every layer a mixture of experts, since
-    the estimate's stages count their layers alike (a dense first layer would be counted as a sparse one)."""
+    """The timeline harness's DeepSeek-V3 families (validation/models.py): every layer a mixture of experts, and
+    the first layer dense as DeepSeek-V3's first three are."""
     from validation import timeline as tl
     from validation.models import Size
 
     size = Size(hidden=256, layers=4, heads=4, kv_heads=4, intermediate=512, vocab=2048, head_dim=64)
     return (tl.TimelineCase("deepseek_v3", precision="bf16", seq=256, batch=2, size=size),
-            tl.TimelineCase("deepseek_v3", precision="fp32", seq=128, batch=2, size=size, attention="eager"))
+            tl.TimelineCase("deepseek_v3", precision="fp32", seq=128, batch=2, size=size, attention="eager"),
+            tl.TimelineCase("deepseek_v3-dense-first", precision="bf16", seq=256, batch=2, size=size),
+            tl.TimelineCase("deepseek_v3-dense-first", precision="fp32", seq=128, batch=2, size=size,
+                            attention="eager"))
 
 
 def section(rows: list[tuple[Case, dict, dict]], peaks: list) -> list[str]:
@@ -149,10 +152,9 @@ def section(rows: list[tuple[Case, dict, dict]], peaks: list) -> list[str]:
               "(`num_nextn_predict_layers`, the checkpoint's layer 61) is not part of that class and is counted by "
               "neither. The router's `e_score_correction_bias` is a buffer (256 per sparse layer), not a parameter.",
               "",
-              "The peaks above are of models whose every layer is sparse: the estimate's stages count every layer "
-              "as a sparse one, so a model with dense first layers (DeepSeek-V3's three) is over-counted there "
-              "until the stages take `layer_tensors(arch, dense=True)` and `layer_activations(..., dense=True)` for "
-              "`arch.dense_layers` of them (`param_count` and this harness's per-layer comparison already do). "
+              "The estimate's stages count a mixture's dense first layers with their own parameters and saved "
+              "tensors (`states.dense_layers_on`); in a pipeline whose middle stages hold some of them, the middle "
+              "kind is counted as its sparse stages, the heavier ones. "
               "Not measured: CUDA's memory-efficient kernel, which sdpa picks for MLA there (modelled). Refused "
               "rather than guessed: tensor parallelism for MLA, Megatron-LM, "
               "Liger, autocast and fine-tuning. deepseek_v2 is not imported: its rotary embedding (complex "

@@ -129,6 +129,13 @@ def _deepseek_v3(size: Size) -> PretrainedConfig:
     )
 
 
+def _deepseek_v3_dense_first(size: Size) -> PretrainedConfig:
+    # As above, with the first layer dense (DeepSeek-V3 keeps three): a dense MLP of intermediate_size there.
+    config = _deepseek_v3(size)
+    config.first_k_dense_replace = 1
+    return config
+
+
 FAMILIES: dict[str, Callable[[Size], PretrainedConfig]] = {
     "gpt2": _gpt2,
     "gpt2-no-dropout": _gpt2_no_dropout,
@@ -141,6 +148,7 @@ FAMILIES: dict[str, Callable[[Size], PretrainedConfig]] = {
     "gemma3": _gemma3,
     "olmo2": _olmo2,
     "deepseek_v3": _deepseek_v3,
+    "deepseek_v3-dense-first": _deepseek_v3_dense_first,
 }
 
 # Dtypes of the precision presets the harness runs.

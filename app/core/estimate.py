@@ -123,7 +123,8 @@ def _from_architecture(arch: Architecture, training: Training, parallelism: Para
     ledger = tuple(buffer if buffer.cluster_bytes == cluster_by_key[buffer.key] else
                    _with_cluster(buffer, cluster_by_key[buffer.key]) for buffer in ledger)
     per_gpu = _sum_by_category(ledger)
-    whole = states.stage_shapes(arch, 1, layers=arch.num_hidden_layers, first=True, last=True)
+    whole = states.stage_shapes(arch, 1, layers=arch.num_hidden_layers, first=True, last=True,
+                                dense=states.dense_layers_on(arch, first_layer=0, layers=arch.num_hidden_layers, count=1))
     count = trainable = whole.rank_total
     if training.finetuning != Finetuning():
         tuned = states.finetuned_stage(arch, training.finetuning, training.precision.bits("weights"), 1,

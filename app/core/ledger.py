@@ -152,7 +152,9 @@ class _Stage:
         if self.fsdp2 and training.precision.master_weights:
             master = training.precision.master_weights
             self.states_precision = replace(training.precision, weights=master, gradients=master, master_weights=None)
-        self.shapes = states.stage_shapes(arch, parallelism.tensor, layers=n, first=kind.first, last=kind.last)
+        self.dense = states.dense_layers_on(arch, first_layer=kind.first_layer - 1, layers=n, count=kind.count)
+        self.shapes = states.stage_shapes(arch, parallelism.tensor, layers=n, first=kind.first, last=kind.last,
+                                          dense=self.dense)
         self.parts = self.shapes.rank
         self.finetuned = None
         if training.finetuning != Finetuning():
@@ -468,6 +470,11 @@ class _Stage:
         policy = act.CHECKPOINTING_CHOICES[checkpointing].about
         current = kind.count  # one micro-batch per stage in the most-loaded position
         layers_bytes, layers_text = n * per_layer, f"{n} layers × {per_layer:,} B"
+        if self.dense:
+            dense_full = act.layer_activations(arch, setup, dense=True)
+            per_dense = act.total_bytes(act.checkpointed_layer_activations(arch, setup, checkpointing, full=dense_full))
+            layers_bytes = (n - self.dense) * per_layer + self.dense * per_dense
+            layers_text = f"{n - self.dense} layers × {per_layer:,} B + {self.dense} dense layers × {per_dense:,} B"
         if self.finetuned is not None:
             layers_bytes, layers_text = self._finetuned_layers(per_layer)
         window_layers, window_each = self._sliding_window_extra()

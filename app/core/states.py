@@ -129,15 +129,37 @@ class StageShapes:
 
 
 @lru_cache(maxsize=256)
-def stage_shapes(arch: Architecture, tensor_parallel: int, *, layers: int, first: bool, last: bool) -> StageShapes:
+def dense_layers_on(arch: Architecture, *, first_layer: int, layers: int, count: int) -> int:
+    """A mixture's dense layers among a stage's `layers` decoder layers from `first_layer` (counted from 0). For a
+    kind of `count` stages (the middle ones of a pipeline), its most-loaded stage is one without them whenever any
+    is: they count only when every stage of the kind has them."""
+    dense = arch.dense_layers if arch.is_moe else 0
+    if not dense:
+        return 0
+    overlap = max(0, min(first_layer + layers, dense) - first_layer)
+    if count > 1 and first_layer + count * layers > dense:
+        return 0
+    return overlap
+
+
+def stage_shapes(arch: Architecture, tensor_parallel: int, *, layers: int, first: bool, last: bool,
+                 dense: int = 0) -> StageShapes:
     """The parameter shapes of a stage with `layers` layers, the embedding if `first`, the head if `last`.
 
-    With tied embeddings and more than one stage the last stage keeps its own copy of the
-    embedding matrix for the output layer (Megatron-LM keeps and all-reduces the two copies).
+    `dense` of the layers are a mixture's dense ones (its first ``first_k_dense_replace``, DeepSeek), each with a
+    dense MLP in place of the experts; "one layer" (what ZeRO-3 gathers, a layer's unsharded gradient) is the
+    larger of the two kinds. With tied embeddings and more than one stage the last stage keeps its own copy of
+    the embedding matrix for the output layer (Megatron-LM keeps and all-reduces the two copies).
     """
     t = tensor_parallel
     one_layer = tuple((tensor, 1) for tensor in layer_tensors(arch))
-    parts: dict[str, tuple[tuple[ParamTensor, int], ...]] = {"layers": tuple((x, layers) for x, _ in one_layer)}
+    stacked = tuple((x, layers - dense) for x, _ in one_layer)
+    if dense:
+        dense_layer = tuple((tensor, 1) for tensor in layer_tensors(arch, dense=True))
+        stacked += tuple((x, dense) for x, _ in dense_layer)
+        if elements(rank_shapes(dense_layer, t)) > elements(rank_shapes(one_layer, t)):
+            one_layer = dense_layer
+    parts: dict[str, tuple[tuple[ParamTensor, int], ...]] = {"layers": stacked}
     if first:
         parts["embedding"] = tuple((tensor, 1) for tensor in embedding_tensors(arch))
     output: ParamTensor | None = None

@@ -138,3 +138,21 @@ def test_mla_fields_need_kv_lora_rank():
     with pytest.raises(DomainError) as error:
         Architecture(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, vocab_size=100, v_head_dim=16)
     assert error.value.field == "model.v_head_dim"
+
+
+def test_deepseek_v3_estimate_counts_its_three_dense_layers():
+    """The estimate's stages take DeepSeek-V3's first three layers as dense: its count and its bf16 weights are
+    DeepseekV3ForCausalLM's 671,026,404,352 parameters (measured on the meta device) and its active parameters
+    37,552,282,624, on one stage and on the first stage of two."""
+    arch = architecture_from_hf_config(DEEPSEEK_V3)
+    training = Training(precision=precision_preset("bf16"), seq_len=1024, attention="flash")
+    result = estimate(architecture=arch, training=training)
+    assert result.param_count == 671_026_404_352
+    assert result.active_param_count == 37_552_282_624
+    assert result.cluster["weights"] == 2 * 671_026_404_352
+    from app.core import states
+    assert states.dense_layers_on(arch, first_layer=0, layers=61, count=1) == 3
+    assert states.dense_layers_on(arch, first_layer=0, layers=1, count=1) == 1
+    assert states.dense_layers_on(arch, first_layer=1, layers=1, count=59) == 0  # the middle kind: its sparse stages
+    sparse = architecture_from_hf_config({**DEEPSEEK_V3, "first_k_dense_replace": 0})
+    assert param_count(sparse) > param_count(arch)
