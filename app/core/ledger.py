@@ -270,7 +270,11 @@ class _Stage:
             if name not in self.parts:
                 continue
             total += self.parts[name]
-            if name == "layers":
+            if name == "layers" and self.shapes.dense_layers:
+                shapes = self.shapes
+                terms.append(f"{self.kind.layers - shapes.dense_layers} layers × {shapes.sparse_layer_rank:,} + "
+                             f"{shapes.dense_layers} dense layers × {shapes.dense_layer_rank:,}")
+            elif name == "layers":
                 terms.append(f"{self.kind.layers} layers × {self.shapes.layer_rank:,}")
             else:
                 terms.append(f"{name} {self.parts[name]:,}")

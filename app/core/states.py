@@ -118,6 +118,9 @@ class StageShapes:
     rank_shapes: tuple[tuple[tuple[int, ...], int], ...]
     cluster_shapes: tuple[tuple[tuple[int, ...], int], ...]
     largest_rank: int
+    dense_layers: int = 0  # of the stage's layers, a mixture's dense ones
+    dense_layer_rank: int = 0  # one dense layer's elements on rank 0 (when there are any)
+    sparse_layer_rank: int = 0  # one mixture-of-experts layer's elements on rank 0 (when there are dense ones)
 
     @property
     def rank_total(self) -> int:
@@ -154,10 +157,12 @@ def stage_shapes(arch: Architecture, tensor_parallel: int, *, layers: int, first
     t = tensor_parallel
     one_layer = tuple((tensor, 1) for tensor in layer_tensors(arch))
     stacked = tuple((x, layers - dense) for x, _ in one_layer)
+    dense_rank = sparse_rank = 0
     if dense:
         dense_layer = tuple((tensor, 1) for tensor in layer_tensors(arch, dense=True))
         stacked += tuple((x, dense) for x, _ in dense_layer)
-        if elements(rank_shapes(dense_layer, t)) > elements(rank_shapes(one_layer, t)):
+        dense_rank, sparse_rank = elements(rank_shapes(dense_layer, t)), elements(rank_shapes(one_layer, t))
+        if dense_rank > sparse_rank:
             one_layer = dense_layer
     parts: dict[str, tuple[tuple[ParamTensor, int], ...]] = {"layers": stacked}
     if first:
@@ -180,6 +185,9 @@ def stage_shapes(arch: Architecture, tensor_parallel: int, *, layers: int, first
         rank_shapes=tuple(rank),
         cluster_shapes=tuple(all_rank_shapes(everything, t)),
         largest_rank=largest_elements(rank),
+        dense_layers=dense,
+        dense_layer_rank=dense_rank,
+        sparse_layer_rank=sparse_rank,
     )
 
 

@@ -28,6 +28,9 @@ PUBLISHED_TOTALS = {
     # transformers 5.24's Gemma3ForCausalLM and Olmo2ForCausalLM built from each config.json on the meta device
     "gemma-3-1b": 999_885_952,
     "olmo-2-7b": 7_298_617_344,
+    # DeepseekV3ForCausalLM from deepseek-ai/DeepSeek-V3's config.json on the meta device (tests/core/test_mla.py),
+    # without the multi-token prediction module the checkpoint adds.
+    "deepseek-v3": 671_026_404_352,
 }
 
 
@@ -51,6 +54,14 @@ def test_gemma3_and_olmo2_presets_are_their_config_imports():
     for preset_id, config in (("gemma-3-1b", GEMMA3_1B), ("olmo-2-7b", OLMO2_7B)):
         imported = architecture_from_hf_config(config)
         assert replace(get_preset(preset_id).architecture, attention_dropout=0.0) == imported  # no dropout either way
+
+
+def test_deepseek_v3_preset_is_its_config_import():
+    from app.core import architecture_from_hf_config
+    from tests.core.test_mla import DEEPSEEK_V3
+
+    imported = architecture_from_hf_config(DEEPSEEK_V3)
+    assert replace(get_preset("deepseek-v3").architecture, attention_dropout=0.0, extras=imported.extras) == imported
 
 
 def test_gpt2_layer_is_12h2_plus_13h():
