@@ -168,11 +168,8 @@ class TrainingIn(BaseModel):
     loss_chunks: int = Field(default=8, ge=1, le=limits.MAX_LOSS_CHUNKS,
                              description="Chunks of tokens for the chunked loss (torchtune's num_output_chunks).")
     framework: Literal[tuple(limits.FRAMEWORKS)] = Field(  # type: ignore[valid-type]
-        default="pytorch", description="Whose memory convention the model states follow. pytorch: the ZeRO paper's "
-        "accounting (2 + 14/N bytes per parameter for ZeRO-2 with mixed-precision Adam) plus the buffers autograd and "
-        "ZeRO's collectives hold; deepspeed: DeepSpeed's own estimator's (estimate_zero2/zero3_model_states_mem_needs), "
-        "which adds an fp32 copy of each rank's gradient partition (2 + 18/N for ZeRO-2) and, under ZeRO-3, the "
-        "largest layer's 16-bit parameters and gradients gathered whole.")
+        default="pytorch", description="Whose memory convention the model states and their buffers follow: "
+        + "; ".join(f"{item.id}: {item.about}" for item in limits.FRAMEWORKS.values()))
     gradient_accumulation_steps: int = Field(
         default=1, ge=1, le=limits.MAX_ACCUMULATION_STEPS,
         description="Micro-batches per optimizer step. From the second on, the gradients are alive through forward "

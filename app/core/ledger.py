@@ -34,7 +34,7 @@ from app.core.architecture import Architecture
 from app.core.categories import MODEL_STATE_CATEGORIES
 from app.core.finetuning import Finetuning, head_trains, layer_roles, linear_modules
 from app.core.optimizers import FP32_BITS, OPTIMIZER_INFO, optimizer_formula, optimizer_label
-from app.core.setup import LOOPS, OFFLOADS, Parallelism, Training
+from app.core.setup import LOOPS, OFFLOADS, Parallelism, Training, effective_loop, fsdp2_convention
 from app.core.stages import StageKind
 from app.core.timeline import OPTIMIZER_STEP, START, STEP_PHASE_NAMES, Life, Phase, describe
 from app.core.units import ceil_div, tensor_bytes
@@ -147,7 +147,7 @@ class _Stage:
         self.deepspeed = training.framework == "deepspeed" and parallelism.zero_stage >= 1
         # FSDP2 keeps each parameter sharded in its own dtype, the master copy when the precision keeps one, and
         # its sharded gradient in that dtype too (setup.FRAMEWORKS); model states are counted in that precision.
-        self.fsdp2 = training.framework == "fsdp2"
+        self.fsdp2 = fsdp2_convention(training, parallelism)
         self.states_precision = training.precision
         if self.fsdp2 and training.precision.master_weights:
             master = training.precision.master_weights
@@ -596,7 +596,7 @@ class _Stage:
             self._fused_linear_loss()
             return
         chunks = training.loss_chunks if training.loss == "chunked" else 1
-        loop = LOOPS[training.loop]
+        loop = LOOPS[effective_loop(training)]
         if loop.keeps_output:
             self.add("loss.logits", "temporary", "Logits in the model's output, which the loop keeps",
                      f"{half} B × {dims}", logits, self.per_stage(logits), Life("run", FWD_LOSS))

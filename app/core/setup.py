@@ -64,6 +64,8 @@ class Framework:
     id: str
     label: str
     about: str
+    loop: str | None = None  # the training loop the framework runs (a key of LOOPS), in place of training.loop
+    fsdp2_when_sharded: bool = False  # FSDP2's convention at ZeRO stage 3, the pytorch one below it
 
 
 FRAMEWORKS: Final[dict[str, Framework]] = {
@@ -93,8 +95,29 @@ FRAMEWORKS: Final[dict[str, Framework]] = {
                   "state (4 + 16/d bytes per parameter for fp16 parameters and gradients; 6 + 12/d for bf16 "
                   "parameters with fp32 gradients). Requires the megatron implementation and ZeRO stage 0 or 1 "
                   "(1 is the distributed optimizer)."),
+        Framework("hf-trainer", "Hugging Face Trainer (its loop, PyTorch's accounting)",
+                  "The pytorch convention with the Trainer's own loop: compute_loss returns the loss alone, so the "
+                  "logits are freed before backward (transformers/trainer.py, compute_loss), whatever "
+                  "training.loop says. A Trainer run under DeepSpeed or FSDP2 follows that framework's convention: "
+                  "choose it, with training.loop hf-trainer.", loop="hf-trainer"),
+        Framework("torchtitan", "torchtitan (FSDP2 and its loop)",
+                  "torchtitan's training step deletes the model's output before backward (torchtitan/train.py, "
+                  "'del pred'), whatever training.loop says, and shards with FSDP2: at ZeRO stage 3 the fsdp2 "
+                  "convention applies (fully_shard per layer, reshard_after_forward), below it the pytorch one.",
+                  loop="hf-trainer", fsdp2_when_sharded=True),
     )
 }
+
+
+def effective_loop(training: Training) -> str:
+    """The training loop that runs: the framework's own where it has one, else `training.loop`."""
+    return FRAMEWORKS[training.framework].loop or training.loop
+
+
+def fsdp2_convention(training: Training, parallelism: Parallelism) -> bool:
+    """Whether FSDP2's convention counts the model states and their buffers."""
+    framework = FRAMEWORKS[training.framework]
+    return training.framework == "fsdp2" or (framework.fsdp2_when_sharded and parallelism.zero_stage == 3)
 
 
 @dataclass(frozen=True)
@@ -224,6 +247,13 @@ def validate_setup(training: Training, parallelism: Parallelism, arch: Architect
     if training.framework == "deepspeed" and training.implementation == "megatron":
         raise DomainError("training.framework", "Megatron-LM keeps its own gradient buffer and distributed optimizer; "
                                                 "choose the pytorch convention")
+    if training.framework in ("hf-trainer", "torchtitan") and training.implementation == "megatron":
+        raise DomainError("training.framework", "Megatron-LM runs its own loop and optimizer; choose the megatron "
+                                                "convention")
+    if FRAMEWORKS[training.framework].fsdp2_when_sharded and parallelism.zero_stage == 3 \
+            and training.finetuning != Finetuning():
+        raise DomainError("training.framework", "fine-tuning under FSDP2's convention (torchtitan at ZeRO stage 3) is "
+                                                "not modelled yet; choose the pytorch convention")
     if training.framework == "fsdp2":
         if parallelism.zero_stage != 3:
             raise DomainError("parallelism.zero_stage", "the fsdp2 convention shards parameters, gradients and optimizer "

@@ -22,7 +22,7 @@ from app.core.job import JOB_FIELDS, Job, field_value, with_field
 from app.core.optimizers import OPTIMIZER_INFO
 from app.core.precision import PRECISION_PRESETS
 from app.core.series import POLYNOMIAL, Fit, polynomial
-from app.core.setup import activation_setup
+from app.core.setup import activation_setup, effective_loop
 
 TARGETS: Final = {
     "micro_batch_size": "training.micro_batch_size",
@@ -243,7 +243,7 @@ def _free_changes(job: Job) -> list[Candidate]:
     if scratch["fused"].copies < scratch[training.optimizer_implementation].copies:
         out.append(({"training.optimizer_implementation": "fused"}, "Use the fused optimizer step (fused=True)",
                     Cost("none", "same update, one kernel that writes in place: no step scratch")))
-    if training.loop == "plain" and arch is not None:
+    if effective_loop(training) == "plain" and arch is not None:
         out.append(({"training.loop": "hf-trainer"}, "Keep only the loss, not the model's output, across backward",
                     Cost("none", "same arithmetic: the logits are freed before backward (as the Hugging Face Trainer "
                                  "does; in a plain loop, keep `loss = model(...).loss` rather than the output)")))

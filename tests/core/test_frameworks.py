@@ -98,3 +98,32 @@ def test_fsdp2_needs_zero_3_and_the_same_total_as_pytorch() -> None:
                    if buffer.key in ("weights", "master_weights", "optimizer_states") or buffer.key.startswith("gradients."))
 
     assert persistent(fsdp2) == persistent(pytorch) == 16 * pytorch.param_count // 8
+
+
+def _peak_and_ledger(training: core.Training, parallelism: core.Parallelism) -> tuple[int, list[tuple[str, int]]]:
+    result = core.estimate(architecture=ARCH, training=training, parallelism=parallelism)
+    return result.peak.bytes, [(buffer.key, buffer.bytes) for buffer in result.ledger]
+
+
+def test_hf_trainer_is_pytorch_with_the_trainers_loop() -> None:
+    """Trainer.compute_loss returns the loss alone: the logits go before backward whatever training.loop says."""
+    base = core.Training(precision=core.precision_preset("bf16-fp32-master"), loop="plain")
+    layout = core.Parallelism(data=8, zero_stage=1)
+    trainer = _peak_and_ledger(replace(base, framework="hf-trainer"), layout)
+    assert trainer == _peak_and_ledger(replace(base, loop="hf-trainer"), layout)
+    assert trainer != _peak_and_ledger(base, layout)
+
+
+@pytest.mark.parametrize(("zero_stage", "convention"), [(3, "fsdp2"), (1, "pytorch")])
+def test_torchtitan_is_fsdp2_at_zero_3_with_its_loop(zero_stage: int, convention: str) -> None:
+    base = core.Training(precision=core.precision_preset("bf16-fp32-master"), loop="plain")
+    layout = core.Parallelism(data=8, zero_stage=zero_stage)
+    titan = _peak_and_ledger(replace(base, framework="torchtitan"), layout)
+    assert titan == _peak_and_ledger(replace(base, framework=convention, loop="hf-trainer"), layout)
+
+
+def test_trainer_and_torchtitan_refuse_megatron() -> None:
+    for framework in ("hf-trainer", "torchtitan"):
+        with pytest.raises(core.DomainError) as caught:
+            core.estimate(architecture=ARCH, training=core.Training(framework=framework, implementation="megatron"))
+        assert caught.value.field == "training.framework"

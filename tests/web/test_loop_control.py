@@ -1,0 +1,36 @@
+"""The training-loop control shows only under the conventions that do not bring their own loop."""
+
+import re
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+
+from app import core
+from app.main import app
+
+PAGE = Path(__file__).resolve().parents[2] / "templates" / "page.html"
+
+
+def test_loop_control_condition_lists_the_frameworks_without_a_loop() -> None:
+    shown = re.search(r'm\.shown\("framework=([^"]+)"\) }}>\s*<legend class="sr-only">Training loop', PAGE.read_text())
+    assert shown is not None
+    assert set(shown.group(1).split(",")) == {key for key, item in core.FRAMEWORKS.items() if item.loop is None}
+
+
+def test_trainer_convention_hides_the_loop_and_counts_its_own() -> None:
+    client = TestClient(app)
+    params = {"preset": "llama-3-8b", "seq_len": "4096", "gpu": "h100-80gb"}
+    loop_fieldset = re.compile(r'data-show-when="framework=[^"]+"( hidden disabled)?>\s*<legend class="sr-only">'
+                               r'Training loop')
+    trainer = client.get("/", params=params | {"framework": "hf-trainer", "loop": "plain"})
+    plain = client.get("/", params=params | {"loop": "plain"})
+    assert trainer.status_code == plain.status_code == 200
+    hidden, shown = loop_fieldset.search(trainer.text), loop_fieldset.search(plain.text)
+    assert hidden is not None and hidden.group(1) == " hidden disabled"
+    assert shown is not None and shown.group(1) is None
+    # The estimate under the Trainer's convention is the pytorch one with the Trainer's loop, through the API too.
+    body = {"model": {"preset": "llama-3-8b"}, "training": {"seq_len": 4096, "loop": "plain"}}
+    as_trainer = client.post("/api/v1/estimate", json=body | {"training": {"seq_len": 4096, "framework": "hf-trainer"}})
+    with_loop = client.post("/api/v1/estimate", json=body | {"training": {"seq_len": 4096, "loop": "hf-trainer"}})
+    keeps_output = client.post("/api/v1/estimate", json=body)
+    assert as_trainer.json()["peak"] == with_loop.json()["peak"] != keeps_output.json()["peak"]
