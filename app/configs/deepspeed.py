@@ -163,6 +163,8 @@ def _zero(data: dict[str, Any], r: Reading, p: str) -> bool:
                        "default, 500,000,000 elements, is counted here")
             else:
                 r.said("parallelism.reduce_bucket_size", r.integer(sub, value, low=1, high=10**12), sub)
+        elif name in _ZERO_REASONS:
+            r.ignore_all(value, sub, _ZERO_REASONS[name])
         elif name in ("zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_gradients",
                       "zero_quantized_nontrainable_weights", "mics_shard_size", "mics_hierarchical_params_gather"):
             r.ignore(sub, "ZeRO++ and MiCS partitioning variants are not modelled: the estimate shards over every "
@@ -175,6 +177,31 @@ def _zero(data: dict[str, Any], r: Reading, p: str) -> bool:
             r.ignore_all(value, sub, COMMS if reason(name) == COMMS else None)
     offload_facts(r, devices)
     return "optimizer" in devices
+
+
+# zero_optimization keys that change memory the estimate does not follow, each with what it counts instead
+# (deepspeed/runtime/zero/config.py for the defaults).
+_ZERO_REASONS: Final = {
+    "contiguous_gradients": "the contiguous gradient bucket (on by default) is counted as parallelism.reduce_bucket_size "
+                            "says; turned off, DeepSpeed reduces from the gradients themselves, which is not an input "
+                            "here",
+    "overlap_comm": "with ZeRO-1/2 it adds a second gradient bucket (stage_1_and_2.py:3275), not counted; ZeRO-3 "
+                    "keeps one either way",
+    "allgather_bucket_size": "ZeRO-1/2 gather the updated parameters into their own flat buffers in shards of this "
+                             "size: no buffer of its own",
+    "stage3_max_live_parameters": "DeepSpeed's convention counts the largest layer gathered whole, as its estimator "
+                                  "does (stage3.py:4027); the live-parameter limit on what prefetching gathers "
+                                  "beyond it is not modelled",
+    "stage3_prefetch_bucket_size": "DeepSpeed's convention counts the largest layer gathered whole, as its estimator "
+                                   "does (stage3.py:4027); what prefetching gathers beyond it is not modelled",
+    "stage3_max_reuse_distance": "how long a gathered parameter is kept for reuse: not modelled beyond the largest "
+                                 "layer DeepSpeed's convention counts gathered",
+    "stage3_param_persistence_threshold": "parameters below this size stay whole on every GPU; for transformer "
+                                          "layers these are the norms and biases, which the estimate shards with "
+                                          "the rest (a few MB)",
+    "sub_group_size": "ZeRO-3 steps its partition in groups of this many elements (stage3.py); how that splits "
+                      "the step's scratch is not modelled: the scratch follows the optimizer implementation",
+}
 
 
 def convention(r: Reading, stage: int, key: str, raw: Any) -> None:
