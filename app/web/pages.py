@@ -1,10 +1,11 @@
 """The calculator page: one GET form whose URL is the state, enhanced with htmx.
 
 ``GET /`` renders the whole page. The same URL requested by htmx (``HX-Request``) renders only
-what changes: the results region, plus out-of-band updates for the explanation, the per-field
-messages and the fields a preset fills. A history-restore request gets the whole page, and so does
-a link that applies an answer (htmx targets the form, ``HX-Target: calc``): it changes fields the
-person did not touch, so the form comes back with them.
+what changes: the summary, plus out-of-band updates for the rest of the result, the per-field
+messages and the fields a preset fills, and of those only the ones that differ from what the page
+shows (the setup in ``HX-Current-URL``; app/web/update.py). A history-restore request gets the whole
+page, and so does a link that applies an answer (htmx targets the form, ``HX-Target: calc``): it
+changes fields the person did not touch, so the form comes back with them.
 
 When the input is invalid the htmx answer is still a 200 (htmx does not swap error statuses by
 default) with ``HX-Reswap: none``: the last good result is left in place, and out-of-band swaps
@@ -15,6 +16,7 @@ input is a 422 that shows the same messages. Nothing here lets an exception beco
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Final
 from urllib.parse import urlencode
@@ -23,12 +25,13 @@ from fastapi import APIRouter, Header, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
+from starlette.datastructures import QueryParams
 
 from app import core
 from app.api.schemas import ARCHITECTURE_FIELDS, to_job, to_parallelism
 from app.core.finetuning import ALL_LINEAR, module_names
 from app.core.job import Job
-from app.web import controls, imports, links
+from app.web import controls, imports, links, update
 from app.web.accuracy import accuracy
 from app.web.answers import fit_answers
 from app.web.compare import pin
@@ -38,8 +41,10 @@ from app.web.sweeps import sweeps
 from app.web.view import UNIT_BYTES, format_bytes, format_size_input, result_view
 
 TEMPLATES_DIR: Final = Path(__file__).resolve().parent.parent.parent / "templates"
-VARY: Final = "HX-Request, HX-History-Restore-Request, HX-Target"
+VARY: Final = "HX-Request, HX-History-Restore-Request, HX-Target, HX-Current-URL"
 FORM_ID: Final = "calc"  # an htmx request that targets the whole form gets the whole page
+PASTE_ID: Final = "paste"  # the paste box, which alone changes when a pasted config cannot be read
+UPDATES_KEPT: Final = 32  # rendered updates kept, by query: the setup shown is usually one just rendered
 STATE_NAMES: Final = ALL_CONTROLS | {links.PIN}
 
 templates = Jinja2Templates(directory=TEMPLATES_DIR)
@@ -127,6 +132,7 @@ def page_context(form: ParsedForm, params: Mapping[str, str]) -> dict[str, Any]:
         "when": lambda expression: controls.condition_holds(expression, values),
         "paste": paste_box(params),
         "imported": None,
+        "marks": None,
     }
 
 
@@ -166,25 +172,43 @@ def _swaps(form: ParsedForm) -> dict[str, Any]:
     return {"swap_arch": arch, "swap_dtypes": dtypes, "oob_error_slots": sorted(slots)}
 
 
+@lru_cache(maxsize=UPDATES_KEPT)
+def rendered_update(query: str) -> update.Update:
+    """The htmx update for the setup in `query` (a query string), split into its fragments."""
+    params = QueryParams(query)
+    form = parse_form(params)
+    context = page_context(form, params) | _swaps(form) | {"marks": update.MARKS}
+    swapped = form.ok and context["view"] is not None
+    return update.split(templates.get_template("update.html").render(context), swapped=swapped)
+
+
+def _hosts(request: Request) -> tuple[str, ...]:
+    """The names this page is reached by: the request's host, and the one a proxy says it forwarded."""
+    return tuple(host for host in (request.headers.get("host"), request.headers.get("x-forwarded-host")) if host)
+
+
 @router.get("/", response_class=HTMLResponse)
 def calculator(
     request: Request,
     hx_request: Annotated[str | None, Header()] = None,
     hx_history_restore_request: Annotated[str | None, Header()] = None,
     hx_target: Annotated[str | None, Header()] = None,
+    hx_current_url: Annotated[str | None, Header()] = None,
 ) -> HTMLResponse:
     """The calculator; htmx gets the changed fragments, everyone else (history restores, applied answers) the page."""
-    form = parse_form(request.query_params)
-    context = page_context(form, request.query_params)
     from_htmx = hx_request == "true"
     if from_htmx and hx_history_restore_request != "true" and hx_target != FORM_ID:
-        context |= _swaps(form)
-        response = templates.TemplateResponse(request, "update.html", context)
-        if not form.ok:
+        current = rendered_update(str(request.query_params))
+        shown = update.shown_query(hx_current_url, path=request.url.path, hosts=_hosts(request))
+        before = rendered_update(str(QueryParams(shown))) if shown is not None else None
+        response = HTMLResponse(update.changes(current, before))
+        if not current.swapped:
             response.headers["HX-Reswap"] = "none"
     else:
+        form = parse_form(request.query_params)
         status = 200 if form.ok or from_htmx else 422
-        response = templates.TemplateResponse(request, "page.html", context, status_code=status)
+        response = templates.TemplateResponse(request, "page.html", page_context(form, request.query_params),
+                                              status_code=status)
     response.headers["Vary"] = VARY
     return response
 
@@ -198,7 +222,9 @@ async def import_config(
 
     htmx gets the page too (it swaps the part holding the paste box and the form) and ``HX-Push-Url`` with
     the new state; without JavaScript the page answers the POST and links the new state. A text that cannot
-    be read leaves the state as it was, with the message at the paste box (a 422 without JavaScript).
+    be read leaves the state as it was, with the message at the paste box (a 422 without JavaScript); htmx
+    then swaps only the paste box, so that the rest of the page stays the rendering of its address, as the
+    next update relies on (the live fields may have moved on from that address).
     """
     fields = {key: value for key, value in (await request.form()).items() if isinstance(value, str)}
     return await run_in_threadpool(_import_page, request, fields, hx_request == "true")
@@ -222,6 +248,8 @@ def _import_page(request: Request, fields: Mapping[str, str], from_htmx: bool) -
     response = templates.TemplateResponse(request, "page.html", context, status_code=status)
     if imported is not None and from_htmx:
         response.headers["HX-Push-Url"] = imported.href
+    elif from_htmx:  # only the paste box changes: the rest stays what the address says it is
+        response.headers["HX-Retarget"] = response.headers["HX-Reselect"] = f"#{PASTE_ID}"
     response.headers["Vary"] = VARY
     return response
 
