@@ -198,6 +198,10 @@ class ParallelismIn(BaseModel):
     context: int = Field(default=1, ge=1, le=limits.MAX_DEGREE,
                          description="Context parallelism: each sequence split over this many GPUs (ring attention); "
                          "activations shrink with it, ZeRO shards over data × context.")
+    expert: int = Field(default=1, ge=1, le=limits.MAX_DEGREE,
+                        description="Expert parallelism: a mixture of experts' routed experts split over this many "
+                        "GPUs of the data-parallel group (it divides data × context and the experts); each expert's "
+                        "ZeRO shards spread over data × context ÷ expert GPUs.")
     reduce_bucket_size: int = Field(default=limits.DEEPSPEED_REDUCE_BUCKET_SIZE, ge=1, le=limits.MAX_REDUCE_BUCKET_SIZE,
                                     description="DeepSpeed's zero_optimization.reduce_bucket_size, in elements (its "
                                     "default 500,000,000): the contiguous gradient bucket it reduces from, counted "

@@ -154,7 +154,7 @@ class _Stage:
             self.states_precision = replace(training.precision, weights=master, gradients=master, master_weights=None)
         self.dense = states.dense_layers_on(arch, first_layer=kind.first_layer - 1, layers=n, count=kind.count)
         self.shapes = states.stage_shapes(arch, parallelism.tensor, layers=n, first=kind.first, last=kind.last,
-                                          dense=self.dense)
+                                          dense=self.dense, expert_parallel=parallelism.expert)
         self.parts = self.shapes.rank
         self.finetuned = None
         if training.finetuning != Finetuning():
@@ -286,6 +286,12 @@ class _Stage:
             text += f" on tensor rank 1 of {t}"
         return total, text
 
+    def _expert_note(self, category: str) -> str:
+        p = self.parallelism
+        if p.expert == 1 or states.is_sharded(category, p):
+            return ""
+        return f", the routed experts ÷ {p.expert} (expert parallelism)"
+
     def _shard_note(self, category: str) -> str:
         p = self.parallelism
         if states.is_sharded(category, p) and p.shard_group > 1:
@@ -301,13 +307,20 @@ class _Stage:
         training = self.training if precision is self.training.precision else replace(self.training, precision=precision)
         rank = states.states_bytes(list(shapes.rank_shapes), training, count=shapes.rank_total)
         cluster = states.states_bytes(list(shapes.cluster_shapes), training, count=shapes.cluster_total)
+        rank_ep, cluster_ep = rank, cluster
+        if p.expert > 1:  # what is not ZeRO-sharded holds only this GPU's experts (states.StageShapes)
+            rank_ep = states.states_bytes(list(shapes.rank_ep_shapes), training, count=shapes.rank_ep_total)
+            cluster_ep = states.states_bytes(list(shapes.cluster_ep_shapes), training,
+                                             count=sum(shapes.cluster_ep.values()))
         _, share = self._share_text(("layers", "embedding", "head"))
         always = Life("run", START)
 
         def state(category: str, label: str, formula: str, life: Life) -> None:
-            self.add(category, category, label, formula + self._shard_note(category),
-                     states.on_rank(rank[category], category, p),
-                     states.over_group(cluster[category], category, p) * self.kind.count, life)
+            sharded = states.is_sharded(category, p)
+            self.add(category, category, label, formula + self._shard_note(category) + self._expert_note(category),
+                     states.on_rank(rank[category], category, p) if sharded else rank_ep[category],
+                     states.over_group((cluster if sharded else cluster_ep)[category], category, p) * self.kind.count,
+                     life)
 
         if self.fsdp2 and precision is not self.training.precision:
             state("weights", f"Sharded parameters in {precision.weights}, the master copy (FSDP2 casts to "
@@ -442,15 +455,18 @@ class _Stage:
                 continue
             elements_rank, share = self._share_text((part,))
             cluster = self.shapes.cluster[part]
+            if not states.is_sharded("gradients", p):  # this GPU's experts only (expert parallelism)
+                elements_rank, cluster = self.shapes.rank_ep[part], self.shapes.cluster_ep[part]
             self.add(f"gradients.{part}", "gradients", f"Gradients {what}, in {dtype}",
-                     f"{share} × {bits} bit ÷ 8{self._shard_note('gradients')}",
+                     f"{share} × {bits} bit ÷ 8{self._shard_note('gradients')}{self._expert_note('gradients')}",
                      states.on_rank(tensor_bytes(elements_rank, bits), "gradients", p),
                      states.over_group(tensor_bytes(cluster, bits), "gradients", p) * self.kind.count, life)
 
     def _optimizer_scratch(self, bits: int, *, params: int | None = None, largest: int | None = None) -> None:
         training, p = self.training, self.parallelism
         scratch = OPTIMIZER_INFO[training.optimizer].scratch[training.optimizer_implementation]
-        params = self.shapes.rank_total if params is None else params
+        if params is None:
+            params = self.shapes.rank_total if states.is_sharded("optimizer_states", p) else self.shapes.rank_ep_total
         largest = self.shapes.largest_rank if largest is None else largest
         note = ""
         if states.is_sharded("optimizer_states", p) and p.shard_group > 1:
@@ -575,6 +591,7 @@ class _Stage:
         self._recomputation()
         self._autocast_copies()
         self._zero_buffers()
+        self._expert_dispatch()
         size = self.training.framework_overhead_bytes
         self.add("overhead", "temporary", "Framework overhead (CUDA context, allocator reserve)", "set by you",
                  size, self.per_stage(size), Life("run", START))
@@ -707,6 +724,23 @@ class _Stage:
         self.add("attention.grad_probs", "temporary", "fp32 gradient of one layer's attention probabilities "
                  "in backward (eager)", f"4 B × {setup.micro_batch_size} × {arch.num_attention_heads} × "
                  f"{setup.seq_len:,}²", size, self.per_stage(size), Life("micro-batch", BWD_LAYER_LAST, self.bwd_end))
+
+    def _expert_dispatch(self) -> None:
+        """Expert parallelism's all-to-all: each MoE layer permutes its tokens' k copies into one send buffer,
+        exchanges it and runs the experts on what it receives (Megatron-LM's MoEAlltoAllTokenDispatcher:
+        permute, all_to_all, sort by local expert), and the gradients take the same way back in backward. The
+        received tokens are the experts' inputs, kept as the layer's saved tensors already; the send buffer is
+        the extra, n·k·h in the activations' dtype, with routing balanced over the experts."""
+        arch, setup, p = self.arch, self.setup, self.parallelism
+        if p.expert == 1 or not arch.is_moe:
+            return
+        tokens, k, h = setup.tokens, arch.num_experts_per_tok, arch.hidden_size
+        size = tokens * k * h * setup.half_bytes
+        phases = tuple(x for x in (FWD_LAYER_FIRST, FWD_LAYER_LAST, BWD_LAYER_LAST, BWD_LAYER_FIRST) if x in self.names)
+        self.add("moe.dispatch", "temporary", f"Expert parallelism's send buffer: this GPU's tokens, k = {k} copies "
+                 f"each, permuted for the all-to-all over {p.expert} GPUs (balanced routing)",
+                 f"{tokens:,} tokens × {k} × {h:,} × {setup.half_bytes} B", size, self.per_stage(size),
+                 Life("micro-batch", phases[0], only=phases))
 
     def _recomputation(self) -> None:
         checkpointing = self.training.activation_checkpointing

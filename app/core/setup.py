@@ -201,6 +201,10 @@ class Parallelism:
     gpus_per_node: int = 8  # for host memory per node
     virtual_stages: int = 1  # interleaved pipeline schedule: model chunks per device (Megatron's virtual stages)
     context: int = 1  # context parallelism: each sequence split over this many GPUs (ring attention)
+    # Expert parallelism: a mixture's routed experts split over this many GPUs of the data-parallel group (as
+    # Megatron-LM and DeepSpeed-MoE carve their expert-parallel groups); each expert is then replicated over
+    # data × context ÷ expert GPUs, over which ZeRO shards its states.
+    expert: int = 1
     # DeepSpeed's zero_optimization.reduce_bucket_size, in elements (its default): the contiguous gradient bucket
     # it reduces from, counted under training.framework deepspeed.
     reduce_bucket_size: int = DEEPSPEED_REDUCE_BUCKET_SIZE
@@ -283,6 +287,11 @@ def validate_setup(training: Training, parallelism: Parallelism, arch: Architect
     check_int("parallelism.virtual_stages", parallelism.virtual_stages, low=1, high=MAX_DEGREE)
     check_int("parallelism.context", parallelism.context, low=1, high=MAX_DEGREE)
     check_int("parallelism.reduce_bucket_size", parallelism.reduce_bucket_size, low=1, high=MAX_REDUCE_BUCKET_SIZE)
+    check_int("parallelism.expert", parallelism.expert, low=1, high=MAX_DEGREE)
+    if parallelism.expert > 1 and parallelism.shard_group % parallelism.expert:
+        raise DomainError("parallelism.expert", f"the expert-parallel GPUs come from the data-parallel group: "
+                                                f"{parallelism.expert} must divide data × context "
+                                                f"({parallelism.shard_group})")
     if parallelism.context > 1:
         if training.seq_len % (2 * parallelism.context):
             raise DomainError("parallelism.context", f"seq_len ({training.seq_len:,}) must be divisible by 2 × context "
@@ -309,6 +318,13 @@ def validate_setup(training: Training, parallelism: Parallelism, arch: Architect
         raise DomainError("training.implementation", "Liger Kernel's patches are modelled for the Llama family's "
                                                      "gated MLPs (llama, mistral, qwen2/3, gemma, phi3); not for GPT-2, "
                                                      "other ungated MLPs or mixtures of experts")
+    if parallelism.expert > 1:
+        if not arch.is_moe:
+            raise DomainError("parallelism.expert", "expert parallelism splits a mixture of experts' routed experts; "
+                                                    "this model has none")
+        if arch.num_local_experts % parallelism.expert:
+            raise DomainError("parallelism.expert", f"the {arch.num_local_experts} routed experts must split evenly "
+                                                    f"over {parallelism.expert} GPUs")
     if arch.is_moe:
         if training.implementation == "megatron":
             raise DomainError("training.implementation", "mixture-of-experts layers are modelled as transformers runs "

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -118,6 +118,13 @@ class StageShapes:
     rank_shapes: tuple[tuple[tuple[int, ...], int], ...]
     cluster_shapes: tuple[tuple[tuple[int, ...], int], ...]
     largest_rank: int
+    # With expert parallelism each GPU holds 1/expert of the experts: the parts and shapes below with the experts
+    # so divided (equal to the ones above without it). Unsharded model states follow these; ZeRO-sharded ones are
+    # the whole over the data-parallel group either way (each expert's shards over data ÷ expert GPUs).
+    rank_ep: dict[str, int] = field(default_factory=dict)
+    cluster_ep: dict[str, int] = field(default_factory=dict)
+    rank_ep_shapes: tuple[tuple[tuple[int, ...], int], ...] = ()
+    cluster_ep_shapes: tuple[tuple[tuple[int, ...], int], ...] = ()
     dense_layers: int = 0  # of the stage's layers, a mixture's dense ones
     dense_layer_rank: int = 0  # one dense layer's elements on rank 0 (when there are any)
     sparse_layer_rank: int = 0  # one mixture-of-experts layer's elements on rank 0 (when there are dense ones)
@@ -125,6 +132,10 @@ class StageShapes:
     @property
     def rank_total(self) -> int:
         return sum(self.rank.values())
+
+    @property
+    def rank_ep_total(self) -> int:
+        return sum(self.rank_ep.values())
 
     @property
     def cluster_total(self) -> int:
@@ -145,8 +156,16 @@ def dense_layers_on(arch: Architecture, *, first_layer: int, layers: int, count:
     return overlap
 
 
+def _expert_share(tensor: ParamTensor, expert_parallel: int) -> ParamTensor:
+    """A routed-experts tensor as one expert-parallel GPU holds it: 1/expert_parallel of the experts (its first
+    dimension); every other tensor whole."""
+    if expert_parallel == 1 or not tensor.name.startswith("moe.experts."):
+        return tensor
+    return replace(tensor, shape=(tensor.shape[0] // expert_parallel, *tensor.shape[1:]))
+
+
 def stage_shapes(arch: Architecture, tensor_parallel: int, *, layers: int, first: bool, last: bool,
-                 dense: int = 0) -> StageShapes:
+                 dense: int = 0, expert_parallel: int = 1) -> StageShapes:
     """The parameter shapes of a stage with `layers` layers, the embedding if `first`, the head if `last`.
 
     `dense` of the layers are a mixture's dense ones (its first ``first_k_dense_replace``, DeepSeek), each with a
@@ -176,14 +195,33 @@ def stage_shapes(arch: Architecture, tensor_parallel: int, *, layers: int, first
         output = embedding_tensors(arch)[0] if arch.tie_word_embeddings else next(x for x in head_tensors(arch) if x.matmul)
     everything = tuple(item for part in parts.values() for item in part)
     rank = rank_shapes(everything, t)
+    rank_dict = {name: elements(rank_shapes(part, t)) for name, part in parts.items()}
+    cluster_dict = {name: elements(all_rank_shapes(part, t)) for name, part in parts.items()}
+    rank_ep, cluster_ep = rank_dict, cluster_dict
+    rank_ep_shapes: tuple[tuple[tuple[int, ...], int], ...] = tuple(rank)
+    cluster_ep_shapes: tuple[tuple[tuple[int, ...], int], ...] = ()
+    ep = expert_parallel
+    if ep > 1:
+        parts_ep = {name: tuple((_expert_share(x, ep), reps) for x, reps in part) for name, part in parts.items()}
+        one_layer = tuple((_expert_share(x, ep), reps) for x, reps in one_layer)
+        everything_ep = tuple(item for part in parts_ep.values() for item in part)
+        rank_ep = {name: elements(rank_shapes(part, t)) for name, part in parts_ep.items()}
+        cluster_ep = {name: elements(all_rank_shapes(part, t)) for name, part in parts_ep.items()}
+        rank_ep_shapes = tuple(rank_shapes(everything_ep, t))
+        cluster_ep_shapes = tuple(all_rank_shapes(everything_ep, t))
+    cluster_shapes = tuple(all_rank_shapes(everything, t))
     return StageShapes(
-        rank={name: elements(rank_shapes(part, t)) for name, part in parts.items()},
-        cluster={name: elements(all_rank_shapes(part, t)) for name, part in parts.items()},
+        rank=rank_dict,
+        cluster=cluster_dict,
+        rank_ep=rank_ep,
+        cluster_ep=cluster_ep,
+        rank_ep_shapes=rank_ep_shapes,
+        cluster_ep_shapes=cluster_ep_shapes or cluster_shapes,
         layer_rank=elements(rank_shapes(one_layer, t)),
         layer_matmul_rank=elements(rank_shapes(((x, 1) for x, _ in one_layer if x.matmul), t)),
         output_rank=elements(rank_shapes(((output, 1),), t)) if output is not None else 0,
         rank_shapes=tuple(rank),
-        cluster_shapes=tuple(all_rank_shapes(everything, t)),
+        cluster_shapes=cluster_shapes,
         largest_rank=largest_elements(rank),
         dense_layers=dense,
         dense_layer_rank=dense_rank,

@@ -49,6 +49,13 @@ def estimate_warnings(arch: Architecture, training: Training, parallelism: Paral
             "never happens, because gradients appear as backward frees the activations and the loss's buffers "
             "come and go."
         )
+    if parallelism.expert > 1:
+        warnings.append(
+            f"Expert parallelism over {parallelism.expert} GPUs is counted with balanced routing: each GPU receives "
+            "its share of the tokens' k copies. Routing is seldom balanced; the GPU whose experts receive the most "
+            "tokens holds more activations and a larger all-to-all buffer than shown (a capacity factor or the "
+            "router's auxiliary loss bounds how many)."
+        )
     if training.seq_len > arch.max_position_embeddings:
         warnings.append(f"seq_len ({training.seq_len:,}) exceeds the model's max_position_embeddings "
                         f"({arch.max_position_embeddings:,}).")
