@@ -68,6 +68,7 @@ LABELS: Final[dict[str, str]] = {
     "context": "Context parallel",
     "virtual_stages": "Virtual stages per GPU",
     "reduce_bucket_size": "Reduce bucket (elements)",
+    "expert": "Expert parallel",
     "offload": "Offload to host memory",
     "gpus_per_node": "GPUs per node",
     "host_ram": "Host RAM per node",

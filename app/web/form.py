@@ -51,7 +51,7 @@ TRAINING_CHOICES: Final = ("optimizer", "optimizer_implementation", "activation_
                            "implementation", "loop", "loss", "framework")
 # Controls read only when shown (the rest of the time the API's default stands): name -> (control, values shown for).
 LOSS_CHUNKS: Final = "loss_chunks"
-PARALLEL_SHOWN: Final = ("offload", "gpus_per_node", "virtual_stages", "reduce_bucket_size")
+PARALLEL_SHOWN: Final = ("offload", "gpus_per_node", "virtual_stages", "reduce_bucket_size", "expert")
 # Fine-tuning: the API's finetuning fields; the page's names where one would clash with an architecture field.
 FINETUNING_METHOD: Final = "method"
 ADAPTER_CONTROLS: Final = ("rank", "target_modules", "lora_dropout", "save_embed_tokens", "save_lm_head")
@@ -215,6 +215,7 @@ def default_values() -> dict[str, str]:
         "gpus_per_node": str(_field_default(ParallelismIn, "gpus_per_node")),
         "virtual_stages": str(_field_default(ParallelismIn, "virtual_stages")),
         "reduce_bucket_size": str(_field_default(ParallelismIn, "reduce_bucket_size")),
+        "expert": str(_field_default(ParallelismIn, "expert")),
         HOST_RAM: DEFAULT_HOST_RAM,
         FINETUNING_METHOD: str(_field_default(FinetuningIn, "method")),
         "rank": str(_field_default(FinetuningIn, "rank")),
@@ -302,6 +303,7 @@ def parse_form(params: Mapping[str, str]) -> ParsedForm:
     # Each control counts only while the page shows it (see templates/page.html), so a value left
     # in the URL from before never errs on a hidden control.
     if _above(values["data"], 1):
+        parallelism["expert"] = read("expert", parse_int)
         parallelism["offload"] = values["offload"]
         if values["offload"] != "none":
             parallelism["gpus_per_node"] = read("gpus_per_node", parse_int)
