@@ -142,7 +142,6 @@ class StageShapes:
         return sum(self.cluster.values())
 
 
-@lru_cache(maxsize=256)
 def dense_layers_on(arch: Architecture, *, first_layer: int, layers: int, count: int) -> int:
     """A mixture's dense layers among a stage's `layers` decoder layers from `first_layer` (counted from 0). For a
     kind of `count` stages (the middle ones of a pipeline), its most-loaded stage is one without them whenever any
@@ -164,6 +163,7 @@ def _expert_share(tensor: ParamTensor, expert_parallel: int) -> ParamTensor:
     return replace(tensor, shape=(tensor.shape[0] // expert_parallel, *tensor.shape[1:]))
 
 
+@lru_cache(maxsize=256)
 def stage_shapes(arch: Architecture, tensor_parallel: int, *, layers: int, first: bool, last: bool,
                  dense: int = 0, expert_parallel: int = 1) -> StageShapes:
     """The parameter shapes of a stage with `layers` layers, the embedding if `first`, the head if `last`.
