@@ -170,6 +170,9 @@ class TrainingIn(BaseModel):
     framework: Literal[tuple(limits.FRAMEWORKS)] = Field(  # type: ignore[valid-type]
         default="pytorch", description="Whose memory convention the model states and their buffers follow: "
         + "; ".join(f"{item.id}: {item.about}" for item in limits.FRAMEWORKS.values()))
+    fp8: Literal[tuple(limits.FP8_RECIPES)] = Field(  # type: ignore[valid-type]
+        default="none", description="FP8 training: "
+        + "; ".join(f"{item.id}: {item.about}" for item in limits.FP8_RECIPES.values()))
     gradient_accumulation_steps: int = Field(
         default=1, ge=1, le=limits.MAX_ACCUMULATION_STEPS,
         description="Micro-batches per optimizer step. From the second on, the gradients are alive through forward "

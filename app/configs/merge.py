@@ -36,7 +36,7 @@ ARGUMENTS: Final = ("training-arguments", "axolotl")
 MUST_MATCH: Final = ("training.micro_batch_size", "training.gradient_accumulation_steps")
 TRAINING_FIELDS: Final = ("micro_batch_size", "seq_len", "precision", "optimizer", "optimizer_implementation",
                           "adafactor_momentum", "activation_checkpointing", "attention", "implementation", "loop",
-                          "gradient_accumulation_steps", "loss", "framework")
+                          "gradient_accumulation_steps", "loss", "framework", "fp8")
 PARALLELISM_FIELDS: Final = ("data", "tensor", "pipeline", "sequence_parallel", "zero_stage", "offload", "gpus_per_node",
                               "context", "virtual_stages", "reduce_bucket_size", "expert")
 FINETUNING_FIELDS: Final = ("method", "rank", "target_modules", "dropout", "modules_to_save", "quantization")
@@ -166,27 +166,33 @@ class _Merge:
         return request
 
     def fit_framework(self, request: dict[str, Any]) -> None:
-        """The framework's convention where the core models it with the rest of the setup, else the pytorch
-        convention with the core's reason: the convention a file implies never makes the import refuse it."""
-        chosen = request["training"]["framework"]
-        refusal = None if chosen == "pytorch" else _refusal(request)
+        """The framework's convention and its FP8 recipe where the core models them with the rest of the setup,
+        else the plain choice (the pytorch convention, no FP8) with the core's reason: what a file implies about
+        them never makes the import refuse it."""
+        self._fit(request, "framework", "pytorch", "convention", "counted with the pytorch convention")
+        self._fit(request, "fp8", "none", "FP8 recipe", "counted without FP8")
+
+    def _fit(self, request: dict[str, Any], name: str, plain_value: str, what: str, instead: str) -> None:
+        chosen = request["training"][name]
+        refusal = None if chosen == plain_value else _refusal(request)
         if refusal is None:
             return
-        plain = _refusal(request | {"training": request["training"] | {"framework": "pytorch"}})
+        plain = _refusal(request | {"training": request["training"] | {name: plain_value}})
         if plain is not None and (plain.field, plain.message) == (refusal.field, refusal.message):
-            return  # not the convention's doing: the import reports it at the key it came from
-        request["training"]["framework"] = self.values["training.framework"] = "pytorch"
-        why = f"the {chosen} convention does not apply to this setup: {refusal.message}"
-        if refusal.field != "training.framework":
+            return  # not the choice's doing: the import reports it at the key it came from
+        field = f"training.{name}"
+        request["training"][name] = self.values[field] = plain_value
+        why = f"the {chosen} {what} does not apply to this setup: {refusal.message}"
+        if refusal.field != field:
             why += f" ({refusal.field})"
         for entry in self.understood:
-            if entry["field"] == "training.framework":
+            if entry["field"] == field:
                 self.ignored.append({"key": entry["key"], "file": entry["file"], "why": why})
-        self.understood = [entry for entry in self.understood if entry["field"] != "training.framework"]
-        source = self.sources.pop("training.framework", None)
-        self.assumed = [entry for entry in self.assumed if entry["field"] != "training.framework"]
-        self.assumed.append({"field": "training.framework", "value": "pytorch", "file": source[0] if source else None,
-                             "why": why if "pytorch convention" in why else f"{why}: counted with the pytorch convention"})
+        self.understood = [entry for entry in self.understood if entry["field"] != field]
+        source = self.sources.pop(field, None)
+        self.assumed = [entry for entry in self.assumed if entry["field"] != field]
+        self.assumed.append({"field": field, "value": plain_value, "file": source[0] if source else None,
+                             "why": why if "pytorch convention" in why else f"{why}: {instead}"})
 
     def finetuning(self) -> dict[str, Any] | None:
         """LoRA or QLoRA adapters when a file asks for them (the body's finetuning section); None for full."""

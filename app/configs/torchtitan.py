@@ -70,6 +70,7 @@ def read(data: Any, r: Reading) -> None:
     _model(model, r)
     _optimizer(optimizer, r)
     tensor, pipeline, data_degree, shard = _parallelism(parallel, experimental, r)  # shard: the FSDP degree
+    _float8(sections.get("float8"), r)
     _training(training, r, data_degree)
     _precision(training, r, shard=shard, tensor=tensor, pipeline=pipeline, data=data_degree)
     _checkpointing(checkpointing, r)
@@ -80,11 +81,41 @@ def read(data: Any, r: Reading) -> None:
     for name, value in sections.items():
         if name in ("model", "training", "parallelism", "activation_checkpoint", "optimizer", "experimental"):
             continue
-        why = {"float8": FP8, "quantize": FP8, "mx": FP8, "compile": COMPILE, "job": NO_MEMORY, "metrics": NO_MEMORY,
+        if name == "float8":
+            continue  # _float8
+        why = {"quantize": FP8, "mx": FP8, "compile": COMPILE, "job": NO_MEMORY, "metrics": NO_MEMORY,
                "profiling": NO_MEMORY, "checkpoint": NO_MEMORY, "comm": NO_MEMORY, "lr_scheduler": NO_MEMORY,
                "validation": "evaluation, not the training step", "fault_tolerance": NO_MEMORY,
                "memory_estimation": NO_MEMORY, "debug": NO_MEMORY}.get(name)
         r.ignore_all(value, name, why)
+
+
+def _float8(section: dict[str, Any] | None, r: Reading) -> None:
+    """torchtitan's [float8] section (its Float8LinearConverter): float8 all-gather with FSDP2, when the model's
+    converters turn float8 on and the parameters are sharded at ZeRO stage 3 by the fsdp2 convention."""
+    if section is None:
+        return
+    converting = any(fact.name == "training.fp8" for fact in r.facts)
+    sharded = any(fact.name == "training.framework" and fact.value == "fsdp2" for fact in r.facts)
+    for key, value in section.items():
+        if key == "enable_fsdp_float8_all_gather":
+            on = r.boolean(f"float8.{key}", value)
+            if on and converting and sharded:
+                r.said("training.fp8", "torchao-fsdp-fp8", f"float8.{key}", value,
+                       note="FSDP2 gathers the float8 linear weights in one byte each")
+            elif on:
+                r.ignore(f"float8.{key}", "float8 all-gather needs the float8 converter (model.converters) and FSDP "
+                                          "sharding at ZeRO stage 3")
+            else:
+                r.ignore(f"float8.{key}", "off")
+        elif key == "recipe_name":
+            r.ignore(f"float8.{key}", "rowwise and tensorwise scaling keep the same float8 copies (one byte per "
+                                      "element; rowwise adds a scale per row)")
+        elif key == "filter_fqns":
+            r.ignore(f"float8.{key}", "the estimate converts every decoder layer's linear layers and not the output "
+                                      "layer, as torchtitan's default filter does")
+        else:
+            r.ignore_all(value, f"float8.{key}", FP8)
 
 
 def _model(model: dict[str, Any], r: Reading) -> None:
@@ -118,7 +149,13 @@ def _model(model: dict[str, Any], r: Reading) -> None:
         if key in ("hf_assets_path", "tokenizer_path", "hf_assets_url"):
             r.ignore(f"model.{key}", PATH)
         elif key == "converters":
-            r.ignore(f"model.{key}", FP8 if value else "no converters")
+            converters = value if isinstance(value, list) else [value]
+            if "float8" in converters:
+                r.said("training.fp8", "torchao", "model.converters", value,
+                       note="torchao's Float8Linear on the decoder layers' linear layers (torchtitan filters out the "
+                       "output layer)")
+            else:
+                r.ignore(f"model.{key}", FP8 if value else "no converters")
         else:
             r.ignore_all(value, f"model.{key}")
 

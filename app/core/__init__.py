@@ -30,6 +30,7 @@ from app.core.presets import ModelPreset, get_preset, model_presets
 from app.core.setup import (
     DEEPSPEED_REDUCE_BUCKET_SIZE,
     DEFAULT_FRAMEWORK_OVERHEAD_BYTES,
+    FP8_RECIPES,
     FRAMEWORKS,
     LOOPS,
     Parallelism,
@@ -40,7 +41,7 @@ from app.core.timeline import Peak, Point
 
 __all__ = [
     "ATTENTION_CHOICES", "CATEGORIES", "CATEGORY_TABLE", "CHECKPOINTING_CHOICES", "DEEPSPEED_REDUCE_BUCKET_SIZE",
-    "DEFAULT_FRAMEWORK_OVERHEAD_BYTES",
+    "DEFAULT_FRAMEWORK_OVERHEAD_BYTES", "FP8_RECIPES",
     "FRAMEWORKS", "IMPLEMENTATION_CHOICES", "KERNELS", "LOOPS", "OPTIMIZERS", "OPTIMIZER_IMPLEMENTATIONS", "OPTIMIZER_INFO",
     "PRECISION_PRESETS", "SUPPORTED_MODEL_TYPES", "ActivationSetup", "Architecture", "Breakdown", "Buffer",
     "DomainError", "Estimate", "Gpu", "GpuFit", "ModelPreset", "ParamTensor", "Parallelism", "Peak", "Point",

@@ -21,6 +21,7 @@ from app.core.optimizers import OPTIMIZER_IMPLEMENTATIONS, OPTIMIZERS
 from app.core.precision import PRECISION_PRESETS, precision_preset
 from app.core.presets import get_preset, model_presets
 from app.core.setup import (
+    FP8_RECIPES,
     FRAMEWORKS,
     LOOPS,
     LOSSES,
@@ -101,6 +102,7 @@ def _job_fields() -> dict[str, JobField]:
         JobField("training.loss", "choice", choices=tuple(LOSSES)),
         JobField("training.loss_chunks", "int", 1, MAX_LOSS_CHUNKS),
         JobField("training.framework", "choice", choices=tuple(FRAMEWORKS)),
+        JobField("training.fp8", "choice", choices=tuple(FP8_RECIPES)),
         JobField("training.adafactor_momentum", "bool"),
         *_ints("parallelism", {"data": (1, MAX_DEGREE), "tensor": (1, MAX_DEGREE), "pipeline": (1, MAX_DEGREE),
                                "zero_stage": (0, 3)}),

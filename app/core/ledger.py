@@ -30,11 +30,11 @@ from typing import Final, NamedTuple
 
 from app.core import activations as act
 from app.core import states
-from app.core.architecture import Architecture
+from app.core.architecture import Architecture, layer_tensors
 from app.core.categories import MODEL_STATE_CATEGORIES
 from app.core.finetuning import Finetuning, head_trains, layer_roles, linear_modules
 from app.core.optimizers import FP32_BITS, OPTIMIZER_INFO, optimizer_formula, optimizer_label
-from app.core.setup import LOOPS, OFFLOADS, Parallelism, Training, effective_loop, fsdp2_convention
+from app.core.setup import FP8_RECIPES, LOOPS, OFFLOADS, Parallelism, Training, effective_loop, fsdp2_convention
 from app.core.stages import StageKind
 from app.core.timeline import OPTIMIZER_STEP, START, STEP_PHASE_NAMES, Life, Phase, describe
 from app.core.units import ceil_div, tensor_bytes
@@ -592,6 +592,7 @@ class _Stage:
         self._autocast_copies()
         self._zero_buffers()
         self._expert_dispatch()
+        self._fp8_casts()
         size = self.training.framework_overhead_bytes
         self.add("overhead", "temporary", "Framework overhead (CUDA context, allocator reserve)", "set by you",
                  size, self.per_stage(size), Life("run", START))
@@ -725,6 +726,31 @@ class _Stage:
                  "in backward (eager)", f"4 B × {setup.micro_batch_size} × {arch.num_attention_heads} × "
                  f"{setup.seq_len:,}²", size, self.per_stage(size), Life("micro-batch", BWD_LAYER_LAST, self.bwd_end))
 
+    def _fp8_casts(self) -> None:
+        """torchao's float8 copies around one linear layer's matmuls (setup.FP8_RECIPES), for the layer's largest:
+        in forward the input (n × in) and the weight (out × in); in backward the output's gradient twice (n × out,
+        once per scaling axis), the weight again and the input for the weight's gradient (n × in). One byte each;
+        the scales are single fp32 numbers (torchao/float8/float8_linear.py, matmul_with_hp_or_float8_args)."""
+        if not FP8_RECIPES[self.training.fp8].casts:
+            return
+        tokens, t = self.setup.tokens, self.parallelism.tensor
+        forward = backward = 0
+        for tensor in layer_tensors(self.arch):
+            if not tensor.matmul or len(tensor.shape) != 2:
+                continue
+            out, width = tensor.shape_on_rank(t, 0)
+            forward = max(forward, tokens * width + out * width)
+            backward = max(backward, 2 * tokens * out + out * width + tokens * width)
+        source = "torchao/float8/float8_linear.py, matmul_with_hp_or_float8_args"
+        fwd = tuple(x for x in (FWD_LAYER_FIRST, FWD_LAYER_LAST) if x in self.names)
+        bwd = tuple(x for x in (BWD_LAYER_LAST, BWD_LAYER_FIRST) if x in self.names)
+        self.add("fp8.forward_casts", "temporary", "float8 copies of the largest linear layer's input and weight "
+                 "for its forward matmul (torchao)", f"{forward:,} × 1 B [{source}.forward]", forward,
+                 self.per_stage(forward), Life("micro-batch", fwd[0], only=fwd))
+        self.add("fp8.backward_casts", "temporary", "float8 copies of the largest linear layer's output gradient "
+                 "(twice), weight and input for its backward matmuls (torchao)", f"{backward:,} × 1 B "
+                 f"[{source}.backward]", backward, self.per_stage(backward), Life("micro-batch", bwd[0], only=bwd))
+
     def _expert_dispatch(self) -> None:
         """Expert parallelism's all-to-all: each MoE layer permutes its tokens' k copies into one send buffer,
         exchanges it and runs the experts on what it receives (Megatron-LM's MoEAlltoAllTokenDispatcher:
@@ -841,18 +867,24 @@ class _Stage:
         layer_elements = self.shapes.layer_rank
         source = f"FSDP2 convention: {FSDP2_GROUP}"
         layers_gathered = 2 if self.kind.layers > 1 else 1
-        gathered = tensor_bytes(layers_gathered * layer_elements, wbits)
+        one_gathered = tensor_bytes(layer_elements, wbits)
+        one_text = f"{layer_elements:,} params × {wbits} bit ÷ 8"
+        if FP8_RECIPES[self.training.fp8].fp8_all_gather:  # the linear weights gathered in float8, the rest as is
+            matmul = self.shapes.layer_matmul_rank
+            one_gathered = matmul + tensor_bytes(layer_elements - matmul, wbits)
+            one_text = (f"({matmul:,} linear weights × 8 bit + {layer_elements - matmul:,} params × {wbits} bit) ÷ 8 "
+                        "[torchao/float8/fsdp_utils.py, fsdp_pre_all_gather: float8 all-gather]")
+        gathered = layers_gathered * one_gathered
         layer_phases = tuple(x for x in (FWD_LAYER_FIRST, FWD_LAYER_LAST, BWD_LAYER_LAST, BWD_LAYER_FIRST)
                              if x in self.names)
-        self.add("fsdp2.gathered.layers", "weights", f"Parameters of the layer computing and the next, gathered "
-                 f"whole in {precision.weights} (FSDP2)", f"{layers_gathered} × {layer_elements:,} params × {wbits} bit "
-                 f"÷ 8 [{source}, unshard and wait_for_unshard]", gathered, self.per_stage(gathered),
-                 Life("micro-batch", layer_phases[0], only=layer_phases))
+        self.add("fsdp2.gathered.layers", "weights", "Parameters of the layer computing and the next, gathered "
+                 "whole (FSDP2)", f"{layers_gathered} × {one_text} [{source}, unshard and wait_for_unshard]", gathered,
+                 self.per_stage(gathered), Life("micro-batch", layer_phases[0], only=layer_phases))
         held_phases = tuple(x for x in (FWD_LOSS, BWD_LOSS, BWD_HEAD) if x in self.names)
         if held_phases:
-            held = tensor_bytes(layer_elements, wbits)
+            held = one_gathered
             self.add("fsdp2.all_gather_held", "weights", "The last layer's all-gather output, whose free forward "
-                     "defers to the next all-gather (FSDP2)", f"{layer_elements:,} params × {wbits} bit ÷ 8 "
+                     "defers to the next all-gather (FSDP2)", f"{one_text} "
                      f"[{source}, wait_for_unshard: comm_ctx.all_gather_state]", held, self.per_stage(held),
                      Life("micro-batch", held_phases[0], only=held_phases))
         unsharded = tensor_bytes(layer_elements, wbits)

@@ -121,6 +121,36 @@ def fsdp2_convention(training: Training, parallelism: Parallelism) -> bool:
 
 
 @dataclass(frozen=True)
+class Fp8Recipe:
+    """FP8 training: which linear layers compute in float8 and what that changes in memory."""
+
+    id: str
+    label: str
+    about: str
+    casts: bool  # the layers' linear layers cast their inputs and weights to float8 for each matmul
+    fp8_all_gather: bool  # FSDP2 gathers those weights in float8 (torchao's enable_fsdp_float8_all_gather)
+
+
+FP8_RECIPES: Final[dict[str, Fp8Recipe]] = {
+    item.id: item
+    for item in (
+        Fp8Recipe("none", "None (16-bit matmuls)", "Every matmul in the activations' dtype.", False, False),
+        Fp8Recipe("torchao", "torchao float8, tensorwise",
+                  "torchao's Float8Linear (the torchtitan recipe: every decoder layer's linear layers, not the output "
+                  "layer) casts each matmul's input and weight to float8 with one scale each, in forward and again "
+                  "in backward. It saves the 16-bit input and weight for backward (torchao/float8/float8_linear.py, "
+                  "matmul_with_hp_or_float8_args: ctx.save_for_backward(input_hp, weight_hp_t)), so the activations "
+                  "are those of 16-bit training; the float8 copies are short-lived.", True, False),
+        Fp8Recipe("torchao-fsdp-fp8", "torchao float8 with float8 all-gather (FSDP2)",
+                  "As torchao float8, and FSDP2 gathers those linear weights in float8 "
+                  "(enable_fsdp_float8_all_gather, torchao/float8/fsdp_utils.py, fsdp_pre_all_gather): the layers "
+                  "gathered while they compute take one byte per weight. Needs the fsdp2 convention (or torchtitan "
+                  "at ZeRO stage 3).", True, True),
+    )
+}
+
+
+@dataclass(frozen=True)
 class Offload:
     """What moves to host memory (ZeRO-Offload, Ren et al. 2021, arXiv:2101.06840; ZeRO-Infinity, Rajbhandari et
     al. 2021, arXiv:2104.07857; FSDP's CPUOffload(offload_params=True))."""
@@ -187,6 +217,7 @@ class Training:
     loss: str = "standard"  # a key of LOSSES
     loss_chunks: int = 8  # for the chunked loss
     framework: str = "pytorch"  # a key of FRAMEWORKS
+    fp8: str = "none"  # a key of FP8_RECIPES
     finetuning: Finetuning = Finetuning()
 
 
@@ -258,6 +289,16 @@ def validate_setup(training: Training, parallelism: Parallelism, arch: Architect
             and training.finetuning != Finetuning():
         raise DomainError("training.framework", "fine-tuning under FSDP2's convention (torchtitan at ZeRO stage 3) is "
                                                 "not modelled yet; choose the pytorch convention")
+    check_choice("training.fp8", training.fp8, FP8_RECIPES)
+    if training.fp8 != "none":
+        if training.precision.activations != "bf16" or training.implementation == "megatron":
+            raise DomainError("training.fp8", "torchao's float8 recipes run the model in bf16 (a bf16 precision preset) "
+                                              "with PyTorch's own modules, not Megatron-LM's")
+        if training.finetuning != Finetuning():
+            raise DomainError("training.fp8", "float8 training with adapters or frozen parts is not modelled")
+        if FP8_RECIPES[training.fp8].fp8_all_gather and not fsdp2_convention(training, parallelism):
+            raise DomainError("training.fp8", "float8 all-gather is FSDP2's: choose the fsdp2 convention (or torchtitan "
+                                              "at ZeRO stage 3), or torchao float8 without it")
     if training.framework == "fsdp2":
         if parallelism.zero_stage != 3:
             raise DomainError("parallelism.zero_stage", "the fsdp2 convention shards parameters, gradients and optimizer "
@@ -325,6 +366,9 @@ def validate_setup(training: Training, parallelism: Parallelism, arch: Architect
         if arch.num_local_experts % parallelism.expert:
             raise DomainError("parallelism.expert", f"the {arch.num_local_experts} routed experts must split evenly "
                                                     f"over {parallelism.expert} GPUs")
+    if arch.is_moe and training.fp8 != "none":
+        raise DomainError("training.fp8", "float8 training of mixture-of-experts layers (torchao's grouped-GEMM path) is "
+                                          "not modelled")
     if arch.is_moe:
         if training.implementation == "megatron":
             raise DomainError("training.implementation", "mixture-of-experts layers are modelled as transformers runs "

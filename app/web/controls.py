@@ -35,6 +35,7 @@ LABELS: Final[dict[str, str]] = {
     "data": "Data parallel",
     "zero_stage": "ZeRO stage",
     "framework": "Memory convention",
+    "fp8": "FP8 training",
     "tensor": "Tensor parallel",
     "sequence_parallel": "Sequence parallelism",
     "pipeline": "Pipeline stages",
@@ -103,6 +104,8 @@ EXTRA_HELP: Final[dict[str, str]] = {
 REGISTRY_HELP: Final[dict[str, str]] = {
     "framework": "Whose accounting the model states follow. "
     + " ".join(f"{item.label}: {item.about}" for item in core.FRAMEWORKS.values()),
+    "fp8": "Which linear layers compute in float8. "
+    + " ".join(f"{item.label}: {item.about}" for item in core.FP8_RECIPES.values()),
 }
 # Controls named apart from their API field (the finetuning field `dropout` would clash with the architecture's).
 SCHEMA_FIELDS: Final[dict[str, tuple[Any, str]]] = {"lora_dropout": (FinetuningIn, "dropout")}
@@ -114,6 +117,7 @@ CHOICE_LABELS: Final[dict[str, dict[str, str]]] = {
     "implementation": {c.id: c.label for c in core.IMPLEMENTATION_CHOICES.values()},
     "loop": {loop.id: loop.label for loop in core.LOOPS.values()},
     "framework": {item.id: item.label for item in core.FRAMEWORKS.values()},
+    "fp8": {item.id: item.label for item in core.FP8_RECIPES.values()},
     "optimizer_implementation": {"foreach": "foreach (torch's default)", "fused": "fused", "for-loop": "for-loop"},
     "zero_stage": {"0": "0: none", "1": "1: optimizer state", "2": "2: + gradients", "3": "3: + weights"},
     "mlp": {"gelu": "GeLU (2 matrices)", "relu": "ReLU (2 matrices)", "swiglu": "SwiGLU (3 matrices)", "geglu": "GeGLU (3 matrices)"},
@@ -195,6 +199,7 @@ def options() -> dict[str, tuple[Option, ...]]:
     result["loss"] = _labelled("loss", _literal_values(TrainingIn.model_fields["loss"].annotation))
     result["offload"] = _labelled("offload", _literal_values(ParallelismIn.model_fields["offload"].annotation))
     result["framework"] = _labelled("framework", _literal_values(TrainingIn.model_fields["framework"].annotation))
+    result["fp8"] = _labelled("fp8", _literal_values(TrainingIn.model_fields["fp8"].annotation))
     for name in ("method", "quantization"):
         result[name] = _labelled(name, _literal_values(FinetuningIn.model_fields[name].annotation))
     return result
