@@ -109,8 +109,9 @@ MASK_BYTES: Final = 1  # a bool/uint8 dropout mask from a fused dropout kernel
 
 # Models whose RMSNorm multiplies by its weight in fp32 before casting back, so the normalised tensor it keeps is
 # fp32: Gemma's multiplies by (1 + weight), a new fp32 vector that the multiply keeps too (modeling_gemma.py,
-# GemmaRMSNorm; Gemma3RMSNorm likewise), OLMo 2's by the weight itself (modeling_olmo2.py, Olmo2RMSNorm).
-FP32_NORMALISED_MODELS: Final = ("gemma", "gemma2", "gemma3_text", "olmo2")
+# GemmaRMSNorm; Gemma3RMSNorm likewise), OLMo 2's and gpt-oss's by the weight itself (modeling_olmo2.py,
+# Olmo2RMSNorm; modeling_gpt_oss.py, GptOssRMSNorm).
+FP32_NORMALISED_MODELS: Final = ("gemma", "gemma2", "gemma3_text", "olmo2", "gpt_oss")
 ONE_PLUS_WEIGHT_MODELS: Final = ("gemma", "gemma2", "gemma3_text")
 # Models whose rotary embedding returns cos and sin in fp32, without casting them to the activations' dtype
 # (modeling_olmo2.py, Olmo2RotaryEmbedding.forward; apply_rotary_pos_emb casts the rotated Q and K back).
@@ -118,6 +119,15 @@ FP32_ROTARY_MODELS: Final = ("olmo2",)
 # Mixtures of experts whose experts multiply by the router's fp32 weights as they are (None: a custom architecture,
 # modelled as Mixtral); Qwen3-MoE casts them to the activations' dtype first.
 FP32_ROUTING_MODELS: Final = (None, "mixtral", "deepseek_v3")
+# Models whose sliding-window layers rotate with a base of their own, so that the rotary embedding computes a second
+# cos/sin pair (Gemma 3: rope_local_base_freq); gpt-oss's two kinds of layer share one.
+LOCAL_ROTARY_MODELS: Final = ("gemma3_text",)
+# Models whose rotary cos and sin are d/2 wide (the frequencies once, not concatenated twice): gpt-oss rotates the
+# two halves of each head with them (modeling_gpt_oss.py, GptOssRotaryEmbedding.forward and _apply_rotary_emb).
+HALF_ROTARY_MODELS: Final = ("gpt_oss",)
+# Models transformers runs without an sdpa path (``_supports_sdpa = False``: gpt-oss, whose sinks sdpa cannot take);
+# asked for sdpa, the estimate models the eager attention that from_pretrained then picks by default.
+NO_SDPA_MODELS: Final = ("gpt_oss",)
 
 
 @dataclass(frozen=True)
@@ -383,10 +393,15 @@ def attention_kernel(arch: Architecture, setup: ActivationSetup) -> Kernel:
     the flash kernels take one head size for all three (sdp_utils_cpp.h check_head_dim_size_cpp on CPU,
     check_head_dim_size_flash on CUDA): CPU sdpa then takes the math path, CUDA sdpa the memory-efficient kernel
     (which allows a different value head size, and MLA's key and value heads are never grouped).
+
+    transformers has no sdpa path for gpt-oss (GptOssPreTrainedModel._supports_sdpa is False: sdpa takes no sink
+    logits), so ``sdpa`` is its default, eager (`NO_SDPA_MODELS`).
     """
     choice = setup.attention
     if choice in ("eager", "memory-efficient", "math"):
         return choice  # an already resolved kernel
+    if choice == "sdpa" and arch.model_type in NO_SDPA_MODELS:
+        return "eager"
     unequal_heads = arch.is_mla and arch.v_head_dim != arch.head_size and choice == "sdpa"
     if setup.device == "cpu" or choice == "flash":
         return "math" if unequal_heads or _cpu_sdpa_falls_back_to_math(arch, setup) else "flash"
@@ -403,7 +418,9 @@ def _hf_attention(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, 
                   grads: tuple[bool, bool, bool] = (True, True, True)) -> None:
     """`grads`: whether Q, K and V need gradients (in the lowest trainable layer, only those with adapters do)."""
     kernel = attention_kernel(arch, setup)
-    if kernel == "eager":
+    if kernel == "eager" and arch.attention_sinks:
+        _hf_sink_eager_attention(saved, arch, setup, out_proj_input=out_proj_input, grads=grads)
+    elif kernel == "eager":
         _hf_eager_attention(saved, arch, setup, out_proj_input=out_proj_input, grads=grads)
     elif kernel == "math":
         _hf_sdpa_math_attention(saved, arch, setup, out_proj_input=out_proj_input)
@@ -461,6 +478,38 @@ def _hf_eager_attention(saved: _Saved, arch: Architecture, setup: ActivationSetu
         # The matmul with V keeps the half-precision probabilities, a second copy.
         saved.add("attn.probs_half", scores, wa, "tensor", core=True)
     if out_proj_input:  # kept by the output projection for its weight's gradient
+        saved.add("attn.out_proj_input", n * a * d, wa, "tensor")
+
+
+def _hf_sink_eager_attention(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, out_proj_input: bool = True,
+                             grads: tuple[bool, bool, bool] = (True, True, True)) -> None:
+    """gpt-oss's eager_attention_forward (modeling_gpt_oss.py, transformers 5.24): attention with sinks.
+
+    Each row of scores is joined by its head's sink logit as an (s + 1)-th column, less the row's maximum, through a
+    softmax in the activations' dtype (not fp32), and the sink column is dropped before the product with V. The
+    matmuls keep Q, K and V as `_hf_eager_attention` says (K and V repeated to all a heads). The row maximum keeps
+    its int64 index (b·a·s: max's backward sends the gradient there); softmax keeps its output, b·a·s·(s + 1), and
+    the second matmul the view of it without the sink column, the same storage (it folds to b·a × s × s without a
+    copy). The scaling, the mask, the concatenation and the subtraction keep nothing; the sink's gradient is the
+    sum of its column's. With attention dropout, the dropout keeps its mask and the second matmul the dropped
+    probabilities. Measured on CPU: docs/VALIDATION.md, "gpt-oss".
+    """
+    q_grad, k_grad, v_grad = grads
+    b, s, n = setup.micro_batch_size, setup.seq_len, setup.tokens
+    a, d = arch.num_attention_heads, arch.head_size
+    wa = setup.half_bytes
+    key_heads, value_heads = _hf_eager_kv_heads(arch, setup)
+    if k_grad:
+        saved.add("attn.query", n * a * d, wa, "tensor")
+    if q_grad:
+        saved.add("attn.key", n * key_heads * d, wa, "tensor")
+    saved.add("attn.value", n * value_heads * d, wa, "tensor")
+    saved.add("attn.row_max_index", b * a * s, INDEX_BYTES, "tensor", core=True)
+    saved.add("attn.softmax_with_sink", b * a * s * (s + 1), wa, "tensor", core=True)
+    if arch.attn_dropout > 0:
+        saved.mask("attn.softmax_dropout_mask", b * a * s * s, wa, "tensor", core=True)
+        saved.add("attn.softmax_dropout_output", b * a * s * s, wa, "tensor", core=True)
+    if out_proj_input:
         saved.add("attn.out_proj_input", n * a * d, wa, "tensor")
 
 
@@ -575,27 +624,37 @@ def _hf_moe(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
     activation's output (n·k × I), the down matmul its input (n·k × I); the weighting keeps the fp32
     routing weights (n·k) and the experts' outputs (n·k × h); the scatter back its int64 index.
     The sum over experts does not depend on how evenly tokens are routed. Qwen3-MoE renormalises
-    only with ``norm_topk_prob`` and casts the weights to the activations' dtype.
+    only with ``norm_topk_prob`` and casts the weights to the activations' dtype. Experts with biases (gpt-oss)
+    gather each routed token's biases by its expert, an index that keeps the n·k sorted int64 expert ids;
+    gpt-oss's router and clamped SwiGLU keep what `_hf_gpt_oss_router` and `_hf_clamped_swiglu` say.
     Measured on CPU: docs/VALIDATION.md.
     """
     n, h, e, k = setup.tokens, arch.hidden_size, arch.num_local_experts, arch.num_experts_per_tok
     width, wa = arch.expert_size, setup.half_bytes
     routed = n * k
+    gpt_oss = arch.model_type == "gpt_oss"
     if arch.model_type == "deepseek_v3":
         _hf_deepseek_v3_router(saved, arch, setup)
+    elif gpt_oss:
+        _hf_gpt_oss_router(saved, arch, setup)
     else:
         saved.add("moe.router_input", n * h, wa, "sequence")
         saved.add("moe.router_probs_fp32", n * e, FP32_BYTES, "none")
         saved.add("moe.topk_indices", n * k, INDEX_BYTES, "none")
-    if arch.norm_topk_prob:  # the division by their sum keeps the k weights and the sum
+    if arch.norm_topk_prob and not gpt_oss:  # the division by their sum keeps the k weights and the sum
         saved.add("moe.topk_weights_fp32", n * k, FP32_BYTES, "none")
         saved.add("moe.topk_weight_sum_fp32", n, FP32_BYTES, "none")
     saved.add("moe.routing_order", 2 * routed, INDEX_BYTES, "none")
+    if arch.mlp_bias:  # gate_up_proj_bias[expert_ids] and down_proj_bias[expert_ids] keep the ids (one storage)
+        saved.add("moe.sorted_expert_ids", routed, INDEX_BYTES, "none")
     saved.add("moe.tokens_per_expert", e, 4, "none")
     saved.add("moe.gathered_tokens", routed * h, wa, "none")
     saved.add("moe.gate_up", routed * 2 * width, wa, "tensor")
-    saved.add("moe.act_output", routed * width, wa, "tensor")
-    saved.add("moe.product", routed * width, wa, "tensor")
+    if gpt_oss:
+        _hf_clamped_swiglu(saved, routed * width, wa)
+    else:
+        saved.add("moe.act_output", routed * width, wa, "tensor")
+        saved.add("moe.product", routed * width, wa, "tensor")
     # Mixtral and DeepSeek-V3 apply their fp32 routing weights as they are; Qwen3-MoE casts them to the
     # activations' dtype first.
     saved.add("moe.routing_weights", routed, FP32_BYTES if arch.model_type in FP32_ROUTING_MODELS else wa, "none")
@@ -603,6 +662,30 @@ def _hf_moe(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
     saved.add("moe.scatter_index", routed, INDEX_BYTES, "none")
     if arch.n_shared_experts or arch.model_type == "deepseek_v3":
         _hf_shared_experts(saved, arch, setup)
+
+
+def _hf_gpt_oss_router(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
+    """GptOssTopKRouter (modeling_gpt_oss.py, transformers 5.24): a linear with a bias over the E experts, top-k of
+    its logits, and a softmax over those k logits alone, in the activations' dtype. The linear keeps its input
+    (n × h), top-k its int64 indices (n × k; the experts route by the same tensor) and the softmax its output
+    (n × k), the routing weights before they are gathered. No n × E probabilities are kept, and the k weights
+    already sum to one (nothing to renormalise)."""
+    n, h, k, wa = setup.tokens, arch.hidden_size, arch.num_experts_per_tok, setup.half_bytes
+    saved.add("moe.router_input", n * h, wa, "sequence")
+    saved.add("moe.topk_indices", n * k, INDEX_BYTES, "none")
+    saved.add("moe.router_topk_softmax", n * k, wa, "none")
+
+
+def _hf_clamped_swiglu(saved: _Saved, elements: int, element_bytes: int) -> None:
+    """gpt-oss's clamped SwiGLU over the routed tokens (GptOssExperts._apply_gate, transformers 5.24), for
+    `elements` = n·k·I: ``g = clamp(gate, max=limit)``, ``u = clamp(up, -limit, limit)``, then
+    ``(u + 1) · (g · sigmoid(alpha · g))``. Both clamps keep their input, views of the gate-and-up output (kept
+    already, `_hf_moe`'s moe.gate_up); the product g · sigmoid keeps g and the sigmoid's output (which sigmoid's
+    backward needs too); the last product keeps u + 1 and g · sigmoid; the down projection keeps the result. The
+    clamped u itself is kept by nothing (the + 1 needs no operand): five n·k·I tensors where Mixtral's SwiGLU
+    keeps two."""
+    for name in ("gate_clamped", "gate_sigmoid", "up_plus_one", "glu", "product"):
+        saved.add(f"moe.{name}", elements, element_bytes, "tensor")
 
 
 def _hf_deepseek_v3_router(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
@@ -864,10 +947,13 @@ def _hf_embedding(arch: Architecture, setup: ActivationSetup) -> list[SavedTenso
             saved.add("embed.position_ids", s, INDEX_BYTES, "none")
     else:
         # cos and sin, computed once per forward and kept by every layer's rotary multiply; Gemma 3 computes a
-        # pair for each kind of layer (its sliding-window layers rotate with another base), in the stream's dtype.
-        pairs = 2 if 0 < arch.sliding_window_layers < arch.num_hidden_layers else 1
+        # pair for each kind of layer (its sliding-window layers rotate with another base), in the stream's dtype;
+        # gpt-oss's are half a head wide.
+        local = arch.model_type in LOCAL_ROTARY_MODELS and 0 < arch.sliding_window_layers < arch.num_hidden_layers
+        pairs = 2 if local else 1
+        columns = arch.rope_size // 2 if arch.model_type in HALF_ROTARY_MODELS else arch.rope_size
         width = FP32_BYTES if arch.model_type in FP32_ROTARY_MODELS else setup.stream_bytes
-        saved.add("rope.cos_sin", pairs * 2 * s * arch.rope_size, width, "none")
+        saved.add("rope.cos_sin", pairs * 2 * s * columns, width, "none")
     if arch.dropout > 0:
         saved.mask("embed.dropout_mask", n * h, setup.stream_bytes, "sequence")
     return saved.items

@@ -18,7 +18,11 @@ Llama's SwiGLU MLP and RMSNorm; Ainslie et al. 2023 for grouped-query attention)
   (defaults to ``intermediate_size``), each token sent to ``num_experts_per_tok`` (k) of them;
   DeepSeekMoE (Dai et al. 2024, arXiv:2401.06066) adds ``n_shared_experts`` that every token passes through
   (one gated MLP of ``n_shared_experts * moe_intermediate_size``) and keeps the first
-  ``first_k_dense_replace`` layers dense (an MLP of ``intermediate_size``).
+  ``first_k_dense_replace`` layers dense (an MLP of ``intermediate_size``). gpt-oss (OpenAI 2025, "gpt-oss-120b &
+  gpt-oss-20b Model Card", arXiv:2508.10925) gives its experts biases (``mlp_bias``: ``E x 2I`` on
+  the gate and up projections, ``E x h`` on the down projection) and its router one (``router_bias``: ``E``).
+* attention sinks (gpt-oss, ``attention_sinks``): one learned logit per query head (``a``) that joins each
+  row's softmax as an extra column and is dropped after it.
 * multi-head latent attention (DeepSeek-V2, arXiv:2405.04434, section 2.1; DeepSeek-V3, arXiv:2412.19437,
   section 2.1.1), when ``kv_lora_rank`` is set: the query through a low-rank pair ``q_a_proj`` ``h x r_q``,
   ``q_a_layernorm`` (r_q) and ``q_b_proj`` ``r_q x a*(d_n + d_r)`` (or one ``q_proj`` ``h x a*(d_n + d_r)``
@@ -88,6 +92,8 @@ class Architecture:
     ``topk_group`` are DeepSeek-V3's group-limited routing: the experts fall into ``n_group`` groups and each
     token picks its k experts from its ``topk_group`` best groups; they change no parameter, only what the
     router keeps. The router's ``e_score_correction_bias`` is a buffer, not a parameter, and is not counted.
+    ``mlp_bias`` on a mixture of experts gives every expert biases (gpt-oss); ``router_bias`` gives the router
+    one, and ``attention_sinks`` each query head a learned sink logit (gpt-oss, module docstring).
     ``model_type`` and ``hidden_act`` are kept from an imported config so that the `transformers`
     activation accounting can follow the modules as Hugging Face wrote them.
     """
@@ -120,6 +126,8 @@ class Architecture:
     first_k_dense_replace: int = 0  # the first k layers of a mixture of experts keep a dense MLP (DeepSeek)
     n_group: int = 1  # DeepSeek-V3's expert groups; each token picks from its topk_group best groups
     topk_group: int = 1
+    router_bias: bool = False  # a bias on the router's E logits (gpt-oss)
+    attention_sinks: bool = False  # a learned sink logit per query head (gpt-oss)
     q_lora_rank: int | None = None  # multi-head latent attention (kv_lora_rank set): None, a plain q_proj
     kv_lora_rank: int | None = None
     qk_nope_head_dim: int | None = None
@@ -237,9 +245,14 @@ def validate_architecture(arch: Architecture) -> None:
         _require_range("num_experts_per_tok", arch.num_experts_per_tok, low=1, high=arch.num_local_experts)
         if arch.moe_intermediate_size is not None:
             _require_range("moe_intermediate_size", arch.moe_intermediate_size, low=1, high=64 * MAX_HIDDEN_SIZE)
-        if arch.mlp not in GATED_MLPS or arch.fused_gate_up or arch.mlp_bias:
-            raise DomainError("model.num_local_experts", "experts are modelled as gated MLPs without biases "
-                                                         "(Mixtral's layout)")
+        if arch.mlp not in GATED_MLPS or arch.fused_gate_up:
+            raise DomainError("model.num_local_experts", "experts are modelled as gated MLPs with their gate and up "
+                                                         "projections in one tensor (Mixtral's and gpt-oss's layout)")
+        if arch.mlp_bias and (arch.n_shared_experts or arch.first_k_dense_replace):
+            raise DomainError("model.mlp_bias", "experts with biases are modelled as gpt-oss lays them out: every "
+                                                "layer sparse, no shared experts")
+    elif arch.router_bias:
+        raise DomainError("model.router_bias", "belongs to a mixture of experts: give num_local_experts too")
     _validate_deepseek(arch)
     if arch.qk_norm_over not in QK_NORM_SCOPES:
         raise DomainError("model.qk_norm_over", f"must be one of {', '.join(QK_NORM_SCOPES)}, got {arch.qk_norm_over!r}")
@@ -291,9 +304,9 @@ def _validate_deepseek(arch: Architecture) -> None:
     if arch.kv_heads != arch.num_attention_heads:
         raise DomainError("model.num_key_value_heads", "multi-head latent attention expands keys and values to every "
                                                        "query head: num_key_value_heads must equal num_attention_heads")
-    if arch.qkv_bias is not None or arch.fused_qkv or arch.qk_norm or arch.sliding_window_layers:
+    if arch.qkv_bias is not None or arch.fused_qkv or arch.qk_norm or arch.sliding_window_layers or arch.attention_sinks:
         raise DomainError("model.kv_lora_rank", "multi-head latent attention is modelled as DeepSeek-V3 lays it out: "
-                                                "no qkv_bias, fused_qkv, qk_norm or sliding window")
+                                                "no qkv_bias, fused_qkv, qk_norm, sliding window or attention sinks")
     if arch.position_embedding != "rope" or arch.norm != "rmsnorm":
         raise DomainError("model.kv_lora_rank", "multi-head latent attention is modelled with rotary positions and "
                                                 "RMSNorm (DeepSeek-V3's layout)")
@@ -382,6 +395,8 @@ def _attention_tensors(arch: Architecture) -> list[ParamTensor]:
     elif arch.qk_norm:  # Olmo2Attention.q_norm over a*d and k_norm over g*d, split with their heads
         tensors.append(ParamTensor("attn.q_norm.weight", (q_out,), "column"))
         tensors.append(ParamTensor("attn.k_norm.weight", (kv_out,), "column"))
+    if arch.attention_sinks:  # GptOssAttention.sinks: one logit per query head, split with the heads
+        tensors.append(ParamTensor("attn.sinks", (arch.num_attention_heads,), "column"))
     return tensors
 
 
@@ -440,13 +455,21 @@ def _mlp_tensors(arch: Architecture) -> list[ParamTensor]:
 def _moe_tensors(arch: Architecture) -> list[ParamTensor]:
     """The router and the experts. transformers' MixtralExperts keeps every expert's gate and up projections as
     one E x 2I x h tensor and the down projections as E x h x I (modeling_mixtral.py); tensor parallelism
-    splits each expert's width as it splits a dense MLP's."""
+    splits each expert's width as it splits a dense MLP's. GptOssExperts stores the same matrices transposed
+    (E x h x 2I and E x I x h, modeling_gpt_oss.py), the same elements, with ``gate_up_proj_bias`` E x 2I (split
+    with the width) and ``down_proj_bias`` E x h (replicated, as a row-parallel bias is), and GptOssTopKRouter
+    a bias of E."""
     h, e, width = arch.hidden_size, arch.num_local_experts, arch.expert_size
-    tensors = [
-        ParamTensor("moe.router.weight", (e, h)),
+    tensors = [ParamTensor("moe.router.weight", (e, h))]
+    if arch.router_bias:
+        tensors.append(ParamTensor("moe.router.bias", (e,)))
+    tensors += [
         ParamTensor("moe.experts.gate_up", (e, 2 * width, h), "column", 1, True),
         ParamTensor("moe.experts.down", (e, h, width), "row", 2, True),
     ]
+    if arch.mlp_bias:  # named moe.experts.* so that expert parallelism splits them with their experts
+        tensors += [ParamTensor("moe.experts.gate_up_bias", (e, 2 * width), "column", 1),
+                    ParamTensor("moe.experts.down_bias", (e, h))]
     if arch.n_shared_experts:  # DeepseekV3MoE.shared_experts: one gated MLP of n_shared_experts * width
         shared = arch.shared_expert_size
         tensors += [ParamTensor("moe.shared.gate.weight", (shared, h), "column", 0, True),
@@ -488,12 +511,19 @@ def sum_elements(tensors: tuple[ParamTensor, ...]) -> int:
 
 
 def active_param_count(arch: Architecture) -> int:
-    """Parameters one token uses: all but the experts it is not routed to (E - k of them in every sparse layer)."""
+    """Parameters one token uses: all but the experts it is not routed to (E - k of them in every sparse layer).
+
+    Each expert holds 3·h·I weights, and with ``mlp_bias`` 2I + h biases (gpt-oss). The embedding and the output
+    layer count as used: OpenAI's 3.61B and 5.13B active for gpt-oss-20b and gpt-oss-120b (arXiv:2508.10925)
+    leave the embedding out and are these counts less its V·h.
+    """
     if not arch.is_moe:
         return param_count(arch)
     unused = arch.num_local_experts - arch.num_experts_per_tok
     sparse = arch.num_hidden_layers - arch.dense_layers
-    return param_count(arch) - sparse * unused * 3 * arch.hidden_size * arch.expert_size
+    h, width = arch.hidden_size, arch.expert_size
+    per_expert = 3 * h * width + ((2 * width + h) if arch.mlp_bias else 0)
+    return param_count(arch) - sparse * unused * per_expert
 
 
 def param_count(arch: Architecture) -> int:

@@ -14,7 +14,7 @@ from app.core.architecture import Architecture
 from app.core.errors import DomainError
 
 SUPPORTED_MODEL_TYPES: Final = ("gpt2", "llama", "mistral", "qwen2", "gemma", "gemma2", "phi3", "mixtral", "qwen3",
-                                 "qwen3_moe", "gemma3_text", "gemma3", "olmo2", "deepseek_v3")
+                                 "qwen3_moe", "gemma3_text", "gemma3", "olmo2", "deepseek_v3", "gpt_oss")
 FIELD_PREFIX: Final = "model.hf_config"
 
 # max_position_embeddings when config.json omits it: each configuration class's default in
@@ -49,6 +49,15 @@ DEEPSEEK_V3_ROUTED_SCALING: Final = 2.5
 # to all tokens, the others within the window.
 GEMMA3_SLIDING_WINDOW: Final = 4096
 GEMMA3_SLIDING_WINDOW_PATTERN: Final = 6
+# GptOssConfig's defaults (configuration_gpt_oss.py, transformers 5.24), which are gpt-oss-120b's config.json numbers
+# (https://huggingface.co/openai/gpt-oss-120b/blob/main/config.json); without layer_types every second layer
+# attends to all tokens, the others within sliding_window.
+GPT_OSS_DEFAULTS: Final = {"vocab_size": 201_088, "hidden_size": 2880, "intermediate_size": 2880,
+                           "num_hidden_layers": 36, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
+                           "num_local_experts": 128, "num_experts_per_tok": 4, "sliding_window": 128,
+                           "max_position_embeddings": 131_072}
+GPT_OSS_SLIDING_WINDOW_PATTERN: Final = 2
+GPT_OSS_SWIGLU: Final = {"swiglu_alpha": 1.702, "swiglu_limit": 7.0}
 GEMMA_TYPES: Final = ("gemma", "gemma2", "gemma3_text")
 
 # Activation names Hugging Face uses (transformers/activations.py ACT2FN) mapped to our MLP kinds
@@ -144,6 +153,8 @@ def architecture_from_hf_config(config: Mapping[str, Any]) -> Architecture:
             return _gpt2(reader)
         if model_type == "deepseek_v3":
             return _deepseek_v3(reader)
+        if model_type == "gpt_oss":
+            return _gpt_oss(reader)
         return _llama_family(reader, model_type)
     except DomainError as error:
         if error.field.startswith(FIELD_PREFIX):
@@ -254,18 +265,86 @@ def _sliding_window(reader: _Reader, model_type: str, layers: int) -> tuple[int 
         return None, 0
     if reader.bool("use_bidirectional_attention", False):
         raise DomainError(reader._field("use_bidirectional_attention"), "bidirectional attention is not modelled")
-    layer_types = reader.str_list("layer_types")
-    if layer_types is None:
+    pattern = GEMMA3_SLIDING_WINDOW_PATTERN
+    if reader.str_list("layer_types") is None:
         pattern = reader.int("sliding_window_pattern", GEMMA3_SLIDING_WINDOW_PATTERN)
         if pattern < 1:
             raise DomainError(reader._field("sliding_window_pattern"), f"must be at least 1, got {pattern}")
+    return _window_layers(reader, layers, pattern=pattern, window=GEMMA3_SLIDING_WINDOW)
+
+
+def _window_layers(reader: _Reader, layers: int, *, pattern: int, window: int | None) -> tuple[int | None, int]:
+    """The window and how many layers attend within it: those ``layer_types`` names ``sliding_attention``, or without
+    layer_types all but every `pattern`-th; `window` is the configuration class's default ``sliding_window``."""
+    layer_types = reader.str_list("layer_types")
+    if layer_types is None:
         layer_types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)]
     elif len(layer_types) != layers:
         raise DomainError(reader._field("layer_types"), f"must name {layers} layers (num_hidden_layers), "
                                                         f"got {len(layer_types)}")
     sliding = sum(kind == "sliding_attention" for kind in layer_types)
-    window = reader.optional_int("sliding_window", GEMMA3_SLIDING_WINDOW)
-    return (window, sliding) if window is not None and sliding else (None, 0)
+    span = reader.optional_int("sliding_window", window)
+    return (span, sliding) if span is not None and sliding else (None, 0)
+
+
+def _gpt_oss(reader: _Reader) -> Architecture:
+    """gpt-oss as GptOssForCausalLM builds it (modeling_gpt_oss.py, transformers 5.24).
+
+    Every layer a mixture of ``num_local_experts`` experts with biases, ``num_experts_per_tok`` of them per token,
+    chosen by a router with a bias; grouped-query attention with biases on all four projections and a learned
+    sink logit per head; sliding-window and full-attention layers alternating (``layer_types``). The experts'
+    activation is a clamped SwiGLU, ``(clamp(up, ±limit) + 1) · g · sigmoid(alpha · g)`` with
+    ``g = clamp(gate, max=limit)``, whatever ``hidden_act`` says (GptOssExperts._apply_gate); ``swiglu_alpha`` and
+    ``swiglu_limit`` are kept as read (GptOssConfig's 1.702 and 7.0 by default). Not read, because they change no
+    parameter and no saved tensor: the rotary scaling (``rope_scaling``/``rope_parameters``, YaRN), ``rope_theta``,
+    ``router_aux_loss_coef`` (the auxiliary loss is off unless ``output_router_logits``) and
+    ``quantization_config``: the published checkpoints store the experts' matrices in MXFP4 (4-bit values with a
+    shared 8-bit scale per 32), but training loads them dequantized to the training dtype (transformers'
+    Mxfp4Config(dequantize=True), or bf16 weights converted once), so the same parameters are counted at the
+    precision the estimate trains in. A null ``head_dim`` falls back to hidden_size / num_attention_heads and a
+    null ``num_key_value_heads`` to num_attention_heads, as GptOssConfig.__post_init__ does.
+    """
+    d = GPT_OSS_DEFAULTS
+    heads = reader.int("num_attention_heads", d["num_attention_heads"])
+    hidden = reader.int("hidden_size", d["hidden_size"])
+    layers = reader.int("num_hidden_layers", d["num_hidden_layers"])
+    head_dim = None if "head_dim" in reader.config and reader.config["head_dim"] is None \
+        else reader.int("head_dim", d["head_dim"])
+    kv_heads = heads if "num_key_value_heads" in reader.config and reader.config["num_key_value_heads"] is None \
+        else reader.int("num_key_value_heads", d["num_key_value_heads"])
+    # GptOssConfig keeps a null sliding_window, and its sliding layers then attend to all earlier tokens.
+    null_window = "sliding_window" in reader.config and reader.config["sliding_window"] is None
+    window, sliding = _window_layers(reader, layers, pattern=GPT_OSS_SLIDING_WINDOW_PATTERN,
+                                     window=None if null_window else d["sliding_window"])
+    extras = tuple((name, reader.float(name, default)) for name, default in GPT_OSS_SWIGLU.items())
+    return Architecture(
+        num_hidden_layers=layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=head_dim,
+        intermediate_size=reader.int("intermediate_size", d["intermediate_size"]),
+        vocab_size=reader.int("vocab_size", d["vocab_size"]),
+        max_position_embeddings=reader.int("max_position_embeddings", d["max_position_embeddings"]),
+        tie_word_embeddings=reader.bool("tie_word_embeddings", False),
+        attention_bias=reader.bool("attention_bias", True),
+        mlp_bias=True,
+        mlp="swiglu",
+        attention_dropout=reader.float("attention_dropout", 0.0),
+        # GptOssConfig maps num_experts to num_local_experts, which its to_dict() writes.
+        num_local_experts=reader.int("num_experts" if reader.config.get("num_experts") is not None
+                                     else "num_local_experts", d["num_local_experts"]),
+        num_experts_per_tok=reader.int("num_experts_per_tok", d["num_experts_per_tok"]),
+        # A softmax over the k logits the router picked: the weights sum to 1 with nothing to renormalise.
+        norm_topk_prob=False,
+        router_bias=True,
+        attention_sinks=True,
+        sliding_window=window,
+        sliding_window_layers=sliding,
+        model_type="gpt_oss",
+        hidden_act=reader.str("hidden_act", "silu"),
+        extras=extras,
+    )
 
 
 def _llama_family(reader: _Reader, model_type: str) -> Architecture:

@@ -31,6 +31,10 @@ PUBLISHED_TOTALS = {
     # DeepseekV3ForCausalLM from deepseek-ai/DeepSeek-V3's config.json on the meta device (tests/core/test_mla.py),
     # without the multi-token prediction module the checkpoint adds.
     "deepseek-v3": 671_026_404_352,
+    # GptOssForCausalLM from openai/gpt-oss-20b's and gpt-oss-120b's config.json on the meta device
+    # (tests/core/test_gpt_oss.py); OpenAI publishes 20.91B and 116.83B (arXiv:2508.10925).
+    "gpt-oss-20b": 20_914_757_184,
+    "gpt-oss-120b": 116_829_156_672,
 }
 
 
