@@ -136,6 +136,19 @@ def _deepseek_v3_dense_first(size: Size) -> PretrainedConfig:
     return config
 
 
+def _gpt_oss(size: Size) -> PretrainedConfig:
+    # Every layer a mixture of experts with biases, attention sinks, sliding-window and full-attention layers
+    # alternating with a window (64) shorter than the sequences measured. transformers runs it with eager attention
+    # only (no sdpa path); the default rotary parameters, as YaRN's scaling changes no tensor kept.
+    return transformers.GptOssConfig(
+        hidden_size=size.hidden, num_hidden_layers=size.layers, num_attention_heads=size.heads,
+        num_key_value_heads=size.kv_heads, intermediate_size=size.intermediate, vocab_size=size.vocab,
+        max_position_embeddings=size.positions, head_dim=size.head_dim or size.hidden // size.heads,
+        num_local_experts=4, num_experts_per_tok=2, sliding_window=64,
+        rope_parameters={"rope_type": "default", "rope_theta": 150000.0},
+    )
+
+
 FAMILIES: dict[str, Callable[[Size], PretrainedConfig]] = {
     "gpt2": _gpt2,
     "gpt2-no-dropout": _gpt2_no_dropout,
@@ -149,6 +162,7 @@ FAMILIES: dict[str, Callable[[Size], PretrainedConfig]] = {
     "olmo2": _olmo2,
     "deepseek_v3": _deepseek_v3,
     "deepseek_v3-dense-first": _deepseek_v3_dense_first,
+    "gpt_oss": _gpt_oss,
 }
 
 # Dtypes of the precision presets the harness runs.
