@@ -10,6 +10,7 @@ sides, searching outward from the guess where the check disagrees.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Final
@@ -188,18 +189,22 @@ def _boundary(fits: Callable[[int], bool], low: int, high: int, guess: int | Non
 
 def _smallest_data(job: Job, probe: _Probe) -> tuple[int | None, str | None]:
     item = JOB_FIELDS["parallelism.data"]
-    if probe.fits(1):
-        return 1, None
-    if job.parallelism.zero_stage == 0:
+    # Under expert parallelism data × context must be a multiple of the expert degree: only those data degrees count.
+    p = job.parallelism
+    step = p.expert // math.gcd(p.expert, p.context)
+    high = item.high // step * step
+    if probe.fits(step):
+        return step, None
+    if p.zero_stage == 0:
         return None, ("ZeRO stage 0 keeps every model state whole on each GPU, so no data-parallel degree lowers the "
                       "per-GPU peak; choose a ZeRO stage (see the fixes)")
-    if not probe.fits(item.high):
-        peak = probe.estimate(item.high).peak
-        return None, (f"even {item.high:,} data-parallel GPUs leave a peak of {peak.bytes:,} B at '{peak.event}': "
-                      f"what ZeRO-{job.parallelism.zero_stage} does not shard does not fit alone")
-    # fits(d) is False below the answer and True from it on: bisect on "does not fit".
-    last_bad = _boundary(lambda d: not probe.fits(d), 1, item.high, None)
-    return last_bad + 1, None
+    if not probe.fits(high):
+        peak = probe.estimate(high).peak
+        return None, (f"even {high:,} data-parallel GPUs leave a peak of {peak.bytes:,} B at '{peak.event}': "
+                      f"what ZeRO-{p.zero_stage} does not shard does not fit alone")
+    # fits(k × step) is False below the answer and True from it on: bisect on "does not fit".
+    last_bad = _boundary(lambda k: not probe.fits(k * step), 1, high // step, None)
+    return (last_bad + 1) * step, None
 
 
 # --- fixes ----------------------------------------------------------------------------------------
@@ -232,7 +237,10 @@ Candidate = tuple[dict[str, object], str, Cost]
 def _candidates(job: Job) -> list[Candidate]:
     out: list[Candidate] = []
     for maker in (_free_changes, _batch_shape, _recomputation, _zero, _more_gpus, _numerics):
-        out.extend(maker(job))
+        try:
+            out.extend(maker(job))
+        except DomainError:  # a kind of change this setup does not allow at all: no fixes of that kind
+            continue
     return out
 
 
@@ -327,8 +335,7 @@ def _more_gpus(job: Job) -> list[Candidate]:
     for tensor in range(p.tensor + 1, MAX_FIX_TENSOR + 1):
         if arch.num_attention_heads % tensor or arch.kv_heads % tensor:
             continue
-        varied = with_field(job, "parallelism.tensor", tensor)
-        if varied.estimate().peak.bytes <= job.gpu.capacity_bytes:  # type: ignore[union-attr]
+        if _fits(with_field(job, "parallelism.tensor", tensor)):
             extra = (tensor - p.tensor) * p.data * p.pipeline
             out.append(({"parallelism.tensor": tensor}, f"Tensor parallelism over {tensor} GPUs",
                          Cost("hardware", f"{_more(extra)}; each layer all-reduces its activations twice in forward "
@@ -339,8 +346,7 @@ def _more_gpus(job: Job) -> list[Candidate]:
     for pipeline in range(p.pipeline + 1, min(arch.num_hidden_layers, MAX_FIX_PIPELINE) + 1):
         if arch.num_hidden_layers % pipeline:
             continue
-        varied = with_field(job, "parallelism.pipeline", pipeline)
-        if varied.estimate().peak.bytes <= job.gpu.capacity_bytes:  # type: ignore[union-attr]
+        if _fits(with_field(job, "parallelism.pipeline", pipeline)):
             extra = (pipeline - p.pipeline) * p.data * p.tensor
             bubble = (pipeline - 1) / (m + pipeline - 1)
             out.append(({"parallelism.pipeline": pipeline}, f"{pipeline} pipeline stages",
@@ -349,6 +355,15 @@ def _more_gpus(job: Job) -> list[Candidate]:
                               extra_gpus=extra)))
             break
     return out
+
+
+def _fits(varied: Job) -> bool:
+    """Whether a changed job fits its GPU; a change the rest of the setup does not allow (tensor parallelism for a
+    layout that refuses it) does not."""
+    try:
+        return varied.estimate().peak.bytes <= varied.gpu.capacity_bytes  # type: ignore[union-attr]
+    except DomainError:
+        return False
 
 
 def _more(gpus: int) -> str:

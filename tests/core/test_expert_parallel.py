@@ -5,6 +5,8 @@ Counted by hand from DeepSeek-V3's config.json (https://huggingface.co/deepseek-
 expert parameters of the 671,026,404,352 DeepseekV3ForCausalLM counts (measured on the meta device).
 """
 
+from dataclasses import replace
+
 import pytest
 
 from app import core
@@ -66,3 +68,23 @@ def test_refused_by_name(arch: core.Architecture, layout: dict, message: str) ->
         core.estimate(architecture=arch, training=TRAINING, parallelism=core.Parallelism(**layout))
     assert caught.value.field == "parallelism.expert"
     assert message in str(caught.value)
+
+
+def test_solver_counts_only_data_degrees_the_experts_divide() -> None:
+    """The fewest data-parallel GPUs under expert parallelism over 64 is a multiple of 64 that fits and the one
+    below it does not; the fixes skip changes the setup refuses (tensor parallelism for DeepSeek-V3's latent
+    attention)."""
+    from app.core.job import Job, with_field
+    from app.core.solver import fixes, solve
+
+    short = replace(TRAINING, seq_len=512)  # at 4,096 tokens the layers' activations alone exceed 80 GB
+    job = Job(architecture=ARCH, training=short, parallelism=core.Parallelism(data=256, zero_stage=3, expert=64),
+              gpu=core.get_gpu("h100-80gb"))
+    answer = solve(job, "data", with_fixes=False)
+    assert answer.value is not None and answer.value % 64 == 0
+    assert with_field(job, "parallelism.data", answer.value).estimate().gpu.fits  # type: ignore[union-attr]
+    if answer.value > 64:
+        assert not with_field(job, "parallelism.data", answer.value - 64).estimate().gpu.fits  # type: ignore[union-attr]
+    tight = Job(architecture=ARCH, training=short, parallelism=core.Parallelism(data=64, zero_stage=1, expert=64),
+                gpu=core.get_gpu("h100-80gb"))
+    assert all(fix.estimate.gpu is not None and fix.estimate.gpu.fits for fix in fixes(tight))

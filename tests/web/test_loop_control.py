@@ -34,3 +34,16 @@ def test_trainer_convention_hides_the_loop_and_counts_its_own() -> None:
     with_loop = client.post("/api/v1/estimate", json=body | {"training": {"seq_len": 4096, "loop": "hf-trainer"}})
     keeps_output = client.post("/api/v1/estimate", json=body)
     assert as_trainer.json()["peak"] == with_loop.json()["peak"] != keeps_output.json()["peak"]
+
+
+def test_pages_of_new_layouts_render_with_their_fixes() -> None:
+    """Expert parallelism, FP8 and the conventions on the page: each renders (its fixes and charts skip what the
+    setup refuses) rather than failing."""
+    client = TestClient(app)
+    for params in ({"preset": "deepseek-v3", "data": "256", "zero_stage": "1", "expert": "64", "seq_len": "4096"},
+                   {"preset": "llama-3-8b", "data": "8", "zero_stage": "3", "framework": "fsdp2",
+                    "fp8": "torchao-fsdp-fp8", "seq_len": "8192"},
+                   {"preset": "llama-3-8b", "fp8": "torchao", "seq_len": "65536"}):
+        response = client.get("/", params=params | {"gpu": "h100-80gb"})
+        assert response.status_code == 200, (params, response.text[:300])
+        assert "text/html" in response.headers["content-type"]
