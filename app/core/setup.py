@@ -359,6 +359,10 @@ def validate_setup(training: Training, parallelism: Parallelism, arch: Architect
         raise DomainError("training.implementation", "Liger Kernel's patches are modelled for the Llama family's "
                                                      "gated MLPs (llama, mistral, qwen2/3, gemma, phi3); not for GPT-2, "
                                                      "other ungated MLPs or mixtures of experts")
+    if parallelism.context > 1 and arch.attention_sinks and training.attention != "flash":
+        raise DomainError("parallelism.context", "context parallelism runs a fused attention kernel per chunk; "
+                                                 "transformers runs gpt-oss's attention with sinks eagerly under sdpa "
+                                                 "(GptOssPreTrainedModel._supports_sdpa is False): choose flash")
     if parallelism.expert > 1:
         if not arch.is_moe:
             raise DomainError("parallelism.expert", "expert parallelism splits a mixture of experts' routed experts; "

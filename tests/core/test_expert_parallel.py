@@ -88,3 +88,13 @@ def test_solver_counts_only_data_degrees_the_experts_divide() -> None:
     tight = Job(architecture=ARCH, training=short, parallelism=core.Parallelism(data=64, zero_stage=1, expert=64),
                 gpu=core.get_gpu("h100-80gb"))
     assert all(fix.estimate.gpu is not None and fix.estimate.gpu.fits for fix in fixes(tight))
+
+
+def test_gpt_oss_context_parallelism_needs_a_fused_kernel() -> None:
+    arch = core.get_preset("gpt-oss-20b").architecture
+    with pytest.raises(core.DomainError) as caught:
+        core.estimate(architecture=arch, training=core.Training(seq_len=8192, attention="sdpa"),
+                      parallelism=core.Parallelism(data=2, context=2))
+    assert caught.value.field == "parallelism.context"
+    core.estimate(architecture=arch, training=core.Training(seq_len=8192, attention="flash"),
+                  parallelism=core.Parallelism(data=2, context=2))
