@@ -127,6 +127,17 @@ _WHY: Final[dict[str, dict[str, str]]] = {
     },
 }
 _GENERIC_WHY: Final = "the file does not carry it"
+# Set in the training script for every kind of file written here.
+_SCRIPT_WHY: Final = {
+    "parallelism.expert": "expert parallelism is the model code's (DeepSpeed's deepspeed.moe.layer.MoE(ep_size=...), "
+                          "Megatron-LM's --expert-model-parallel-size, torchtitan's expert_parallel_degree); none of "
+                          "these files sets it for a Hugging Face model",
+    "training.fp8": "torchao's float8 training is applied in the script (convert_to_float8_training, or torchtitan's "
+                    "float8 converter)",
+}
+for _kind_why in _WHY.values():
+    for _field, _why in _SCRIPT_WHY.items():
+        _kind_why.setdefault(_field, _why)
 
 
 def export_config(body: dict[str, Any], kind: str) -> dict[str, Any]:

@@ -30,7 +30,8 @@ _INT_DEC = re.compile(r"^[-+]?(?:0|[1-9][0-9_]*)$")
 _INT_OCT = re.compile(r"^[-+]?0[0-7_]+$")
 _INT_HEX = re.compile(r"^[-+]?0x[0-9a-fA-F_]+$")
 _INT_BIN = re.compile(r"^[-+]?0b[01_]+$")
-_FLOAT = re.compile(r"^[-+]?(?:[0-9][0-9_]*)?\.[0-9_]*(?:[eE][-+][0-9]+)?$")
+# PyYAML's float resolver (yaml/resolver.py): digits before the dot, or (unsigned) a digit right after it.
+_FLOAT = re.compile(r"^(?:[-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?)$")
 _INF = re.compile(r"^[-+]?\.(?:inf|Inf|INF)$")
 _NAN = re.compile(r"^\.(?:nan|NaN|NAN)$")
 _ESCAPES: Final = {"0": "\0", "a": "\a", "b": "\b", "t": "\t", "\t": "\t", "n": "\n", "v": "\v", "f": "\f",
