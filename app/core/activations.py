@@ -662,6 +662,8 @@ def _hf_moe(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
     saved.add("moe.scatter_index", routed, INDEX_BYTES, "none")
     if arch.n_shared_experts or arch.model_type == "deepseek_v3":
         _hf_shared_experts(saved, arch, setup)
+    elif arch.shared_expert_gate:
+        _hf_gated_shared_expert(saved, arch, setup)
 
 
 def _hf_gpt_oss_router(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
@@ -719,6 +721,20 @@ def _hf_shared_experts(saved: _Saved, arch: Architecture, setup: ActivationSetup
         saved.add("moe.shared.input", n * arch.hidden_size, wa, "sequence")
     for name in ("gate", "act_output", "up", "product"):
         saved.add(f"moe.shared.{name}", n * width, wa, "tensor")
+
+
+def _hf_gated_shared_expert(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
+    """Qwen2-MoE's shared expert and its gate (Qwen2MoeSparseMoeBlock, modeling_qwen2_moe.py, transformers 5.24):
+    ``sigmoid(shared_expert_gate(x)) * shared_expert(x)`` with the shared expert a gated MLP of width
+    I_s = shared_expert_intermediate_size. Its linears and the gate's read the router's input (one tensor, kept
+    once: `_hf_moe`'s moe.router_input); the MLP keeps the gate, the activation's output, the up projection and
+    their product (n × I_s each); the sigmoid keeps its output (n × 1), which the product with the shared
+    expert's output (n × h) keeps too, beside that output."""
+    n, wa, width = setup.tokens, setup.half_bytes, arch.shared_expert_size
+    for name in ("gate", "act_output", "up", "product"):
+        saved.add(f"moe.shared.{name}", n * width, wa, "tensor")
+    saved.add("moe.shared_gate_sigmoid", n, wa, "none")
+    saved.add("moe.shared.output", n * arch.hidden_size, wa, "sequence")
 
 
 def _hf_mlp(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, down_input: bool = True,

@@ -18,7 +18,10 @@ Llama's SwiGLU MLP and RMSNorm; Ainslie et al. 2023 for grouped-query attention)
   (defaults to ``intermediate_size``), each token sent to ``num_experts_per_tok`` (k) of them;
   DeepSeekMoE (Dai et al. 2024, arXiv:2401.06066) adds ``n_shared_experts`` that every token passes through
   (one gated MLP of ``n_shared_experts * moe_intermediate_size``) and keeps the first
-  ``first_k_dense_replace`` layers dense (an MLP of ``intermediate_size``). gpt-oss (OpenAI 2025, "gpt-oss-120b &
+  ``first_k_dense_replace`` layers dense (an MLP of ``intermediate_size``). Qwen2-MoE (Qwen Team 2024, "Qwen1.5-MoE",
+  https://qwenlm.github.io/blog/qwen-moe/) gives its one shared expert a width of its own,
+  ``shared_expert_intermediate_size``, and a sigmoid gate (``shared_expert_gate``, a ``1 x h`` linear) that
+  scales its output per token. gpt-oss (OpenAI 2025, "gpt-oss-120b &
   gpt-oss-20b Model Card", arXiv:2508.10925) gives its experts biases (``mlp_bias``: ``E x 2I`` on
   the gate and up projections, ``E x h`` on the down projection) and its router one (``router_bias``: ``E``).
 * attention sinks (gpt-oss, ``attention_sinks``): one learned logit per query head (``a``) that joins each
@@ -124,6 +127,8 @@ class Architecture:
     norm_topk_prob: bool = True  # the k routing weights renormalised to sum to 1 (Mixtral; Qwen3-MoE's option)
     n_shared_experts: int = 0  # DeepSeekMoE's experts every token uses, one MLP of n_shared_experts * moe width
     first_k_dense_replace: int = 0  # the first k layers of a mixture of experts keep a dense MLP (DeepSeek)
+    shared_expert_intermediate_size: int | None = None  # the shared expert's own width (Qwen2-MoE); None: n_shared × I
+    shared_expert_gate: bool = False  # a sigmoid gate h -> 1 on the shared expert's output (Qwen2-MoE)
     n_group: int = 1  # DeepSeek-V3's expert groups; each token picks from its topk_group best groups
     topk_group: int = 1
     router_bias: bool = False  # a bias on the router's E logits (gpt-oss)
@@ -167,8 +172,15 @@ class Architecture:
 
     @property
     def shared_expert_size(self) -> int:
-        """The width of the shared experts' one MLP (DeepSeekMoE): n_shared_experts times each expert's width."""
+        """The width of the shared experts' one MLP: ``shared_expert_intermediate_size`` where given (Qwen2-MoE),
+        else n_shared_experts times each expert's width (DeepSeekMoE)."""
+        if self.shared_expert_intermediate_size is not None:
+            return self.shared_expert_intermediate_size
         return self.n_shared_experts * self.expert_size
+
+    @property
+    def has_shared_expert(self) -> bool:
+        return self.n_shared_experts > 0 or self.shared_expert_intermediate_size is not None
 
     @property
     def dense_layers(self) -> int:
@@ -248,7 +260,7 @@ def validate_architecture(arch: Architecture) -> None:
         if arch.mlp not in GATED_MLPS or arch.fused_gate_up:
             raise DomainError("model.num_local_experts", "experts are modelled as gated MLPs with their gate and up "
                                                          "projections in one tensor (Mixtral's and gpt-oss's layout)")
-        if arch.mlp_bias and (arch.n_shared_experts or arch.first_k_dense_replace):
+        if arch.mlp_bias and (arch.has_shared_expert or arch.first_k_dense_replace):
             raise DomainError("model.mlp_bias", "experts with biases are modelled as gpt-oss lays them out: every "
                                                 "layer sparse, no shared experts")
     elif arch.router_bias:
@@ -278,6 +290,17 @@ def _validate_deepseek(arch: Architecture) -> None:
     """Multi-head latent attention's dimensions, shared experts, dense layers and expert groups (DeepSeek)."""
     _require_range("n_shared_experts", arch.n_shared_experts, low=0, high=MAX_EXPERTS)
     _require_range("first_k_dense_replace", arch.first_k_dense_replace, low=0, high=MAX_LAYERS)
+    if arch.shared_expert_intermediate_size is not None:
+        _require_range("shared_expert_intermediate_size", arch.shared_expert_intermediate_size, low=1,
+                       high=64 * MAX_HIDDEN_SIZE)
+        if arch.n_shared_experts:
+            raise DomainError("model.shared_expert_intermediate_size", "gives the shared expert's width itself: "
+                                                                      "leave n_shared_experts at 0")
+    if (arch.shared_expert_gate or arch.shared_expert_intermediate_size is not None) and not arch.is_moe:
+        name = "shared_expert_gate" if arch.shared_expert_gate else "shared_expert_intermediate_size"
+        raise DomainError(f"model.{name}", "belongs to a mixture of experts: give num_local_experts too")
+    if arch.shared_expert_gate and not arch.has_shared_expert:
+        raise DomainError("model.shared_expert_gate", "gates a shared expert: give shared_expert_intermediate_size")
     _require_range("n_group", arch.n_group, low=1, high=MAX_EXPERTS)
     _require_range("topk_group", arch.topk_group, low=1, high=arch.n_group)
     if arch.is_moe and arch.n_group > 1:
@@ -458,7 +481,8 @@ def _moe_tensors(arch: Architecture) -> list[ParamTensor]:
     splits each expert's width as it splits a dense MLP's. GptOssExperts stores the same matrices transposed
     (E x h x 2I and E x I x h, modeling_gpt_oss.py), the same elements, with ``gate_up_proj_bias`` E x 2I (split
     with the width) and ``down_proj_bias`` E x h (replicated, as a row-parallel bias is), and GptOssTopKRouter
-    a bias of E."""
+    a bias of E. Qwen2MoeSparseMoeBlock adds one shared expert of ``shared_expert_intermediate_size`` and its
+    ``shared_expert_gate`` (1 x h, replicated: its one output row cannot be split) (modeling_qwen2_moe.py)."""
     h, e, width = arch.hidden_size, arch.num_local_experts, arch.expert_size
     tensors = [ParamTensor("moe.router.weight", (e, h))]
     if arch.router_bias:
@@ -470,11 +494,13 @@ def _moe_tensors(arch: Architecture) -> list[ParamTensor]:
     if arch.mlp_bias:  # named moe.experts.* so that expert parallelism splits them with their experts
         tensors += [ParamTensor("moe.experts.gate_up_bias", (e, 2 * width), "column", 1),
                     ParamTensor("moe.experts.down_bias", (e, h))]
-    if arch.n_shared_experts:  # DeepseekV3MoE.shared_experts: one gated MLP of n_shared_experts * width
+    if arch.has_shared_expert:  # DeepseekV3MoE.shared_experts, Qwen2MoeSparseMoeBlock.shared_expert: one gated MLP
         shared = arch.shared_expert_size
         tensors += [ParamTensor("moe.shared.gate.weight", (shared, h), "column", 0, True),
                     ParamTensor("moe.shared.up.weight", (shared, h), "column", 0, True),
                     ParamTensor("moe.shared.down.weight", (h, shared), "row", 1, True)]
+    if arch.shared_expert_gate:
+        tensors.append(ParamTensor("moe.shared_gate.weight", (1, h), matmul=True))
     return tensors
 
 

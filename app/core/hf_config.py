@@ -14,7 +14,7 @@ from app.core.architecture import Architecture
 from app.core.errors import DomainError
 
 SUPPORTED_MODEL_TYPES: Final = ("gpt2", "llama", "mistral", "qwen2", "gemma", "gemma2", "phi3", "mixtral", "qwen3",
-                                 "qwen3_moe", "gemma3_text", "gemma3", "olmo2", "deepseek_v3", "gpt_oss")
+                                 "qwen3_moe", "qwen2_moe", "gemma3_text", "gemma3", "olmo2", "deepseek_v3", "gpt_oss")
 FIELD_PREFIX: Final = "model.hf_config"
 
 # max_position_embeddings when config.json omits it: each configuration class's default in
@@ -57,6 +57,13 @@ GPT_OSS_DEFAULTS: Final = {"vocab_size": 201_088, "hidden_size": 2880, "intermed
                            "num_local_experts": 128, "num_experts_per_tok": 4, "sliding_window": 128,
                            "max_position_embeddings": 131_072}
 GPT_OSS_SLIDING_WINDOW_PATTERN: Final = 2
+# Qwen2MoeConfig's defaults (configuration_qwen2_moe.py, transformers 5.24), which are Qwen1.5-MoE-A2.7B's config.json
+# numbers (https://huggingface.co/Qwen/Qwen1.5-MoE-A2.7B/blob/main/config.json) except max_position_embeddings
+# (32768 in the class, 8192 in the checkpoint's file).
+QWEN2_MOE_DEFAULTS: Final = {"vocab_size": 151_936, "hidden_size": 2048, "intermediate_size": 5632,
+                             "num_hidden_layers": 24, "num_attention_heads": 16, "num_key_value_heads": 16,
+                             "max_position_embeddings": 32768, "decoder_sparse_step": 1, "moe_intermediate_size": 1408,
+                             "shared_expert_intermediate_size": 5632, "num_experts_per_tok": 4, "num_experts": 60}
 GPT_OSS_SWIGLU: Final = {"swiglu_alpha": 1.702, "swiglu_limit": 7.0}
 GEMMA_TYPES: Final = ("gemma", "gemma2", "gemma3_text")
 
@@ -155,6 +162,8 @@ def architecture_from_hf_config(config: Mapping[str, Any]) -> Architecture:
             return _deepseek_v3(reader)
         if model_type == "gpt_oss":
             return _gpt_oss(reader)
+        if model_type == "qwen2_moe":
+            return _qwen2_moe(reader)
         return _llama_family(reader, model_type)
     except DomainError as error:
         if error.field.startswith(FIELD_PREFIX):
@@ -345,6 +354,85 @@ def _gpt_oss(reader: _Reader) -> Architecture:
         hidden_act=reader.str("hidden_act", "silu"),
         extras=extras,
     )
+
+
+def _qwen2_moe(reader: _Reader) -> Architecture:
+    """Qwen2-MoE (Qwen1.5-MoE-A2.7B, Qwen2-57B-A14B) as Qwen2MoeForCausalLM builds it (modeling_qwen2_moe.py,
+    transformers 5.24).
+
+    Attention as Qwen2's, with biases on the query, key and value projections (``qkv_bias``, True by default) and
+    none on the output. Layer i is a mixture of ``num_experts`` experts of ``moe_intermediate_size``, k =
+    ``num_experts_per_tok`` per token chosen by a softmax router (renormalised only with ``norm_topk_prob``, False by
+    default), beside one shared expert of ``shared_expert_intermediate_size`` whose output a sigmoid gate
+    (``shared_expert_gate``, a linear h -> 1) scales, when i is not in ``mlp_only_layers`` and (i + 1) is a
+    multiple of ``decoder_sparse_step``; the other layers have a dense MLP of ``intermediate_size`` (every layer
+    with ``num_experts`` 0). The estimate counts a mixture's dense layers as its first ones (DeepSeek-V3's
+    layout), so a config whose dense layers are not the first k is refused, naming the key that makes it so.
+    Sliding-window attention (``use_sliding_window``, off in both published checkpoints) is refused: Qwen2-MoE's
+    rule for which layers use it is not modelled. Not read, because they change no parameter and no saved tensor:
+    ``rope_theta``/``rope_scaling``, ``router_aux_loss_coef`` (the auxiliary loss is off unless
+    ``output_router_logits``) and ``rms_norm_eps``. ``head_dim``, which Qwen2MoeConfig does not declare, is used
+    where a config.json gives it, as Qwen2MoeAttention reads it.
+    """
+    d = QWEN2_MOE_DEFAULTS
+    layers = reader.int("num_hidden_layers", d["num_hidden_layers"])
+    heads = reader.int("num_attention_heads", d["num_attention_heads"])
+    act = reader.str("hidden_act", "silu")
+    if act not in ("silu", "swish"):
+        raise DomainError(reader._field("hidden_act"), f"unsupported activation {act!r}")
+    if reader.bool("use_sliding_window", False) or "sliding_attention" in (reader.str_list("layer_types") or []):
+        raise DomainError(reader._field("use_sliding_window"), "Qwen2-MoE's sliding-window layers are not modelled")
+    experts = reader.int("num_experts" if reader.config.get("num_experts") is not None else "num_local_experts",
+                         d["num_experts"])
+    dense = _qwen2_moe_dense_layers(reader, layers) if experts else layers
+    moe = experts > 0 and dense < layers
+    return Architecture(
+        num_hidden_layers=layers,
+        hidden_size=reader.int("hidden_size", d["hidden_size"]),
+        num_attention_heads=heads,
+        num_key_value_heads=reader.int("num_key_value_heads", d["num_key_value_heads"]),
+        head_dim=reader.optional_int("head_dim", None),
+        intermediate_size=reader.int("intermediate_size", d["intermediate_size"]),
+        vocab_size=reader.int("vocab_size", d["vocab_size"]),
+        max_position_embeddings=reader.int("max_position_embeddings", d["max_position_embeddings"]),
+        tie_word_embeddings=reader.bool("tie_word_embeddings", False),
+        qkv_bias=reader.bool("qkv_bias", True),
+        mlp="swiglu",
+        attention_dropout=reader.float("attention_dropout", 0.0),
+        num_local_experts=experts if moe else 0,
+        num_experts_per_tok=reader.int("num_experts_per_tok", d["num_experts_per_tok"]) if moe else 2,
+        moe_intermediate_size=reader.int("moe_intermediate_size", d["moe_intermediate_size"]) if moe else None,
+        norm_topk_prob=reader.bool("norm_topk_prob", False) if moe else True,
+        first_k_dense_replace=dense if moe else 0,
+        shared_expert_intermediate_size=(reader.int("shared_expert_intermediate_size",
+                                                    d["shared_expert_intermediate_size"]) if moe else None),
+        shared_expert_gate=moe,
+        model_type="qwen2_moe",
+        hidden_act=act,
+    )
+
+
+def _qwen2_moe_dense_layers(reader: _Reader, layers: int) -> int:
+    """How many layers keep a dense MLP (Qwen2MoeDecoderLayer: those in ``mlp_only_layers`` and those whose
+    index + 1 is not a multiple of ``decoder_sparse_step``), refused unless they are the first k."""
+    step = reader.int("decoder_sparse_step", QWEN2_MOE_DEFAULTS["decoder_sparse_step"])
+    if step < 1:
+        raise DomainError(reader._field("decoder_sparse_step"), f"must be at least 1, got {step}")
+    only = reader.config.get("mlp_only_layers") or []
+    if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
+        raise DomainError(reader._field("mlp_only_layers"), f"must be a list of layer indices, got {_short(only)}")
+    dense = [i for i in range(layers) if i in only or (i + 1) % step]
+    if dense != list(range(len(dense))):
+        by_step = [i for i in range(layers) if (i + 1) % step]
+        key = "mlp_only_layers" if by_step == list(range(len(by_step))) else "decoder_sparse_step"
+        raise DomainError(reader._field(key), f"makes layers {_layer_list(dense)} dense; the estimate models a "
+                                              "mixture's dense layers as its first ones only")
+    return len(dense)
+
+
+def _layer_list(indices: list[int]) -> str:
+    shown = ", ".join(str(i) for i in indices[:8])
+    return shown + (", ..." if len(indices) > 8 else "")
 
 
 def _llama_family(reader: _Reader, model_type: str) -> Architecture:
