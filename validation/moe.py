@@ -50,11 +50,13 @@ class Case:
     seq: int
     width: int
     norm_topk_prob: bool = False  # Qwen3-MoE's option (Mixtral always renormalises)
+    output_router_logits: bool = False  # the load-balancing loss over every layer's router logits
 
     @property
     def label(self) -> str:
         experts = f" E{self.experts} k{self.per_token}" if self.experts else ""
         norm = " norm_topk_prob" if self.norm_topk_prob else ""
+        norm += " output_router_logits" if self.output_router_logits else ""
         return (f"{self.family}{experts}{norm} I{self.width} {self.precision} {self.attention} "
                 f"b{self.batch} s{self.seq}")
 
@@ -63,11 +65,13 @@ class Case:
                      max_position_embeddings=256, attn_implementation=self.attention)
         if self.family == "mixtral":
             return MixtralConfig(intermediate_size=self.width, num_local_experts=self.experts,
-                                 num_experts_per_tok=self.per_token, **shape)
+                                 num_experts_per_tok=self.per_token,
+                                 output_router_logits=self.output_router_logits, **shape)
         if self.family == "qwen3_moe":
             return Qwen3MoeConfig(intermediate_size=96, moe_intermediate_size=self.width, head_dim=32,
                                   num_experts=self.experts, num_experts_per_tok=self.per_token,
-                                  norm_topk_prob=self.norm_topk_prob, **shape)
+                                  norm_topk_prob=self.norm_topk_prob,
+                                  output_router_logits=self.output_router_logits, **shape)
         return Qwen3Config(intermediate_size=self.width, head_dim=32, **shape)
 
 
@@ -81,6 +85,9 @@ CASES: Final = (
       for experts, per_token, norm in ((4, 2, False), (6, 3, True))),
     *(Case("qwen3", precision, attention, 0, 0, 2, 32, 96)
       for precision in ("bf16", "fp32") for attention in ("sdpa", "eager")),
+    *(Case(family, precision, "sdpa", experts, per_token, batch, seq, 48, output_router_logits=True)
+      for family, experts, per_token, batch, seq in (("mixtral", 4, 2, 2, 32), ("qwen3_moe", 6, 3, 1, 48))
+      for precision in ("bf16", "fp32")),
 )
 
 
@@ -141,8 +148,12 @@ def section(rows: list[tuple[Case, dict, dict]], peaks: list) -> list[str]:
         lines.append(f"| {row.label} | {row.predicted:,} | {row.measured:,} | {row.error_pct:+.4f}% | "
                      f"{row.predicted_event}, step {row.predicted_step} / {row.measured_event}, step "
                      f"{row.measured_step} |")
-    lines += ["", "Not modelled yet: expert parallelism, capacity factors (transformers' Mixtral is dropless), the "
-              "router's auxiliary loss (off unless `output_router_logits`), MoE under Megatron-LM, autocast or "
+    lines += ["", "With `output_router_logits` the head keeps, for the load-balancing loss, each sparse layer's "
+              "softmax over its router logits (n × E, the activations' dtype) and its top-k's int64 indices (n × k), "
+              "and the fp32 fraction of tokens per expert (E) once. The router logits the model's output holds until "
+              "the loop drops it (L_s × n × E) are not in the peak yet.", "",
+              "Not modelled yet: expert parallelism, capacity factors (transformers' Mixtral is dropless), "
+              "MoE under Megatron-LM, autocast or "
               "fine-tuning: trainmem refuses those rather than guess.", ""]
     return lines
 

@@ -989,6 +989,8 @@ def _hf_head(arch: Architecture, setup: ActivationSetup) -> list[SavedTensor]:
     labels = n + 1 if setup.micro_batch_size == 1 else n
     ft = setup.finetuning
     _hf_norm(saved, "final_norm", arch, setup, weight_grad=ft.method == "full", input_grad=True)
+    if arch.output_router_logits:
+        _hf_router_aux_loss(saved, arch, setup)
     if setup.loss == "fused-linear":
         # Liger's fused linear cross entropy keeps its input's and its weight's gradients instead (the ledger's
         # loss.grad_input and loss.grad_weight), not the input, the log-probabilities or the labels.
@@ -1000,6 +1002,26 @@ def _hf_head(arch: Architecture, setup: ActivationSetup) -> list[SavedTensor]:
     saved.add("loss.log_softmax_fp32", n * v, FP32_BYTES, "tensor")
     saved.add("loss.labels", labels, INDEX_BYTES, "none")
     return saved.items
+
+
+def _hf_router_aux_loss(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
+    """The load-balancing loss that ``output_router_logits`` adds (load_balancing_loss_func, modeling_mixtral.py,
+    transformers 5.24; Qwen2-MoE, Qwen3-MoE and gpt-oss copy it), for n tokens, E experts, k per token and L_s
+    sparse layers (the layers with a router).
+
+    For each sparse layer's router logits (n × E, the activations' dtype) the loop keeps softmax's output
+    (n × E, same dtype) and the int64 indices of its top-k (n × k; topk is differentiable, so autograd keeps
+    them although only the indices are used); the per-expert counts (torch.histc) carry no gradient. The final
+    ``tokens_per_expert * router_prob_per_expert`` keeps the fp32 fraction of tokens per expert (E) once. No
+    attention mask (the causal-LM batches trainmem models); with one, the loss keeps it as n fp32 once more.
+    Switch Transformer's loss (Fedus et al. 2021, equations 4-6), L_s · n · (E · a + 8k) + 4E bytes.
+    Measured on CPU (tests/core/test_router_aux_loss.py, docs/VALIDATION.md).
+    """
+    n, e, k, wa = setup.tokens, arch.num_local_experts, arch.num_experts_per_tok, setup.half_bytes
+    sparse = arch.num_hidden_layers - arch.dense_layers
+    saved.add("moe_aux.router_probs", sparse * n * e, wa, "none")
+    saved.add("moe_aux.topk_indices", sparse * n * k, INDEX_BYTES, "none")
+    saved.add("moe_aux.tokens_per_expert_fp32", e, FP32_BYTES, "none")
 
 
 def _hf_logits_workspace(arch: Architecture, setup: ActivationSetup) -> list[SavedTensor]:

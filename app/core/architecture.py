@@ -133,6 +133,9 @@ class Architecture:
     topk_group: int = 1
     router_bias: bool = False  # a bias on the router's E logits (gpt-oss)
     attention_sinks: bool = False  # a learned sink logit per query head (gpt-oss)
+    # The model returns every sparse layer's router logits and adds the load-balancing loss (transformers' Mixtral,
+    # Qwen2-MoE, Qwen3-MoE and gpt-oss; `activations.router_aux_loss_activations`). Changes no parameter.
+    output_router_logits: bool = False
     q_lora_rank: int | None = None  # multi-head latent attention (kv_lora_rank set): None, a plain q_proj
     kv_lora_rank: int | None = None
     qk_nope_head_dim: int | None = None
@@ -301,6 +304,8 @@ def _validate_deepseek(arch: Architecture) -> None:
         raise DomainError(f"model.{name}", "belongs to a mixture of experts: give num_local_experts too")
     if arch.shared_expert_gate and not arch.has_shared_expert:
         raise DomainError("model.shared_expert_gate", "gates a shared expert: give shared_expert_intermediate_size")
+    if arch.output_router_logits and not arch.is_moe:
+        raise DomainError("model.output_router_logits", "belongs to a mixture of experts: give num_local_experts too")
     _require_range("n_group", arch.n_group, low=1, high=MAX_EXPERTS)
     _require_range("topk_group", arch.topk_group, low=1, high=arch.n_group)
     if arch.is_moe and arch.n_group > 1:

@@ -348,6 +348,7 @@ def _gpt_oss(reader: _Reader) -> Architecture:
         norm_topk_prob=False,
         router_bias=True,
         attention_sinks=True,
+        output_router_logits=_output_router_logits(reader),
         sliding_window=window,
         sliding_window_layers=sliding,
         model_type="gpt_oss",
@@ -407,9 +408,21 @@ def _qwen2_moe(reader: _Reader) -> Architecture:
         shared_expert_intermediate_size=(reader.int("shared_expert_intermediate_size",
                                                     d["shared_expert_intermediate_size"]) if moe else None),
         shared_expert_gate=moe,
+        output_router_logits=_output_router_logits(reader) if moe else False,
         model_type="qwen2_moe",
         hidden_act=act,
     )
+
+
+def _output_router_logits(reader: _Reader) -> bool:
+    """``output_router_logits`` (default false): the model keeps every sparse layer's router logits for the
+    load-balancing loss (load_balancing_loss_func in modeling_mixtral.py and its copies, transformers 5.24).
+
+    ``router_aux_loss_coef`` only scales that loss (a 0-d tensor): it is checked to be a number and changes
+    no memory.
+    """
+    reader.float("router_aux_loss_coef", 0.0)
+    return reader.bool("output_router_logits", False)
 
 
 def _qwen2_moe_dense_layers(reader: _Reader, layers: int) -> int:
@@ -496,6 +509,7 @@ def _llama_family(reader: _Reader, model_type: str) -> Architecture:
         moe_intermediate_size=reader.int("moe_intermediate_size", 768) if model_type == "qwen3_moe" else None,
         norm_topk_prob=reader.bool("norm_topk_prob", False) if model_type == "qwen3_moe" else True,
         qk_norm=model_type in ("qwen3", "qwen3_moe", "gemma3_text", "olmo2"),
+        output_router_logits=_output_router_logits(reader) if moe else False,
         qk_norm_over="projection" if model_type == "olmo2" else "head",
         sliding_window=sliding_window,
         sliding_window_layers=sliding_layers,
