@@ -149,6 +149,13 @@ def _gpt_oss(size: Size) -> PretrainedConfig:
     )
 
 
+def _mixtral_router_logits(size: Size) -> PretrainedConfig:
+    # Mixtral with the load-balancing loss on: the model returns its router logits and adds the auxiliary loss.
+    config = _mixtral(size)
+    config.output_router_logits = True
+    return config
+
+
 FAMILIES: dict[str, Callable[[Size], PretrainedConfig]] = {
     "gpt2": _gpt2,
     "gpt2-no-dropout": _gpt2_no_dropout,
@@ -158,6 +165,7 @@ FAMILIES: dict[str, Callable[[Size], PretrainedConfig]] = {
     "qwen2": _qwen2,
     "gemma": _gemma,
     "mixtral": _mixtral,
+    "mixtral-router-logits": _mixtral_router_logits,
     "gemma3": _gemma3,
     "olmo2": _olmo2,
     "deepseek_v3": _deepseek_v3,

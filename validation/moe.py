@@ -122,7 +122,10 @@ def peak_cases() -> tuple:
     size = Size(hidden=256, layers=4, heads=4, kv_heads=2, intermediate=512, vocab=2048)
     return (tl.TimelineCase("mixtral", precision="bf16", seq=256, batch=2, size=size),
             tl.TimelineCase("mixtral", precision="fp32", seq=128, batch=2, size=size, implementation="for-loop",
-                            loop="hf-trainer"))
+                            loop="hf-trainer"),
+            tl.TimelineCase("mixtral-router-logits", precision="bf16", seq=256, batch=2, size=size),
+            tl.TimelineCase("mixtral-router-logits", precision="fp32", seq=128, batch=2, size=size,
+                            implementation="for-loop", loop="hf-trainer"))
 
 
 def section(rows: list[tuple[Case, dict, dict]], peaks: list) -> list[str]:
@@ -150,11 +153,12 @@ def section(rows: list[tuple[Case, dict, dict]], peaks: list) -> list[str]:
                      f"{row.measured_step} |")
     lines += ["", "With `output_router_logits` the head keeps, for the load-balancing loss, each sparse layer's "
               "softmax over its router logits (n × E, the activations' dtype) and its top-k's int64 indices (n × k), "
-              "and the fp32 fraction of tokens per expert (E) once. The router logits the model's output holds until "
-              "the loop drops it (L_s × n × E) are not in the peak yet.", "",
-              "Not modelled yet: expert parallelism, capacity factors (transformers' Mixtral is dropless), "
-              "MoE under Megatron-LM, autocast or "
-              "fine-tuning: trainmem refuses those rather than guess.", ""]
+              "and the fp32 fraction of tokens per expert (E) once; the router logits themselves (L_s × n × E) are "
+              "collected layer by layer in forward and live as long as the model's output, which the loop decides "
+              "(the mixtral-router-logits peaks above).", "",
+              "Expert parallelism (`parallelism.expert`) is modelled from its sources, not measured here (one CPU "
+              "process). Not modelled yet: capacity factors (transformers' Mixtral is dropless), MoE under "
+              "Megatron-LM, autocast or fine-tuning: trainmem refuses those rather than guess.", ""]
     return lines
 
 

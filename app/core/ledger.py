@@ -626,6 +626,7 @@ class _Stage:
             self.add("loss.logits", "temporary", "Logits, freed when the loss is computed (only the loss is kept)",
                      f"{half} B × {dims}", logits, self.per_stage(logits),
                      Life("micro-batch", FWD_LOSS, only=(FWD_LOSS,)))
+        self._router_logits(loop.keeps_output)
         # Chunked: the fp32 upcast and the loss's gradients exist for one chunk of tokens at a time.
         per = ceil_div(v_rank, chunks)
         fp32 = per * act.FP32_BYTES
@@ -725,6 +726,32 @@ class _Stage:
         self.add("attention.grad_probs", "temporary", "fp32 gradient of one layer's attention probabilities "
                  "in backward (eager)", f"4 B × {setup.micro_batch_size} × {arch.num_attention_heads} × "
                  f"{setup.seq_len:,}²", size, self.per_stage(size), Life("micro-batch", BWD_LAYER_LAST, self.bwd_end))
+
+    def _router_logits(self, keeps_output: bool) -> None:
+        """With ``output_router_logits`` the model returns every routed layer's router logits (n × E, in the
+        activations' dtype) for the load-balancing loss (transformers' MixtralModel collects them in forward): each
+        layer's from its forward on, then all of them as long as the model's output lives, which the loop decides
+        (loss.logits)."""
+        arch, setup = self.arch, self.setup
+        if not arch.output_router_logits:
+            return
+        routed = self.kind.layers - self.dense
+        size = routed * setup.tokens * arch.num_local_experts * setup.half_bytes
+        formula = (f"{routed} routed layers × {setup.tokens:,} tokens × {arch.num_local_experts} experts × "
+                   f"{setup.half_bytes} B")
+        self.add("moe_aux.router_logits_forward", "temporary", "Router logits the model collects layer by layer for "
+                 "the load-balancing loss", formula, size, self.per_stage(size),
+                 Life("micro-batch", FWD_LAYER_FIRST, self.fwd_end, ramp=FORWARDED))
+        if keeps_output:
+            self.add("moe_aux.router_logits", "temporary", "Router logits in the model's output, which the loop keeps",
+                     formula, size, self.per_stage(size), Life("run", FWD_LOSS))
+            self.add("moe_aux.router_logits_previous", "temporary", "The previous micro-batch's router logits, until "
+                     "the loop's output variable is reassigned", formula, size, self.per_stage(size),
+                     Life("micro-batch", FWD_LOSS, only=(FWD_LOSS,), later=True))
+        else:
+            self.add("moe_aux.router_logits", "temporary", "Router logits, freed with the model's output once the "
+                     "loss is computed", formula, size, self.per_stage(size),
+                     Life("micro-batch", FWD_LOSS, only=(FWD_LOSS,)))
 
     def _fp8_casts(self) -> None:
         """torchao's float8 copies around one linear layer's matmuls (setup.FP8_RECIPES), for the layer's largest:
