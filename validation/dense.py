@@ -17,7 +17,6 @@ from __future__ import annotations
 import sys
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Final
 
 import torch
@@ -25,9 +24,10 @@ from transformers import Gemma3ForCausalLM, Gemma3TextConfig, Olmo2Config, Olmo2
 
 from app import core
 from app.core import activations as act
+from validation.measure import measured_parts, predicted_parts
+from validation.sections import write_section
 
 DTYPES: Final = {"bf16": torch.bfloat16, "fp32": torch.float32}
-REPORT: Final = Path(__file__).resolve().parent.parent / "docs" / "VALIDATION.md"
 SECTION: Final = "## Gemma 3 and OLMo 2"
 MODELS: Final = {"gemma3": Gemma3ForCausalLM, "olmo2": Olmo2ForCausalLM}
 LAYER_TYPES: Final = ("sliding_attention", "full_attention", "sliding_attention", "full_attention")
@@ -76,19 +76,8 @@ CASES: Final = (
 
 
 def measure(case: Case) -> dict[str, object]:
-    from validation.measure import SavedTensorRecorder
-
-    torch.manual_seed(0)
-    model = MODELS[case.family](case.config()).to(DTYPES[case.precision])
-    model.train()
-    recorder = SavedTensorRecorder(model, model.model.layers)
-    ids = torch.randint(0, VOCAB, (case.batch, case.seq))
-    with recorder.recording():
-        out = model(input_ids=ids, labels=ids)
-    saved = recorder.measurement()
-    out.loss.backward()
-    return {"params": sum(p.numel() for p in model.parameters()), "layers": list(saved.layers),
-            "embedding": saved.embedding, "head": saved.head}
+    return measured_parts(lambda: MODELS[case.family](case.config()), dtype=DTYPES[case.precision], vocab=VOCAB, batch=case.batch,
+                          seq=case.seq)
 
 
 def predict(case: Case) -> dict[str, object]:
@@ -99,10 +88,7 @@ def predict(case: Case) -> dict[str, object]:
     layer = act.total_bytes(act.layer_activations(arch, setup))
     sliding = act.total_bytes(act.sliding_window_activations(arch, setup))
     kinds = config.get("layer_types") or ["full_attention"] * arch.num_hidden_layers
-    return {"params": core.param_count(arch),
-            "layers": [layer + (sliding if kind == "sliding_attention" else 0) for kind in kinds],
-            "embedding": act.total_bytes(act.embedding_activations(arch, setup)),
-            "head": act.total_bytes(act.head_activations(arch, setup))}
+    return predicted_parts(arch, setup, [layer + (sliding if kind == "sliding_attention" else 0) for kind in kinds])
 
 
 def peak_cases() -> tuple:
@@ -155,18 +141,6 @@ def section(rows: list[tuple[Case, dict, dict]], peaks: list) -> list[str]:
     return lines
 
 
-def write(path: Path, lines: list[str]) -> None:
-    """Replace this section of the report (from its heading to the next), or append it."""
-    text = path.read_text(encoding="utf-8").splitlines()
-    if SECTION in text:
-        start = text.index(SECTION)
-        end = next((i for i in range(start + 1, len(text)) if text[i].startswith("## ")), len(text))
-        text[start:end] = lines
-    else:
-        text += ["", *lines]
-    path.write_text("\n".join(text).rstrip() + "\n", encoding="utf-8")
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     with warnings.catch_warnings():
@@ -180,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             peaks = [peak.run(case) for case in peak_cases()]
             for row in peaks:
                 print(f"peak {row.label}: predicted {row.predicted:,} measured {row.measured:,} ({row.error_pct:+.4f}%)")
-            write(REPORT, section(rows, peaks))
+            write_section(section(rows, peaks))
     return 0 if all(measured == predicted for _, measured, predicted in rows) else 1
 
 

@@ -24,9 +24,9 @@ from typing import Final
 from app import core
 from app.core import states
 from app.core.categories import MODEL_STATE_CATEGORIES
+from validation.sections import write_section
 
 ROOT: Final = Path(__file__).resolve().parent.parent
-REPORT: Final = ROOT / "docs" / "VALIDATION.md"
 SECTION: Final = "## DeepSpeed's estimators"
 PEER: Final = Path(__file__).resolve().parent / "ds_estimators_peer.py"
 BUFFER_FACTOR: Final = 1.5  # additional_buffer_factor's default in both estimators
@@ -134,17 +134,6 @@ def section(version: str, rows: list[Row]) -> list[str]:
     return lines
 
 
-def write(path: Path, lines: list[str]) -> None:
-    text = path.read_text(encoding="utf-8").splitlines()
-    if SECTION in text:
-        start = text.index(SECTION)
-        end = next((i for i in range(start + 1, len(text)) if text[i].startswith("## ")), len(text))
-        text[start:end] = lines
-    else:
-        text += ["", *lines]
-    path.write_text("\n".join(text).rstrip() + "\n", encoding="utf-8")
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not peer_python().exists():
@@ -155,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{row.preset} {row.gpus_per_node}x{row.nodes} ZeRO-{row.stage} {row.offload}: GPU {row.trainmem_gpu:,} / "
               f"{row.deepspeed_gpu:,} ({row.gpu_note}); host {row.trainmem_host} / {row.deepspeed_cpu:,} ({row.host_note})")
     if "--write" in argv:
-        write(REPORT, section(version, rows))
+        write_section(section(version, rows))
     return 0 if all(row.gpu_note != "differs" for row in rows) else 1
 
 

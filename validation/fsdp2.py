@@ -24,7 +24,6 @@ import os
 import sys
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Final
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -34,8 +33,8 @@ import torch.distributed as dist  # noqa: E402
 import transformers  # noqa: E402
 
 from app import core  # noqa: E402
+from validation.sections import write_section  # noqa: E402
 
-REPORT: Final = Path(__file__).resolve().parent.parent / "docs" / "VALIDATION.md"
 SECTION: Final = "## FSDP2"
 TARGET_PCT: Final = 2.0
 DTYPES: Final = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -225,17 +224,6 @@ def section(rows: list[Row]) -> list[str]:
     return lines
 
 
-def write(path: Path, lines: list[str]) -> None:
-    text = path.read_text(encoding="utf-8").splitlines()
-    if SECTION in text:
-        start = text.index(SECTION)
-        end = next((i for i in range(start + 1, len(text)) if text[i].startswith("## ")), len(text))
-        text[start:end] = lines
-    else:
-        text += ["", *lines]
-    path.write_text("\n".join(text).rstrip() + "\n", encoding="utf-8")
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     with warnings.catch_warnings():
@@ -247,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{'ok  ' if row.passed else 'OFF '} {case.label}: predicted {row.predicted:,} measured "
                   f"{row.measured:,} ({row.error_pct:+.2f}%) {row.predicted_breakdown} / {row.measured_breakdown}")
     if "--write" in argv:
-        write(REPORT, section(rows))
+        write_section(section(rows))
     return 0 if all(row.passed for row in rows) else 1
 
 

@@ -29,12 +29,16 @@ from __future__ import annotations
 
 import contextlib
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from app import core
+from app.core import activations as act
+from app.core.architecture import Architecture
 
 EMBEDDING = "embedding"
 HEAD = "head"
@@ -305,3 +309,28 @@ def model_states(model: nn.Module, optimizer: torch.optim.Optimizer) -> ModelSta
         master_weights_bytes=0,
         optimizer_states_bytes=_distinct_bytes(state_tensors),
     )
+
+
+def measured_parts(build: Callable[[], nn.Module], *, dtype: torch.dtype, vocab: int, batch: int,
+                   seq: int) -> dict[str, object]:
+    """A model's parameter count and the bytes autograd keeps for backward in each layer, the embedding and the
+    head, for one forward with its token ids as labels (the model built after seeding, in `dtype`, in training
+    mode, its layers at ``model.model.layers``)."""
+    torch.manual_seed(0)
+    model = build().to(dtype)
+    model.train()
+    recorder = SavedTensorRecorder(model, model.model.layers)
+    ids = torch.randint(0, vocab, (batch, seq))
+    with recorder.recording():
+        out = model(input_ids=ids, labels=ids)
+    saved = recorder.measurement()
+    out.loss.backward()
+    return {"params": sum(p.numel() for p in model.parameters()), "layers": list(saved.layers),
+            "embedding": saved.embedding, "head": saved.head}
+
+
+def predicted_parts(arch: Architecture, setup: act.ActivationSetup, layers: list[int]) -> dict[str, object]:
+    """trainmem's side of `measured_parts`: the count, the given per-layer bytes, the embedding's and the head's."""
+    return {"params": core.param_count(arch), "layers": layers,
+            "embedding": act.total_bytes(act.embedding_activations(arch, setup)),
+            "head": act.total_bytes(act.head_activations(arch, setup))}

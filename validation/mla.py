@@ -16,7 +16,6 @@ from __future__ import annotations
 import sys
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Final
 
 import torch
@@ -25,9 +24,10 @@ from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
 from app import core
 from app.core import activations as act
 from app.core.architecture import active_param_count
+from validation.measure import measured_parts, predicted_parts
+from validation.sections import write_section
 
 DTYPES: Final = {"bf16": torch.bfloat16, "fp32": torch.float32}
-REPORT: Final = Path(__file__).resolve().parent.parent / "docs" / "VALIDATION.md"
 SECTION: Final = "## Multi-head latent attention (DeepSeek-V3)"
 VOCAB: Final = 300
 LAYERS: Final = 3
@@ -76,19 +76,8 @@ CASES: Final = (
 
 
 def measure(case: Case) -> dict[str, object]:
-    from validation.measure import SavedTensorRecorder
-
-    torch.manual_seed(0)
-    model = DeepseekV3ForCausalLM(case.config()).to(DTYPES[case.precision])
-    model.train()
-    recorder = SavedTensorRecorder(model, model.model.layers)
-    ids = torch.randint(0, VOCAB, (case.batch, case.seq))
-    with recorder.recording():
-        out = model(input_ids=ids, labels=ids)
-    saved = recorder.measurement()
-    out.loss.backward()
-    return {"params": sum(p.numel() for p in model.parameters()), "layers": list(saved.layers),
-            "embedding": saved.embedding, "head": saved.head}
+    return measured_parts(lambda: DeepseekV3ForCausalLM(case.config()), dtype=DTYPES[case.precision], vocab=VOCAB, batch=case.batch,
+                          seq=case.seq)
 
 
 def predict(case: Case) -> dict[str, object]:
@@ -97,10 +86,7 @@ def predict(case: Case) -> dict[str, object]:
                                 precision=core.precision_preset(case.precision))
     dense = act.total_bytes(act.layer_activations(arch, setup, dense=True))
     sparse = act.total_bytes(act.layer_activations(arch, setup))
-    return {"params": core.param_count(arch),
-            "layers": [dense] * arch.dense_layers + [sparse] * (arch.num_hidden_layers - arch.dense_layers),
-            "embedding": act.total_bytes(act.embedding_activations(arch, setup)),
-            "head": act.total_bytes(act.head_activations(arch, setup))}
+    return predicted_parts(arch, setup, [dense] * arch.dense_layers + [sparse] * (arch.num_hidden_layers - arch.dense_layers))
 
 
 def peak_cases() -> tuple:
@@ -162,18 +148,6 @@ def section(rows: list[tuple[Case, dict, dict]], peaks: list) -> list[str]:
     return lines
 
 
-def write(path: Path, lines: list[str]) -> None:
-    """Replace this section of the report (from its heading to the next), or append it."""
-    text = path.read_text(encoding="utf-8").splitlines()
-    if SECTION in text:
-        start = text.index(SECTION)
-        end = next((i for i in range(start + 1, len(text)) if text[i].startswith("## ")), len(text))
-        text[start:end] = lines
-    else:
-        text += ["", *lines]
-    path.write_text("\n".join(text).rstrip() + "\n", encoding="utf-8")
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     with warnings.catch_warnings():
@@ -187,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
             peaks = [peak.run(case) for case in peak_cases()]
             for row in peaks:
                 print(f"peak {row.label}: predicted {row.predicted:,} measured {row.measured:,} ({row.error_pct:+.4f}%)")
-            write(REPORT, section(rows, peaks))
+            write_section(section(rows, peaks))
     return 0 if all(measured == predicted for _, measured, predicted in rows) else 1
 
 
