@@ -36,6 +36,7 @@ from app.core.setup import (
     Parallelism,
     Training,
     activation_setup,
+    data_step,
 )
 from app.core.timeline import Peak, Point
 
@@ -45,6 +46,6 @@ __all__ = [
     "FRAMEWORKS", "IMPLEMENTATION_CHOICES", "KERNELS", "LOOPS", "OPTIMIZERS", "OPTIMIZER_IMPLEMENTATIONS", "OPTIMIZER_INFO",
     "PRECISION_PRESETS", "SUPPORTED_MODEL_TYPES", "ActivationSetup", "Architecture", "Breakdown", "Buffer",
     "DomainError", "Estimate", "Gpu", "GpuFit", "ModelPreset", "ParamTensor", "Parallelism", "Peak", "Point",
-    "Precision", "SavedTensor", "Training", "activation_setup", "architecture_from_hf_config", "estimate", "get_gpu",
-    "get_preset", "gpu_catalogue", "model_presets", "param_count", "parameter_tensors", "precision_preset",
+    "Precision", "SavedTensor", "Training", "activation_setup", "architecture_from_hf_config", "data_step", "estimate",
+    "get_gpu", "get_preset", "gpu_catalogue", "model_presets", "param_count", "parameter_tensors", "precision_preset",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Final, Literal
@@ -107,6 +108,12 @@ FRAMEWORKS: Final[dict[str, Framework]] = {
                   loop="hf-trainer", fsdp2_when_sharded=True),
     )
 }
+
+
+def data_step(parallelism: Parallelism) -> int:
+    """The data-parallel degrees this layout allows are the multiples of this: expert parallelism takes its GPUs from
+    data × context, which the expert degree must divide (validate_setup)."""
+    return parallelism.expert // math.gcd(parallelism.expert, parallelism.context)
 
 
 def effective_loop(training: Training) -> str:

@@ -10,7 +10,6 @@ sides, searching outward from the guess where the check disagrees.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Final
@@ -23,7 +22,7 @@ from app.core.job import JOB_FIELDS, Job, field_value, with_field
 from app.core.optimizers import OPTIMIZER_INFO
 from app.core.precision import PRECISION_PRESETS
 from app.core.series import POLYNOMIAL, Fit, polynomial
-from app.core.setup import activation_setup, effective_loop
+from app.core.setup import activation_setup, data_step, effective_loop
 
 TARGETS: Final = {
     "micro_batch_size": "training.micro_batch_size",
@@ -191,7 +190,7 @@ def _smallest_data(job: Job, probe: _Probe) -> tuple[int | None, str | None]:
     item = JOB_FIELDS["parallelism.data"]
     # Under expert parallelism data × context must be a multiple of the expert degree: only those data degrees count.
     p = job.parallelism
-    step = p.expert // math.gcd(p.expert, p.context)
+    step = data_step(p)
     high = item.high // step * step
     if probe.fits(step):
         return step, None

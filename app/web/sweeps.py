@@ -195,8 +195,8 @@ def _data_chart(job: Job, given: core.Estimate, *, size: Callable[[int], str], u
                 capacity: int | None) -> SweepChart:
     p = job.parallelism
     values = data_values(p.data, every=2 if p.pipeline > 1 else 1)
-    if p.expert > 1:  # only degrees whose data × context the expert-parallel GPUs divide
-        values = tuple(value for value in values if value * p.context % p.expert == 0)
+    step = core.data_step(p)  # only the degrees the layout allows (expert parallelism)
+    values = tuple(value for value in values if value % step == 0)
     peaks = dict(zip(ZERO_STAGES, kept(_data_peaks, _data_key(job), values), strict=True))
     return lines_chart(
         chart_id="data-chart",
