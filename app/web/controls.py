@@ -210,6 +210,10 @@ ARCH_MAIN: Final = ("num_hidden_layers", "hidden_size", "num_attention_heads", "
 ARCH_MORE: Final = tuple(name for name in ARCHITECTURE_FIELDS if name not in ARCH_MAIN)
 
 
+# The training-loop control shows under the conventions that do not run a loop of their own (setup.FRAMEWORKS).
+LOOP_SHOWN: Final = "framework=" + ",".join(key for key, item in core.FRAMEWORKS.items() if item.loop is None)
+
+
 def condition_holds(expression: str, values: dict[str, str]) -> bool:
     """When a control is shown: ``name=a,b`` (value is one of) or ``name>n`` (a number above n).
 

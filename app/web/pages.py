@@ -125,6 +125,7 @@ def page_context(form: ParsedForm, params: Mapping[str, str]) -> dict[str, Any]:
         "help": controls.help_text,
         "arch_main": controls.ARCH_MAIN,
         "arch_more": controls.ARCH_MORE,
+        "loop_shown": controls.LOOP_SHOWN,
         "dtype_fields": DTYPE_FIELDS,
         "module_names": _module_hint(_architecture(form, job)),
         "finetuning_presets": finetuning_presets(form, params, _architecture(form, job)),
