@@ -203,8 +203,15 @@ class ParallelismIn(BaseModel):
                          "activations shrink with it, ZeRO shards over data × context.")
     expert: int = Field(default=1, ge=1, le=limits.MAX_DEGREE,
                         description="Expert parallelism: a mixture of experts' routed experts split over this many "
-                        "GPUs of the data-parallel group (it divides data × context and the experts); each expert's "
-                        "ZeRO shards spread over data × context ÷ expert GPUs.")
+                        "GPUs (it divides the experts; with expert_tensor unset it divides data × context, in "
+                        "general expert_tensor × expert divides tensor × data × context); each expert's ZeRO shards "
+                        "spread over the rest of the stage's GPUs.")
+    expert_tensor: int | None = Field(default=None, ge=1, le=limits.MAX_DEGREE,
+                                      description="Expert tensor parallelism (Megatron-LM's --expert-tensor-parallel-"
+                                      "size): each routed expert's matrices split over this many GPUs instead of the "
+                                      "tensor-parallel degree; absent or null: the tensor-parallel degree. expert_tensor "
+                                      "× expert must divide tensor × data × context; with fewer expert-tensor than "
+                                      "tensor-parallel GPUs the tensor-parallel ranks share the routed tokens out.")
     reduce_bucket_size: int = Field(default=limits.DEEPSPEED_REDUCE_BUCKET_SIZE, ge=1, le=limits.MAX_REDUCE_BUCKET_SIZE,
                                     description="DeepSpeed's zero_optimization.reduce_bucket_size, in elements (its "
                                     "default 500,000,000): the contiguous gradient bucket it reduces from, counted "

@@ -144,6 +144,19 @@ class ActivationSetup:
     device: Device = "cuda"
     finetuning: Finetuning = Finetuning()
     loss: str = "standard"  # setup.LOSSES
+    expert_tensor_parallel: int = 0  # the GPUs a routed expert's matrices split over; 0: tensor_parallel
+
+    def routed_on_rank(self, routed: int) -> int:
+        """Of a micro-batch's `routed` token copies (n·k), those this GPU's experts take. With the experts split
+        like the rest of the layer (the expert-tensor degree equal to the tensor-parallel one) every tensor-parallel
+        rank takes them all, each computing its slice of the experts' width; with a smaller expert-tensor degree
+        the tensor-parallel ranks share the tokens out, each expert slice taking expert_tensor ÷ tensor of them at
+        a wider slice (Megatron-LM's MoE parallel folding, Liu et al. 2025, arXiv:2504.14960, section 3): the
+        experts' intermediate tensors stay n·k·I ÷ tensor per GPU, what is n·k × h wide shrinks."""
+        etp = self.expert_tensor_parallel or self.tensor_parallel
+        if etp == self.tensor_parallel:
+            return routed
+        return ceil_div(routed * etp, self.tensor_parallel)
 
     @cached_property
     def tokens(self) -> int:
@@ -645,10 +658,12 @@ def _hf_moe(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
         saved.add("moe.topk_weights_fp32", n * k, FP32_BYTES, "none")
         saved.add("moe.topk_weight_sum_fp32", n, FP32_BYTES, "none")
     saved.add("moe.routing_order", 2 * routed, INDEX_BYTES, "none")
+    # What the experts keep per token copy follows the copies this GPU's experts take (ActivationSetup.routed_on_rank).
+    received = setup.routed_on_rank(routed)
     if arch.mlp_bias:  # gate_up_proj_bias[expert_ids] and down_proj_bias[expert_ids] keep the ids (one storage)
-        saved.add("moe.sorted_expert_ids", routed, INDEX_BYTES, "none")
+        saved.add("moe.sorted_expert_ids", received, INDEX_BYTES, "none")
     saved.add("moe.tokens_per_expert", e, 4, "none")
-    saved.add("moe.gathered_tokens", routed * h, wa, "none")
+    saved.add("moe.gathered_tokens", received * h, wa, "none")
     saved.add("moe.gate_up", routed * 2 * width, wa, "tensor")
     if gpt_oss:
         _hf_clamped_swiglu(saved, routed * width, wa)
@@ -657,9 +672,9 @@ def _hf_moe(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
         saved.add("moe.product", routed * width, wa, "tensor")
     # Mixtral and DeepSeek-V3 apply their fp32 routing weights as they are; Qwen3-MoE casts them to the
     # activations' dtype first.
-    saved.add("moe.routing_weights", routed, FP32_BYTES if arch.model_type in FP32_ROUTING_MODELS else wa, "none")
-    saved.add("moe.expert_output", routed * h, wa, "none")
-    saved.add("moe.scatter_index", routed, INDEX_BYTES, "none")
+    saved.add("moe.routing_weights", received, FP32_BYTES if arch.model_type in FP32_ROUTING_MODELS else wa, "none")
+    saved.add("moe.expert_output", received * h, wa, "none")
+    saved.add("moe.scatter_index", received, INDEX_BYTES, "none")
     if arch.n_shared_experts or arch.model_type == "deepseek_v3":
         _hf_shared_experts(saved, arch, setup)
     elif arch.shared_expert_gate:

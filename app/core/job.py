@@ -113,6 +113,7 @@ def _job_fields() -> dict[str, JobField]:
         JobField("parallelism.context", "int", 1, MAX_DEGREE),
         JobField("parallelism.reduce_bucket_size", "int", 1, MAX_REDUCE_BUCKET_SIZE),
         JobField("parallelism.expert", "int", 1, MAX_DEGREE),
+        JobField("parallelism.expert_tensor", "int", 1, MAX_DEGREE),
         JobField("finetuning.method", "choice", choices=ft.METHODS),
         JobField("finetuning.rank", "int", 1, ft.MAX_RANK),
         JobField("finetuning.quantization", "choice", choices=ft.QUANTIZATIONS),

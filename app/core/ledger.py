@@ -154,7 +154,8 @@ class _Stage:
             self.states_precision = replace(training.precision, weights=master, gradients=master, master_weights=None)
         self.dense = states.dense_layers_on(arch, first_layer=kind.first_layer - 1, layers=n, count=kind.count)
         self.shapes = states.stage_shapes(arch, parallelism.tensor, layers=n, first=kind.first, last=kind.last,
-                                          dense=self.dense, expert_parallel=parallelism.expert)
+                                          dense=self.dense, expert_parallel=parallelism.expert,
+                                          expert_tensor=parallelism.expert_tensor_degree)
         self.parts = self.shapes.rank
         self.finetuned = None
         if training.finetuning != Finetuning():
@@ -288,9 +289,15 @@ class _Stage:
 
     def _expert_note(self, category: str) -> str:
         p = self.parallelism
-        if p.expert == 1 or states.is_sharded(category, p):
+        if not p.experts_apart or states.is_sharded(category, p):
             return ""
-        return f", the routed experts ÷ {p.expert} (expert parallelism)"
+        notes = []
+        if p.expert > 1:
+            notes.append(f"the routed experts ÷ {p.expert} (expert parallelism)")
+        if p.expert_tensor_degree != p.tensor:
+            notes.append(f"each expert's matrices ÷ {p.expert_tensor_degree} rather than ÷ {p.tensor} "
+                         "(expert tensor parallelism)")
+        return ", " + ", ".join(notes)
 
     def _shard_note(self, category: str) -> str:
         p = self.parallelism
@@ -308,7 +315,7 @@ class _Stage:
         rank = states.states_bytes(list(shapes.rank_shapes), training, count=shapes.rank_total)
         cluster = states.states_bytes(list(shapes.cluster_shapes), training, count=shapes.cluster_total)
         rank_ep, cluster_ep = rank, cluster
-        if p.expert > 1:  # what is not ZeRO-sharded holds only this GPU's experts (states.StageShapes)
+        if p.experts_apart:  # what is not ZeRO-sharded holds only this GPU's share of the experts (states.StageShapes)
             rank_ep = states.states_bytes(list(shapes.rank_ep_shapes), training, count=shapes.rank_ep_total)
             cluster_ep = states.states_bytes(list(shapes.cluster_ep_shapes), training,
                                              count=sum(shapes.cluster_ep.values()))
@@ -783,16 +790,22 @@ class _Stage:
         exchanges it and runs the experts on what it receives (Megatron-LM's MoEAlltoAllTokenDispatcher:
         permute, all_to_all, sort by local expert), and the gradients take the same way back in backward. The
         received tokens are the experts' inputs, kept as the layer's saved tensors already; the send buffer is
-        the extra, n·k·h in the activations' dtype, with routing balanced over the experts."""
+        the extra, n·k·h in the activations' dtype, with routing balanced over the experts. With an expert-tensor
+        degree other than the tensor-parallel one, the copies this GPU sends are its share of them
+        (`ActivationSetup.routed_on_rank`)."""
         arch, setup, p = self.arch, self.setup, self.parallelism
         if p.expert == 1 or not arch.is_moe:
             return
         tokens, k, h = setup.tokens, arch.num_experts_per_tok, arch.hidden_size
-        size = tokens * k * h * setup.half_bytes
+        copies = setup.routed_on_rank(tokens * k)
+        size = copies * h * setup.half_bytes
+        count = f"{tokens:,} tokens × {k}"
+        if copies != tokens * k:
+            count = f"({count} × {p.expert_tensor_degree} ÷ {p.tensor} expert-tensor share = {copies:,})"
         phases = tuple(x for x in (FWD_LAYER_FIRST, FWD_LAYER_LAST, BWD_LAYER_LAST, BWD_LAYER_FIRST) if x in self.names)
         self.add("moe.dispatch", "temporary", f"Expert parallelism's send buffer: this GPU's tokens, k = {k} copies "
                  f"each, permuted for the all-to-all over {p.expert} GPUs (balanced routing)",
-                 f"{tokens:,} tokens × {k} × {h:,} × {setup.half_bytes} B", size, self.per_stage(size),
+                 f"{count} × {h:,} × {setup.half_bytes} B", size, self.per_stage(size),
                  Life("micro-batch", phases[0], only=phases))
 
     def _recomputation(self) -> None:

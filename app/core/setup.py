@@ -111,9 +111,10 @@ FRAMEWORKS: Final[dict[str, Framework]] = {
 
 
 def data_step(parallelism: Parallelism) -> int:
-    """The data-parallel degrees this layout allows are the multiples of this: expert parallelism takes its GPUs from
-    data × context, which the expert degree must divide (validate_setup)."""
-    return parallelism.expert // math.gcd(parallelism.expert, parallelism.context)
+    """The data-parallel degrees this layout allows are the multiples of this: the expert grid (expert-tensor × expert
+    GPUs) is carved from tensor × data × context, which it must divide (validate_setup)."""
+    grid = parallelism.expert * parallelism.expert_tensor_degree
+    return grid // math.gcd(grid, parallelism.tensor * parallelism.context)
 
 
 def effective_loop(training: Training) -> str:
@@ -243,6 +244,11 @@ class Parallelism:
     # Megatron-LM and DeepSpeed-MoE carve their expert-parallel groups); each expert is then replicated over
     # data × context ÷ expert GPUs, over which ZeRO shards its states.
     expert: int = 1
+    # Expert tensor parallelism: each routed expert's matrices split over this many GPUs instead of the tensor-parallel
+    # degree (Megatron-LM's --expert-tensor-parallel-size, whose default is the tensor-parallel degree; None here
+    # means the same). The expert grid, expert_tensor × expert GPUs, is carved from tensor × data × context ("MoE
+    # parallel folding", Liu et al. 2025, arXiv:2504.14960, section 3).
+    expert_tensor: int | None = None
     # DeepSpeed's zero_optimization.reduce_bucket_size, in elements (its default): the contiguous gradient bucket
     # it reduces from, counted under training.framework deepspeed.
     reduce_bucket_size: int = DEEPSPEED_REDUCE_BUCKET_SIZE
@@ -257,6 +263,17 @@ class Parallelism:
         parallel (Megatron-LM's distributed optimizer shards over both)."""
         return self.data * self.context
 
+    @property
+    def expert_tensor_degree(self) -> int:
+        """The GPUs each routed expert's matrices split over: `expert_tensor`, else the tensor-parallel degree."""
+        return self.tensor if self.expert_tensor is None else self.expert_tensor
+
+    @property
+    def experts_apart(self) -> bool:
+        """Whether a GPU holds the routed experts otherwise than the rest of a layer (expert parallelism, or an
+        expert-tensor degree other than the tensor-parallel one)."""
+        return self.expert > 1 or self.expert_tensor_degree != self.tensor
+
 
 def check_int(field_name: str, value: int, *, low: int, high: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
@@ -268,6 +285,26 @@ def check_int(field_name: str, value: int, *, low: int, high: int) -> None:
 def check_choice(field_name: str, value: str, choices: Collection[str]) -> None:
     if value not in choices:
         raise DomainError(field_name, f"must be one of {', '.join(choices)}, got {value!r}")
+
+
+def _check_expert_grid(parallelism: Parallelism) -> None:
+    """The expert grid (expert-tensor × expert GPUs) is carved from the GPUs of one pipeline stage, tensor × data ×
+    context, which it must divide; each expert is then replicated over the rest (Megatron-LM's expert data-parallel
+    group). With the expert-tensor degree equal to the tensor-parallel one this asks that the expert degree divide
+    data × context."""
+    p = parallelism
+    if not p.experts_apart:
+        return
+    stage = p.tensor * p.shard_group
+    grid = p.expert * p.expert_tensor_degree
+    if stage % grid == 0:
+        return
+    if p.expert_tensor_degree == p.tensor:
+        raise DomainError("parallelism.expert", f"the expert-parallel GPUs come from the data-parallel group: "
+                                                f"{p.expert} must divide data × context ({p.shard_group})")
+    field_name = "parallelism.expert_tensor" if p.expert == 1 else "parallelism.expert"
+    raise DomainError(field_name, f"the expert grid, expert_tensor × expert = {p.expert_tensor_degree} × {p.expert} = "
+                                  f"{grid} GPUs, must divide tensor × data × context ({stage})")
 
 
 def validate_setup(training: Training, parallelism: Parallelism, arch: Architecture | None) -> None:
@@ -336,10 +373,9 @@ def validate_setup(training: Training, parallelism: Parallelism, arch: Architect
     check_int("parallelism.context", parallelism.context, low=1, high=MAX_DEGREE)
     check_int("parallelism.reduce_bucket_size", parallelism.reduce_bucket_size, low=1, high=MAX_REDUCE_BUCKET_SIZE)
     check_int("parallelism.expert", parallelism.expert, low=1, high=MAX_DEGREE)
-    if parallelism.expert > 1 and parallelism.shard_group % parallelism.expert:
-        raise DomainError("parallelism.expert", f"the expert-parallel GPUs come from the data-parallel group: "
-                                                f"{parallelism.expert} must divide data × context "
-                                                f"({parallelism.shard_group})")
+    if parallelism.expert_tensor is not None:
+        check_int("parallelism.expert_tensor", parallelism.expert_tensor, low=1, high=MAX_DEGREE)
+    _check_expert_grid(parallelism)
     if parallelism.context > 1:
         if training.seq_len % (2 * parallelism.context):
             raise DomainError("parallelism.context", f"seq_len ({training.seq_len:,}) must be divisible by 2 × context "
@@ -370,6 +406,9 @@ def validate_setup(training: Training, parallelism: Parallelism, arch: Architect
         raise DomainError("parallelism.context", "context parallelism runs a fused attention kernel per chunk; "
                                                  "transformers runs gpt-oss's attention with sinks eagerly under sdpa "
                                                  "(GptOssPreTrainedModel._supports_sdpa is False): choose flash")
+    if parallelism.expert_tensor_degree != parallelism.tensor and not arch.is_moe:
+        raise DomainError("parallelism.expert_tensor", "expert tensor parallelism splits a mixture of experts' routed "
+                                                       "experts; this model has none")
     if parallelism.expert > 1:
         if not arch.is_moe:
             raise DomainError("parallelism.expert", "expert parallelism splits a mixture of experts' routed experts; "
@@ -430,6 +469,7 @@ def activation_setup(training: Training, parallelism: Parallelism, *, device: ac
         attention=training.attention,
         implementation=training.implementation,
         tensor_parallel=parallelism.tensor,
+        expert_tensor_parallel=parallelism.expert_tensor_degree,
         sequence_parallel=parallelism.sequence_parallel,
         device=device,
         finetuning=training.finetuning,

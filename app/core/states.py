@@ -155,23 +155,31 @@ def dense_layers_on(arch: Architecture, *, first_layer: int, layers: int, count:
     return overlap
 
 
-def _expert_share(tensor: ParamTensor, expert_parallel: int) -> ParamTensor:
-    """A routed-experts tensor as one expert-parallel GPU holds it: 1/expert_parallel of the experts (its first
-    dimension); every other tensor whole."""
-    if expert_parallel == 1 or not tensor.name.startswith("moe.experts."):
+def _expert_share(tensor: ParamTensor, expert_parallel: int, expert_tensor: int) -> ParamTensor:
+    """A routed-experts tensor as one GPU of the expert grid holds it: 1/expert_parallel of the experts (its first
+    dimension) and, where `expert_tensor` is given (an expert-tensor degree other than the tensor-parallel one),
+    rank 0's slice of each expert over that many GPUs, the same on every tensor-parallel rank; every other tensor
+    whole."""
+    if not tensor.name.startswith("moe.experts."):
         return tensor
-    return replace(tensor, shape=(tensor.shape[0] // expert_parallel, *tensor.shape[1:]))
+    if expert_parallel > 1:
+        tensor = replace(tensor, shape=(tensor.shape[0] // expert_parallel, *tensor.shape[1:]))
+    if expert_tensor:
+        tensor = replace(tensor, shape=tensor.shape_on_rank(expert_tensor, 0), split="replicated")
+    return tensor
 
 
 @lru_cache(maxsize=256)
 def stage_shapes(arch: Architecture, tensor_parallel: int, *, layers: int, first: bool, last: bool,
-                 dense: int = 0, expert_parallel: int = 1) -> StageShapes:
+                 dense: int = 0, expert_parallel: int = 1, expert_tensor: int = 0) -> StageShapes:
     """The parameter shapes of a stage with `layers` layers, the embedding if `first`, the head if `last`.
 
     `dense` of the layers are a mixture's dense ones (its first ``first_k_dense_replace``, DeepSeek), each with a
     dense MLP in place of the experts; "one layer" (what ZeRO-3 gathers, a layer's unsharded gradient) is the
     larger of the two kinds. With tied embeddings and more than one stage the last stage keeps its own copy of
-    the embedding matrix for the output layer (Megatron-LM keeps and all-reduces the two copies).
+    the embedding matrix for the output layer (Megatron-LM keeps and all-reduces the two copies). The `_ep` shapes
+    hold the routed experts as one GPU of the expert grid does (`expert_parallel`, and `expert_tensor` when it is
+    not 0 nor the tensor-parallel degree).
     """
     t = tensor_parallel
     one_layer = tuple((tensor, 1) for tensor in layer_tensors(arch))
@@ -200,10 +208,10 @@ def stage_shapes(arch: Architecture, tensor_parallel: int, *, layers: int, first
     rank_ep, cluster_ep = rank_dict, cluster_dict
     rank_ep_shapes: tuple[tuple[tuple[int, ...], int], ...] = tuple(rank)
     cluster_ep_shapes: tuple[tuple[tuple[int, ...], int], ...] = ()
-    ep = expert_parallel
-    if ep > 1:
-        parts_ep = {name: tuple((_expert_share(x, ep), reps) for x, reps in part) for name, part in parts.items()}
-        one_layer = tuple((_expert_share(x, ep), reps) for x, reps in one_layer)
+    ep, etp = expert_parallel, (expert_tensor if expert_tensor != t else 0)
+    if ep > 1 or etp:
+        parts_ep = {name: tuple((_expert_share(x, ep, etp), reps) for x, reps in part) for name, part in parts.items()}
+        one_layer = tuple((_expert_share(x, ep, etp), reps) for x, reps in one_layer)
         everything_ep = tuple(item for part in parts_ep.values() for item in part)
         rank_ep = {name: elements(rank_shapes(part, t)) for name, part in parts_ep.items()}
         cluster_ep = {name: elements(all_rank_shapes(part, t)) for name, part in parts_ep.items()}

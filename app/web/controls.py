@@ -70,6 +70,7 @@ LABELS: Final[dict[str, str]] = {
     "virtual_stages": "Virtual stages per GPU",
     "reduce_bucket_size": "Reduce bucket (elements)",
     "expert": "Expert parallel",
+    "expert_tensor": "Expert tensor parallel",
     "offload": "Offload to host memory",
     "gpus_per_node": "GPUs per node",
     "host_ram": "Host RAM per node",
@@ -94,6 +95,8 @@ EXTRA_HELP: Final[dict[str, str]] = {
     "unit": "GB = 10⁹ bytes; GiB = 2³⁰ bytes (what nvidia-smi and PyTorch report).",
     "framework_overhead_bytes": "CUDA context and allocator reserve per GPU, e.g. 1 GiB or 512 MiB.",
     "fill": "Set the fields below to the chosen model's.",
+    "expert_tensor": "Blank: the tensor-parallel degree. Each routed expert's matrices split over this many GPUs "
+    "(Megatron-LM's --expert-tensor-parallel-size).",
     "host_ram": "The page's own figure, for the host memory bar: e.g. 512 GiB or 2 TB.",
     "target_modules": "Comma-separated, e.g. q_proj, v_proj, or all-linear.",
     "method": "LoRA and QLoRA need the base in its own dtype: choose a precision that is not autocast.",

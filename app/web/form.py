@@ -51,7 +51,7 @@ TRAINING_CHOICES: Final = ("optimizer", "optimizer_implementation", "activation_
                            "implementation", "loop", "loss", "framework", "fp8")
 # Controls read only when shown (the rest of the time the API's default stands): name -> (control, values shown for).
 LOSS_CHUNKS: Final = "loss_chunks"
-PARALLEL_SHOWN: Final = ("offload", "gpus_per_node", "virtual_stages", "reduce_bucket_size", "expert")
+PARALLEL_SHOWN: Final = ("offload", "gpus_per_node", "virtual_stages", "reduce_bucket_size", "expert", "expert_tensor")
 # Fine-tuning: the API's finetuning fields; the page's names where one would clash with an architecture field.
 FINETUNING_METHOD: Final = "method"
 ADAPTER_CONTROLS: Final = ("rank", "target_modules", "lora_dropout", "save_embed_tokens", "save_lm_head")
@@ -216,6 +216,7 @@ def default_values() -> dict[str, str]:
         "virtual_stages": str(_field_default(ParallelismIn, "virtual_stages")),
         "reduce_bucket_size": str(_field_default(ParallelismIn, "reduce_bucket_size")),
         "expert": str(_field_default(ParallelismIn, "expert")),
+        "expert_tensor": "",  # blank: the tensor-parallel degree (the API's null)
         HOST_RAM: DEFAULT_HOST_RAM,
         FINETUNING_METHOD: str(_field_default(FinetuningIn, "method")),
         "rank": str(_field_default(FinetuningIn, "rank")),
@@ -307,6 +308,8 @@ def parse_form(params: Mapping[str, str]) -> ParsedForm:
         parallelism["offload"] = values["offload"]
         if values["offload"] != "none":
             parallelism["gpus_per_node"] = read("gpus_per_node", parse_int)
+    if _above(values["tensor"], 1) and values["expert_tensor"].strip():
+        parallelism["expert_tensor"] = read("expert_tensor", parse_int)
     if _above(values["pipeline"], 1):
         parallelism["virtual_stages"] = read("virtual_stages", parse_int)
     if values["framework"] == "deepspeed":
