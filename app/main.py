@@ -10,7 +10,7 @@ from starlette.middleware.gzip import GZipMiddleware
 
 from app.api.errors import install_error_handlers
 from app.api.v1 import router as api_v1_router
-from app.middleware import Guard, Headers
+from app.middleware import GZIP_LEVEL, GZIP_MINIMUM_BYTES, Guard, Headers
 from app.web.docs import router as docs_router
 from app.web.pages import router as pages_router
 
@@ -42,7 +42,7 @@ def create_app() -> FastAPI:
 
     # Outermost last: headers on everything (refusals included), then compression, then the bounds.
     application.add_middleware(Guard)
-    application.add_middleware(GZipMiddleware, minimum_size=512, compresslevel=3)
+    application.add_middleware(GZipMiddleware, minimum_size=GZIP_MINIMUM_BYTES, compresslevel=GZIP_LEVEL)
     application.add_middleware(Headers)
     return application
 

@@ -28,6 +28,10 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 BODY_TIMEOUT_S: Final = 10.0
+# Responses are gzipped from this size on, at this level (cheap, and most of what the default's ratio gives for the
+# page's markup); an answer kept compressed by its route uses the same.
+GZIP_MINIMUM_BYTES: Final = 512
+GZIP_LEVEL: Final = 3
 
 CSP: Final = ("default-src 'self'; script-src 'self'; style-src 'self'; style-src-attr 'unsafe-inline'; "
               "img-src 'self' data:; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")

@@ -15,6 +15,7 @@ input is a 422 that shows the same messages. Nothing here lets an exception beco
 
 from __future__ import annotations
 
+import gzip
 from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
@@ -31,6 +32,7 @@ from app import core
 from app.api.schemas import ARCHITECTURE_FIELDS, to_job, to_parallelism
 from app.core.finetuning import ALL_LINEAR, module_names
 from app.core.job import Job
+from app.middleware import GZIP_LEVEL, GZIP_MINIMUM_BYTES
 from app.web import controls, imports, links, update
 from app.web.accuracy import accuracy
 from app.web.answers import fit_answers
@@ -174,6 +176,20 @@ def _swaps(form: ParsedForm) -> dict[str, Any]:
 
 
 @lru_cache(maxsize=UPDATES_KEPT)
+def sent_update(query: str, shown: str | None) -> tuple[str, bytes | None]:
+    """What goes to a page showing the setup `shown` (a query string; None: unknown) for the setup in `query`, and
+    the same gzipped (None where it is too short to gain), kept for the last few pairs: a setup asked again from
+    the same one (the way back, a repeated keystroke, many pages showing one setup) is neither diffed nor
+    compressed again."""
+    current = rendered_update(query)
+    before = rendered_update(shown) if shown is not None else None
+    body = update.changes(current, before)
+    encoded = body.encode()
+    packed = gzip.compress(encoded, compresslevel=GZIP_LEVEL, mtime=0) if len(encoded) >= GZIP_MINIMUM_BYTES else None
+    return body, packed
+
+
+@lru_cache(maxsize=UPDATES_KEPT)
 def rendered_update(query: str) -> update.Update:
     """The htmx update for the setup in `query` (a query string), split into its fragments."""
     params = QueryParams(query)
@@ -188,6 +204,22 @@ def _hosts(request: Request) -> tuple[str, ...]:
     return tuple(host for host in (request.headers.get("host"), request.headers.get("x-forwarded-host")) if host)
 
 
+def _update_response(request: Request, hx_current_url: str | None) -> HTMLResponse:
+    """htmx's update: what changed since the setup the page shows, gzipped once per pair of setups where the
+    client takes gzip (the compression middleware passes a response that has its Content-Encoding through)."""
+    query = str(request.query_params)
+    shown = update.shown_query(hx_current_url, path=request.url.path, hosts=_hosts(request))
+    body, packed = sent_update(query, str(QueryParams(shown)) if shown is not None else None)
+    if packed is not None and "gzip" in request.headers.get("accept-encoding", ""):
+        response = HTMLResponse(packed, headers={"Content-Encoding": "gzip"})
+    else:
+        response = HTMLResponse(body)
+    if not rendered_update(query).swapped:
+        response.headers["HX-Reswap"] = "none"
+    response.headers["Vary"] = f"{VARY}, Accept-Encoding"
+    return response
+
+
 @router.get("/", response_class=HTMLResponse)
 def calculator(
     request: Request,
@@ -199,17 +231,11 @@ def calculator(
     """The calculator; htmx gets the changed fragments, everyone else (history restores, applied answers) the page."""
     from_htmx = hx_request == "true"
     if from_htmx and hx_history_restore_request != "true" and hx_target != FORM_ID:
-        current = rendered_update(str(request.query_params))
-        shown = update.shown_query(hx_current_url, path=request.url.path, hosts=_hosts(request))
-        before = rendered_update(str(QueryParams(shown))) if shown is not None else None
-        response = HTMLResponse(update.changes(current, before))
-        if not current.swapped:
-            response.headers["HX-Reswap"] = "none"
-    else:
-        form = parse_form(request.query_params)
-        status = 200 if form.ok or from_htmx else 422
-        response = templates.TemplateResponse(request, "page.html", page_context(form, request.query_params),
-                                              status_code=status)
+        return _update_response(request, hx_current_url)
+    form = parse_form(request.query_params)
+    status = 200 if form.ok or from_htmx else 422
+    response = templates.TemplateResponse(request, "page.html", page_context(form, request.query_params),
+                                          status_code=status)
     response.headers["Vary"] = VARY
     return response
 

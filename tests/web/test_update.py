@@ -231,3 +231,21 @@ def test_a_paste_that_cannot_be_read_swaps_only_the_paste_box(client):
     assert response.status_code == 200 and "hx-push-url" not in response.headers
     assert response.headers["hx-retarget"] == "#paste" and response.headers["hx-reselect"] == "#paste"
     assert 'id="paste"' in response.text
+
+
+def test_update_gzipped_once_and_the_same_as_sent_plain(client: TestClient) -> None:
+    """A client that takes gzip gets the update compressed (kept so, per pair of setups); decompressed it is the
+    plain update byte for byte, and caches are told that the encoding varies."""
+    query = BASE | {"micro_batch_size": "3"}
+    current = f"{ORIGIN}/?{urlencode(BASE)}"
+    plain = client.get("/", params=query, headers=HX | {"HX-Current-URL": current, "Accept-Encoding": "identity"})
+    packed = client.get("/", params=query, headers=HX | {"HX-Current-URL": current, "Accept-Encoding": "gzip"})
+    assert plain.status_code == packed.status_code == 200
+    assert "content-encoding" not in plain.headers
+    assert packed.headers["content-encoding"] == "gzip"
+    assert packed.content == plain.content  # the client decoded it: the same markup
+    for response in (plain, packed):
+        assert "Accept-Encoding" in response.headers["vary"]
+        assert "HX-Current-URL" in response.headers["vary"]
+    head = client.head("/", params=query, headers=HX | {"HX-Current-URL": current, "Accept-Encoding": "gzip"})
+    assert head.status_code == 200 and head.content == b""
