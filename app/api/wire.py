@@ -116,7 +116,8 @@ def architecture_from(model: Mapping[str, Any]) -> core.Architecture | None:
             raise core.DomainError("model.hf_config", "must be a JSON object (the contents of config.json)")
         return core.architecture_from_hf_config(config)
     if model.get("preset") is not None:
-        return dataclasses.replace(core.get_preset(model["preset"]).architecture, **overrides)
+        preset = core.get_preset(model["preset"]).architecture
+        return dataclasses.replace(preset, **overrides) if overrides else preset
     missing = [name for name in ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
                if name not in overrides]
     if missing:
@@ -174,7 +175,7 @@ def breakdown_json(breakdown: core.Breakdown) -> dict[str, int | None]:
 
 
 def peak_json(peak: core.Peak) -> dict[str, Any]:
-    return {"bytes": peak.bytes, "event": peak.event, "step": peak.step, "breakdown": dict(peak.breakdown)}
+    return {"bytes": peak.bytes, "event": peak.event, "step": peak.step, "breakdown": peak.breakdown.categories()}
 
 
 def estimate_json(result: core.Estimate) -> dict[str, Any]:
@@ -196,7 +197,7 @@ def estimate_json(result: core.Estimate) -> dict[str, Any]:
         "explanation": [{"category": b.category, "label": b.label, "formula": b.formula, "bytes": b.bytes}
                         for b in result.ledger],
         "peak": peak_json(result.peak),
-        "timeline": [{"event": p.event, "step": p.step, "bytes": p.bytes, "breakdown": dict(p.breakdown)}
+        "timeline": [{"event": p.event, "step": p.step, "bytes": p.bytes, "breakdown": p.breakdown.categories()}
                      for p in result.timeline],
         "ledger": [_buffer_json(b) for b in result.ledger],
         "attention_kernel": result.attention_kernel,
@@ -208,8 +209,9 @@ def estimate_json(result: core.Estimate) -> dict[str, Any]:
 
 
 def _buffer_json(buffer: core.Buffer) -> dict[str, Any]:
+    allocated, freed = buffer.when
     return {"category": buffer.category, "label": buffer.label, "formula": buffer.formula, "bytes": buffer.bytes,
-            "cluster_bytes": buffer.cluster_bytes, "allocated": buffer.allocated, "freed": buffer.freed}
+            "cluster_bytes": buffer.cluster_bytes, "allocated": allocated, "freed": freed}
 
 
 def fix_json(fix: Fix) -> dict[str, Any]:

@@ -66,6 +66,13 @@ class Breakdown(Mapping[str, int | None]):
         breakdown._listed, breakdown._mapped = cast(list[int | None], values), None  # the caller hands it over
         return breakdown
 
+    @classmethod
+    def of_trusted(cls, values: list[int]) -> Breakdown:
+        """`of` for a caller that built `values` one per category itself (the timeline's sweep), unchecked."""
+        breakdown = cls.__new__(cls)
+        breakdown._listed, breakdown._mapped = cast(list[int | None], values), None
+        return breakdown
+
     @property
     def _values(self) -> dict[str, int | None]:
         if self._mapped is None:
@@ -88,6 +95,12 @@ class Breakdown(Mapping[str, int | None]):
     def total_bytes(self) -> int:
         values = self._listed if self._mapped is None else self._mapped.values()
         return sum(value or 0 for value in values or ())
+
+    def categories(self) -> dict[str, int | None]:
+        """Every category and its bytes, as a plain dict (``dict(breakdown)`` without the mapping protocol's cost)."""
+        if self._mapped is None:
+            return dict(zip(CATEGORIES, self._listed or (), strict=True))
+        return dict(self._mapped)
 
     def as_dict(self) -> dict[str, int | None]:
         """Every category, then ``total``: the sum of the categories."""

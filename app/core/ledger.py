@@ -78,6 +78,11 @@ class Buffer(NamedTuple):
     names: dict[str, str]  # phase id -> name, for the words below
 
     @property
+    def when(self) -> tuple[str, str]:
+        """When the buffer is allocated and after which event it is freed, in words."""
+        return describe(self.life, self.names)
+
+    @property
     def allocated(self) -> str:
         """When the buffer is allocated, in words."""
         return describe(self.life, self.names)[0]

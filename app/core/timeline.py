@@ -214,8 +214,9 @@ def sweep(
         total = ramp_totals[life.ramp or ""]
         for index, count in alive_at(life):
             live[index][slot] += size * count // total
-    of = Breakdown.of
-    points = tuple([Point(event.name, event.step, sum(values), of(values))
+    # Built as plain tuples of the NamedTuple's class: the same objects without a Python-level __new__ per event.
+    make, point, of = tuple.__new__, Point, Breakdown.of_trusted
+    points = tuple([make(point, (event.name, event.step, sum(values), of(values)))
                     for event, values in zip(timeline, live, strict=True)])
     top = max(range(len(points)), key=lambda index: (points[index].bytes, -index))
     peak = Peak(points[top].bytes, points[top].event, points[top].step, points[top].breakdown)
