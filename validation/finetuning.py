@@ -25,7 +25,16 @@ from typing import Final
 
 import torch
 from peft import LoraConfig, get_peft_model
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers import (
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    MixtralConfig,
+    MixtralForCausalLM,
+    Qwen3MoeConfig,
+    Qwen3MoeForCausalLM,
+)
 
 from app import core
 from app.core import activations as act
@@ -40,7 +49,7 @@ LAYERS = 3
 
 @dataclass(frozen=True)
 class Case:
-    family: str  # llama or gpt2
+    family: str  # llama, gpt2, mixtral or qwen3_moe
     precision: str  # bf16 or fp32 (the base's dtype; peft keeps the adapters in fp32)
     targets: tuple[str, ...]
     dropout: float = 0.0
@@ -74,6 +83,18 @@ def _model(case: Case) -> tuple[torch.nn.Module, dict]:
                              num_key_value_heads=2, vocab_size=300, max_position_embeddings=256,
                              attn_implementation=case.attention)
         return LlamaForCausalLM(config), config.to_dict()
+    if case.family == "mixtral":
+        # Mixtral's experts are stacked parameters, not nn.Linear modules: adapters go on the attention alone.
+        mixtral = MixtralConfig(hidden_size=64, intermediate_size=96, num_hidden_layers=LAYERS, num_attention_heads=4,
+                                num_key_value_heads=2, vocab_size=300, max_position_embeddings=256,
+                                num_local_experts=4, num_experts_per_tok=2, attn_implementation=case.attention)
+        return MixtralForCausalLM(mixtral), mixtral.to_dict()
+    if case.family == "qwen3_moe":
+        qwen = Qwen3MoeConfig(hidden_size=64, intermediate_size=160, moe_intermediate_size=48, num_hidden_layers=LAYERS,
+                              num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=300,
+                              max_position_embeddings=256, num_experts=6, num_experts_per_tok=3, norm_topk_prob=True,
+                              attn_implementation=case.attention)
+        return Qwen3MoeForCausalLM(qwen), qwen.to_dict()
     # GPT-2 without dropout in the base and eager attention: CPU sdpa keeps the fused QKV projection's whole
     # output for its views, which the base model's accounting of GPT-2 does not follow (the same with or without
     # adapters), so the adapters are measured where the base is exact.
@@ -92,7 +113,7 @@ def measure(case: Case) -> dict[str, object]:
                                              modules_to_save=list(case.modules_to_save) or None))
     model.train()
     base = model.get_base_model()
-    layers = base.model.layers if case.family == "llama" else base.transformer.h
+    layers = base.transformer.h if case.family == "gpt2" else base.model.layers
     trainable, everything = model.get_nb_trainable_parameters()
     weights = sum(p.untyped_storage().nbytes() for p in {p.untyped_storage().data_ptr(): p
                                                           for p in model.parameters()}.values())
@@ -135,6 +156,13 @@ CASES = (
     Case("llama", "bf16", ("q_proj", "v_proj"), modules_to_save=("lm_head",)),
     Case("llama", "bf16", ("q_proj", "v_proj"), modules_to_save=("embed_tokens", "lm_head")),
     Case("llama", "bf16", ("q_proj", "k_proj", "o_proj", "down_proj"), rank=4, batch=1, seq=48),
+    # Mixtures of experts: the attention adapted, the router and the experts frozen (peft's all-linear would adapt
+    # the router and the experts' stacked parameters too, which trainmem refuses).
+    *(Case(family, precision, targets, dropout, attention)
+      for family in ("mixtral", "qwen3_moe") for precision in ("bf16", "fp32")
+      for targets, dropout in ((("q_proj", "v_proj"), 0.0), (("q_proj", "k_proj", "v_proj", "o_proj"), 0.1))
+      for attention in ("sdpa", "eager")),
+    Case("mixtral", "bf16", ("q_proj", "v_proj"), modules_to_save=("lm_head",), batch=1, seq=48),
 )
 
 
@@ -143,6 +171,7 @@ def peak_cases() -> tuple:
     from validation.models import Size
 
     size = Size(hidden=256, layers=4, heads=4, kv_heads=2, intermediate=704, vocab=2048)
+    moe = Size(hidden=256, layers=4, heads=4, kv_heads=2, intermediate=512, vocab=2048)
     return (
         tl.TimelineCase("llama", precision="bf16", seq=256, batch=2, size=size, lora_rank=8,
                         lora_targets=("q_proj", "v_proj")),
@@ -150,6 +179,13 @@ def peak_cases() -> tuple:
                         lora_targets=("all-linear",), lora_dropout=0.1, loop="hf-trainer"),
         tl.TimelineCase("llama", precision="fp32", seq=256, batch=2, size=size, lora_rank=8,
                         lora_targets=("q_proj", "v_proj"), implementation="for-loop"),
+        # Mixtral with the attention adapted: the router and the experts frozen, full recomputation once.
+        tl.TimelineCase("mixtral", precision="bf16", seq=256, batch=2, size=moe, lora_rank=8,
+                        lora_targets=("q_proj", "v_proj")),
+        tl.TimelineCase("mixtral", precision="fp32", seq=128, batch=2, size=moe, lora_rank=16,
+                        lora_targets=("q_proj", "k_proj", "v_proj", "o_proj"), lora_dropout=0.1, loop="hf-trainer"),
+        tl.TimelineCase("mixtral", precision="bf16", seq=256, batch=2, size=moe, lora_rank=8,
+                        lora_targets=("q_proj", "v_proj"), checkpointing="full"),
     )
 
 
@@ -160,12 +196,16 @@ def section(results: list[Result], peaks: list) -> list[str]:
     exact = sum(result.passed for result in results)
     lines = [
         SECTION, "",
-        "LoRA with peft 0.21.2 on small Llama and GPT-2 models built from a config, on CPU "
+        "LoRA with peft 0.21.2 on small Llama, GPT-2, Mixtral and Qwen3-MoE models built from a config, on CPU "
         "(`python -m validation.finetuning`). Each case compares, to the byte, peft's own trainable and total "
         "parameter counts, the bytes of every parameter (the frozen base in its dtype, the adapters in fp32 as "
         "peft's `autocast_adapter_dtype` leaves them, the copies `modules_to_save` makes) and the tensors "
         "autograd keeps for backward in each layer, the embedding and the head (frozen linear layers keep no "
-        f"input; each adapter keeps an fp32 copy of its input, or its dropout's output and mask). "
+        f"input; each adapter keeps an fp32 copy of its input, or its dropout's output and mask). In a mixture of "
+        "experts the frozen router and experts keep neither the router's input, nor the gathered tokens, nor the "
+        "down matmul's input; a Q or K norm whose projection needs no gradient keeps nothing (Qwen3-MoE's first "
+        "layer with K not adapted). peft 0.21's `all-linear` adapts a mixture's router and stacked expert "
+        "parameters too (`target_parameters`, ParamWrapper), which trainmem refuses rather than guess. "
         f"**{exact} of {len(results)} cases exact.**", "",
         "| case | trainable | all params | weights B | layers B (first, others) | embedding B | head B | |",
         "| --- | ---: | ---: | ---: | --- | ---: | ---: | --- |",

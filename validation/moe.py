@@ -144,9 +144,12 @@ def section(rows: list[tuple[Case, dict, dict]], peaks: list) -> list[str]:
               "and the fp32 fraction of tokens per expert (E) once; the router logits themselves (L_s × n × E) are "
               "collected layer by layer in forward and live as long as the model's output, which the loop decides "
               "(the mixtral-router-logits peaks above).", "",
-              "Expert parallelism (`parallelism.expert`) is modelled from its sources, not measured here (one CPU "
-              "process). Not modelled yet: capacity factors (transformers' Mixtral is dropless), MoE under "
-              "Megatron-LM, autocast or fine-tuning: trainmem refuses those rather than guess.", ""]
+              "Expert parallelism (`parallelism.expert`) and expert tensor parallelism (`parallelism.expert_tensor`) "
+              "are modelled from their sources, not measured here (one CPU process). LoRA on the attention of "
+              "Mixtral and Qwen3-MoE, with the router and the experts frozen, is measured in \"Fine-tuning\". Not "
+              "modelled yet: capacity factors (transformers' Mixtral is dropless), MoE under Megatron-LM or "
+              "autocast, peft's all-linear on a mixture (it adapts the stacked expert parameters), fine-tuning "
+              "with shared experts or dense layers: trainmem refuses those rather than guess.", ""]
     return lines
 
 

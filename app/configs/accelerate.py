@@ -66,8 +66,8 @@ def read(data: Any, r: Reading) -> None:
         amp = r.choice("mixed_precision", precision, MIXED_PRECISION)
         r.said("amp", amp, "mixed_precision", precision)
         if precision == "fp8":
-            r.assume("training.precision", "bf16", f"mixed_precision fp8: {FP8}; accelerate runs bf16 autocast "
-                                                   "around the fp8 matmuls, counted as bf16")
+            r.assume("training.precision", "bf16", f"mixed_precision fp8: {_fp8_why(data, kind)}; accelerate runs "
+                                                   "bf16 autocast around the fp8 matmuls, counted as bf16")
     else:
         r.default("amp", "no", "mixed_precision", "accelerate's default: no mixed precision")
 
@@ -123,6 +123,23 @@ def read(data: Any, r: Reading) -> None:
             r.ignore(key, "training on the CPU: the estimate is for GPUs" if value else "no: GPUs are used")
         else:
             r.ignore_all(value, key)
+
+
+def _fp8_why(data: dict[str, Any], kind: str) -> str:
+    """Why accelerate's fp8 is counted without training.fp8: its Transformer Engine backend (fp8_config.backend TE)
+    converts the Hugging Face model's nn.Linear layers to te.Linear (accelerate/utils/transformer_engine.py,
+    convert_model), which trainmem does not model (its Transformer Engine recipes are Megatron-LM's); and its
+    Megatron-LM plugin passes only fp16 or bf16 on to Megatron-LM (accelerate/utils/dataclasses.py,
+    MegatronLMPlugin.set_mixed_precision), so no --fp8-format reaches it."""
+    config = data.get("fp8_config")
+    backend = str(config.get("backend", "")).upper() if isinstance(config, dict) else ""
+    if kind == "MEGATRON_LM":
+        return ("accelerate's Megatron-LM plugin passes only fp16 or bf16 to Megatron-LM "
+                "(MegatronLMPlugin.set_mixed_precision), so its layers run without FP8")
+    if backend == "TE":
+        return ("Transformer Engine's te.Linear in a Hugging Face model (accelerate's convert_model) is not modelled: "
+                "training.fp8's Transformer Engine recipes are Megatron-LM's")
+    return FP8
 
 
 def _deepspeed(config: dict[str, Any], r: Reading, *, active: bool) -> None:

@@ -180,7 +180,8 @@ QUANTISED: Final = "quantised weights (4-bit, 8-bit) are not modelled yet: the e
 OFFLOAD: Final = ("this offload is not modelled (trainmem moves the optimizer state, or it and the parameters, to "
                    "host memory: parallelism.offload)")
 OFFLOAD_DETAIL: Final = "how offloaded buffers are pinned, paged or placed: no GPU memory of its own"
-FP8: Final = "fp8 training is not modelled: the estimate uses the precision's 16- or 32-bit dtypes"
+FP8: Final = ("this fp8 training is not modelled (training.fp8 models torchao's float8 and Transformer Engine's FP8 "
+              "as Megatron-LM runs it): the estimate uses the precision's 16- or 32-bit dtypes")
 NO_MEMORY: Final = "does not change how much memory a training step takes"
 NOT_READ: Final = "not read by trainmem"
 COMMS: Final = "communication buckets and overlap are not modelled: the estimate counts the tensors themselves"

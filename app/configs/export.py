@@ -133,7 +133,8 @@ _SCRIPT_WHY: Final = {
                           "Megatron-LM's --expert-model-parallel-size, torchtitan's expert_parallel_degree); none of "
                           "these files sets it for a Hugging Face model",
     "training.fp8": "torchao's float8 training is applied in the script (convert_to_float8_training, or torchtitan's "
-                    "float8 converter)",
+                    "float8 converter); Transformer Engine's recipes by Megatron-LM's own flags (--fp8-format, "
+                    "--fp8-recipe), which accelerate's Megatron-LM plugin does not pass on",
 }
 for _kind_why in _WHY.values():
     for _field, _why in _SCRIPT_WHY.items():

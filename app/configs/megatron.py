@@ -15,7 +15,9 @@ embeddings are tied unless --untie-embeddings-and-output-weights; --hidden-dropo
 per step; --bf16 accumulates and reduces gradients in fp32 (accumulate_allreduce_grads_in_fp32), --fp16 in fp16
 unless asked; --optimizer adam is fused Adam with decoupled weight decay (AdamW), sgd has momentum 0.9;
 --recompute-activations is --recompute-granularity selective. The memory convention is Megatron-LM's own
-(training.framework megatron), except under its FSDP (--use-torch-fsdp2, --use-megatron-fsdp).
+(training.framework megatron), except under its FSDP (--use-torch-fsdp2, --use-megatron-fsdp). --fp8-format with
+--transformer-impl transformer_engine (the default) is Transformer Engine's FP8 with --fp8-recipe's recipe (delayed
+by default; tensorwise and mxfp8 too): training.fp8 te-delayed, te-tensorwise, te-mxfp8.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import re
 import shlex
 from typing import Any, Final
 
-from app.configs.common import COMMS, FP8, MOE, PATH, Reading, preset_for_model_id
+from app.configs.common import COMMS, FP8, MOE, NO_MEMORY, PATH, Reading, preset_for_model_id
 from app.core import DomainError
 
 # Flags that take no value (store_true/store_false). Others take one.
@@ -35,7 +37,8 @@ use-rotary-position-embeddings recompute-activations use-precision-aware-optimiz
 use-legacy-models overlap-grad-reduce overlap-param-gather accumulate-allreduce-grads-in-fp32 use-torch-fsdp2
 use-megatron-fsdp no-position-embedding apply-layernorm-1p use-rope-scaling no-masked-softmax-fusion
 no-bias-gelu-fusion no-bias-dropout-fusion no-gradient-accumulation-fusion no-bias-swiglu-fusion
-no-rope-fusion no-persist-layer-norm no-async-tensor-model-parallel-allreduce tp-comm-overlap
+no-rope-fusion no-persist-layer-norm no-async-tensor-model-parallel-allreduce tp-comm-overlap fp8-param-gather
+first-last-layers-bf16
 distribute-saved-activations use-cpu-initialization no-load-optim no-load-rng no-save-optim no-save-rng
 use-checkpoint-args use-dist-ckpt async-save ckpt-fully-parallel-save ckpt-fully-parallel-load
 log-throughput log-timers-to-tensorboard log-validation-ppl-to-tensorboard log-memory-to-tensorboard
@@ -50,7 +53,8 @@ pipeline-model-parallel-size context-parallel-size recompute-granularity recompu
 normalization position-embedding-type vocab-size make-vocab-size-divisible-by tokenizer-type tokenizer-model
 optimizer sgd-momentum hidden-dropout attention-dropout attention-backend transformer-impl
 num-layers-per-virtual-pipeline-stage num-virtual-stages-per-pipeline-rank num-experts
-expert-model-parallel-size fp8-format main-grads-dtype main-params-dtype exp-avg-dtype exp-avg-sq-dtype
+expert-model-parallel-size fp8-format fp8-recipe fp8-amax-history-len fp8-amax-compute-algo fp8-margin
+main-grads-dtype main-params-dtype exp-avg-dtype exp-avg-sq-dtype
 data-parallel-sharding-strategy nproc_per_node nproc-per-node nnodes node_rank node-rank master_addr master-addr
 master_port master-port rdzv_backend rdzv-backend rdzv_endpoint rdzv-endpoint rdzv_id rdzv-id
 """.split())
@@ -71,6 +75,11 @@ AUTO_ATTENTION: Final = ("Transformer Engine picks a fused kernel (no score matr
                          "supports, else the unfused softmax: modelled as sdpa (flash where it runs, else eager)")
 SHARDING: Final = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
 DTYPES: Final = {"fp32": "fp32", "fp16": "fp16", "bf16": "bf16", "fp8": None}
+# --fp8-recipe (TransformerConfig.fp8_recipe, default delayed) -> training.fp8: Transformer Engine's recipes as
+# megatron/core/fp8_utils.py, get_fp8_recipe builds them; blockwise and custom are not modelled.
+FP8_RECIPE_IDS: Final = {"delayed": "te-delayed", "tensorwise": "te-tensorwise", "mxfp8": "te-mxfp8"}
+FP8_RECIPE_CHOICES: Final = ("tensorwise", "delayed", "mxfp8", "blockwise", "custom")
+FP8_DEFAULT_HISTORY: Final = 1  # TransformerConfig.fp8_amax_history_len
 
 
 def looks_like(text: str) -> bool:
@@ -248,6 +257,7 @@ def read(text: str, r: Reading) -> None:
     _optimizer(f, r)
     _recompute(f, r, layers // pipeline if layers else None)
     _attention(f, r)
+    _fp8(f, r)
     _sharding(f, r, tensor)
     r.default("training.loop", "plain", "(Megatron-LM)", "Megatron-LM computes the loss inside the model: the "
                                                          "loop's choice does not apply")
@@ -595,6 +605,59 @@ def _attention(f: _Flags, r: Reading) -> None:
                                                                       f"{AUTO_ATTENTION}")
     else:
         r.said("training.attention", "eager", "--transformer-impl", impl, note="the local spec's unfused attention")
+
+
+def _fp8(f: _Flags, r: Reading) -> None:
+    """--fp8-format runs the decoder layers' linear layers in FP8 through Transformer Engine
+    (TransformerConfig.fp8; megatron/core/fp8_utils.py, get_fp8_recipe and get_fp8_context), with --fp8-recipe's
+    recipe (delayed by default). e4m3 and hybrid differ in the gradients' FP8 format, not in bytes."""
+    names = ("fp8-recipe", "fp8-param-gather", "fp8-amax-history-len", "fp8-amax-compute-algo", "fp8-margin",
+             "first-last-layers-bf16")
+    fmt = f.choice("fp8-format", ("e4m3", "hybrid"))
+    if fmt is None:
+        for name in names:
+            if f.has(name):
+                f.used.add(name)
+                r.ignore(f.key(name), "no --fp8-format: Megatron-LM trains without FP8")
+        return
+    impl = f.values.get("transformer-impl") or "transformer_engine"
+    recipe = f.choice("fp8-recipe", FP8_RECIPE_CHOICES) or "delayed"
+    value = FP8_RECIPE_IDS.get(recipe)
+    if impl != "transformer_engine" or value is None:
+        why = (f"--transformer-impl {impl}: Megatron-LM's FP8 runs through Transformer Engine's modules"
+               if impl != "transformer_engine" else f"Transformer Engine's {recipe} FP8 recipe is not modelled")
+        r.ignore("--fp8-format", f"{why}; {FP8}")
+        for name in names:
+            if f.has(name):
+                f.used.add(name)
+                r.ignore(f.key(name), why)
+        return
+    r.said("training.fp8", value, "--fp8-format", fmt, note=f"Transformer Engine FP8, --fp8-recipe {recipe}"
+           + ("" if f.has("fp8-recipe") else " (Megatron-LM's default)") + "; e4m3 and hybrid take the same bytes")
+    if f.has("fp8-recipe"):
+        r.also("--fp8-recipe", recipe, "training.fp8")
+    if f.has("transformer-impl"):
+        r.also("--transformer-impl", impl, "training.fp8")
+    if f.switch("fp8-param-gather"):
+        r.ignore("--fp8-param-gather", "FP8 primary weights (fp8_model_params) are not modelled: counted with 16-bit "
+                                       "weights beside Transformer Engine's FP8 weight cache, an upper bound")
+    history = f.integer("fp8-amax-history-len")
+    if history is not None:
+        if recipe != "delayed":
+            r.ignore("--fp8-amax-history-len", "read only with --fp8-recipe delayed")
+        elif history == FP8_DEFAULT_HISTORY:
+            r.also("--fp8-amax-history-len", history, "training.fp8")
+        else:
+            r.ignore("--fp8-amax-history-len", f"counted at Megatron-LM's default length {FP8_DEFAULT_HISTORY}: "
+                                               f"{history} rows add ({history} − 1) × 5 × 4 bytes per linear layer "
+                                               "(five FP8 tensors, fp32 amax), a few MB at most")
+    for name in ("fp8-amax-compute-algo", "fp8-margin"):
+        if f.has(name):
+            f.text(name)
+            r.ignore(f.key(name), "how the scales are computed: " + NO_MEMORY)
+    if f.switch("first-last-layers-bf16"):
+        r.ignore("--first-last-layers-bf16", "all decoder layers are counted in FP8: the bf16 ones keep 16-bit "
+                                              "inputs and no FP8 weight cache")
 
 
 def _sharding(f: _Flags, r: Reading, tensor: int) -> None:

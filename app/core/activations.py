@@ -300,6 +300,76 @@ def _megatron_logits_workspace(arch: Architecture, setup: ActivationSetup) -> li
     return saved.items
 
 
+# --- Megatron-LM with Transformer Engine's FP8 --------------------------------------------------
+
+FP8_BYTES: Final = 1
+TE_SCALE_BYTES: Final = 4  # one fp32 scale_inv per per-tensor-scaled FP8 tensor
+MXFP8_ROW_PAD: Final = (128, 4)  # row-wise scales padded to [rows, cols ÷ 32] multiples (mxfp8_tensor.py)
+MXFP8_COLUMN_PAD: Final = (4, 128)  # column-wise scales padded to [rows ÷ 32, cols] multiples
+
+
+def te_scale_bytes(rows: int, cols: int, *, block: int, columnwise: bool) -> int:
+    """Bytes of the scales of one rows × cols FP8 tensor in Transformer Engine.
+
+    ``block`` 0 (delayed and current scaling): one fp32 scale_inv per tensor, shared by its row-wise data and its
+    transpose (transformer_engine/pytorch/tensor/float8_tensor.py, Float8CurrentScalingQuantizer.inner_tensor_specs:
+    ``_scale_inv`` of shape (1,), float32). ``block`` 32 (MXFP8): one E8M0 byte per 32 elements along the scaled
+    axis, padded (tensor/mxfp8_tensor.py, MXFP8Quantizer.get_scale_shape): row-wise
+    ``roundup(rows, 128) × roundup(cols ÷ 32, 4)``, column-wise ``roundup(rows ÷ 32, 4) × roundup(cols, 128)``.
+    """
+    if not block:
+        return TE_SCALE_BYTES
+    if columnwise:
+        return _round_up(rows // block, MXFP8_COLUMN_PAD[0]) * _round_up(cols, MXFP8_COLUMN_PAD[1])
+    return _round_up(rows, MXFP8_ROW_PAD[0]) * _round_up(cols // block, MXFP8_ROW_PAD[1])
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return ceil_div(value, multiple) * multiple
+
+
+def megatron_fp8_layer(arch: Architecture, setup: ActivationSetup, *, block: int,
+                       proj_saves_original: bool) -> tuple[SavedTensor, ...]:
+    """One dense layer as Megatron-LM saves it with Transformer Engine's FP8 linear layers (`_megatron_layer`
+    otherwise; Megatron-LM's TE layer spec, megatron/core/models/gpt/gpt_layer_specs.py: linear_qkv and linear_fc1
+    are TE LayerNormLinear, linear_proj and linear_fc2 TE Linear).
+
+    * The QKV and first MLP projections quantize their norm's output in the norm kernel and save the FP8 copy
+      their weight gradient reads instead of a 16-bit one (layernorm_linear.py, _LayerNormLinear.forward:
+      with_quantized_norm, then ``ln_out.update_usage(rowwise_usage=False)``; under sequence parallelism the
+      local shard, kept row-wise for per-tensor scaling since column-wise FP8 cannot be all-gathered): one byte
+      an element. The norm's 16-bit input stays saved (``inputmat``).
+    * The down projection saves the FP8 column-wise copy of its input (linear.py, _linear_forward_impl:
+      ``inputmat.update_usage(rowwise_usage=False, columnwise_usage=True)``); the 16-bit activation output is
+      then kept by nothing (Megatron-LM's SwiGLU and bias-GeLU save their input, which stays 16-bit).
+    * The attention output projection does the same, unless Megatron-LM has it save its original input
+      (``proj_saves_original``, every recipe but delayed): then nothing changes. The fused attention keeps its
+      16-bit output for its own backward, so under delayed scaling the FP8 copy comes in addition to it; the
+      unfused softmax path keeps no output, so there the copy replaces it.
+    * Each FP8 tensor carries its scales (`te_scale_bytes`, column-wise as saved).
+    """
+    layer = _megatron_layer(arch, setup)
+    n, h, t = setup.tokens, arch.hidden_size, setup.tensor_parallel
+    local = ceil_div(n, t) if setup.sequence_parallel else n
+    inputs = {"attn.qkv_input": (local, h), "mlp.input": (local, h),
+              "mlp.act_output": (n, ceil_div(arch.ffn_size, t))}
+    if not proj_saves_original:
+        inputs["attn.out_proj_input"] = (n, ceil_div(arch.num_attention_heads * arch.head_size, t))
+    fused = attention_kernel(arch, setup) != "eager"
+    items: list[SavedTensor] = []
+    for item in layer:
+        shape = inputs.get(item.name)
+        if shape is None:
+            items.append(item)
+            continue
+        if item.name == "attn.out_proj_input" and fused:
+            items.append(item._replace(name="attn.output"))  # the fused attention's own 16-bit output
+        elements = item.bytes // setup.half_bytes
+        items.append(SavedTensor(f"{item.name}_fp8", elements * FP8_BYTES, item.core_attention))
+        items.append(SavedTensor(f"{item.name}_fp8.scales", te_scale_bytes(*shape, block=block, columnwise=True)))
+    return tuple(items)
+
+
 # --- Hugging Face transformers ------------------------------------------------------------------
 
 
@@ -604,9 +674,12 @@ def _hf_probs_bytes(arch: Architecture, setup: ActivationSetup) -> int:
     return setup.stream_bytes
 
 
-def _hf_qk_norms(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, weight_grad: bool) -> None:
+def _hf_qk_norms(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, weight_grad: bool,
+                 input_grads: tuple[bool, bool] = (True, True)) -> None:
     """The RMSNorms of Q and K before the rotary multiply: as every RMSNorm (`_hf_norm`), its fp32 input and
-    fp32 reciprocal RMS, and the normalised tensor for its weight's gradient.
+    fp32 reciprocal RMS, and the normalised tensor for its weight's gradient. A norm whose projection's output
+    needs no gradient (`input_grads`, for Q and K: frozen weights, no adapter, an input without a gradient) and
+    whose weight is frozen keeps nothing.
 
     Qwen3 and Gemma 3 normalise each head (modeling_qwen3.py, modeling_gemma3.py: q_norm and k_norm over
     head_dim), so the reciprocal RMS has one value per token and head; OLMo 2 normalises the whole projection
@@ -617,7 +690,10 @@ def _hf_qk_norms(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, w
     per_head = arch.qk_norm_over == "head"
     normalised_bytes = FP32_BYTES if arch.model_type in FP32_NORMALISED_MODELS else setup.half_bytes
     one_plus_weight = arch.model_type in ONE_PLUS_WEIGHT_MODELS
-    for name, heads in (("q_norm", arch.num_attention_heads), ("k_norm", arch.kv_heads)):
+    for (name, heads), needed in zip((("q_norm", arch.num_attention_heads), ("k_norm", arch.kv_heads)), input_grads,
+                                     strict=True):
+        if not (needed or weight_grad):
+            continue
         saved.add(f"attn.{name}.input_fp32", n * heads * d, FP32_BYTES, "tensor")
         saved.add(f"attn.{name}.rstd", n * heads if per_head else n, FP32_BYTES, "tensor" if per_head else "none")
         if weight_grad:
@@ -626,7 +702,7 @@ def _hf_qk_norms(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, w
             saved.add(f"attn.{name}.one_plus_weight_fp32", d, FP32_BYTES, "none")
 
 
-def _hf_moe(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
+def _hf_moe(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, weights: bool = True) -> None:
     """A sparse MoE block as transformers 5.24 runs Mixtral's (modeling_mixtral.py: MixtralTopKRouter, then
     MixtralExperts over the tokens sorted by expert), for n tokens, k experts each, E experts of width I.
 
@@ -640,6 +716,9 @@ def _hf_moe(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
     only with ``norm_topk_prob`` and casts the weights to the activations' dtype. Experts with biases (gpt-oss)
     gather each routed token's biases by its expert, an index that keeps the n·k sorted int64 expert ids;
     gpt-oss's router and clamped SwiGLU keep what `_hf_gpt_oss_router` and `_hf_clamped_swiglu` say.
+    With the router's and the experts' weights frozen (`weights` False: adapters elsewhere, a frozen layer that
+    gradients pass through) their F.linear calls need no weight gradient and keep no input: neither the router's
+    input, nor the gathered tokens, nor the down matmul's input; what the gradients to the tokens need stays.
     Measured on CPU: docs/VALIDATION.md.
     """
     n, h, e, k = setup.tokens, arch.hidden_size, arch.num_local_experts, arch.num_experts_per_tok
@@ -651,7 +730,8 @@ def _hf_moe(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
     elif gpt_oss:
         _hf_gpt_oss_router(saved, arch, setup)
     else:
-        saved.add("moe.router_input", n * h, wa, "sequence")
+        if weights:
+            saved.add("moe.router_input", n * h, wa, "sequence")
         saved.add("moe.router_probs_fp32", n * e, FP32_BYTES, "none")
         saved.add("moe.topk_indices", n * k, INDEX_BYTES, "none")
     if arch.norm_topk_prob and not gpt_oss:  # the division by their sum keeps the k weights and the sum
@@ -663,13 +743,15 @@ def _hf_moe(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
     if arch.mlp_bias:  # gate_up_proj_bias[expert_ids] and down_proj_bias[expert_ids] keep the ids (one storage)
         saved.add("moe.sorted_expert_ids", received, INDEX_BYTES, "none")
     saved.add("moe.tokens_per_expert", e, 4, "none")
-    saved.add("moe.gathered_tokens", received * h, wa, "none")
+    if weights:
+        saved.add("moe.gathered_tokens", received * h, wa, "none")
     saved.add("moe.gate_up", routed * 2 * width, wa, "tensor")
     if gpt_oss:
         _hf_clamped_swiglu(saved, routed * width, wa)
     else:
         saved.add("moe.act_output", routed * width, wa, "tensor")
-        saved.add("moe.product", routed * width, wa, "tensor")
+        if weights:
+            saved.add("moe.product", routed * width, wa, "tensor")
     # Mixtral and DeepSeek-V3 apply their fp32 routing weights as they are; Qwen3-MoE casts them to the
     # activations' dtype first.
     saved.add("moe.routing_weights", received, FP32_BYTES if arch.model_type in FP32_ROUTING_MODELS else wa, "none")
@@ -755,7 +837,7 @@ def _hf_gated_shared_expert(saved: _Saved, arch: Architecture, setup: Activation
 def _hf_mlp(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, down_input: bool = True,
             dense: bool = False) -> None:
     if arch.is_moe and not dense:
-        _hf_moe(saved, arch, setup)
+        _hf_moe(saved, arch, setup, weights=down_input)
         return
     n, inter = setup.tokens, arch.ffn_size
     wa = setup.half_bytes
@@ -932,11 +1014,13 @@ def _hf_layer(arch: Architecture, setup: ActivationSetup, role: Role = "full", *
     _hf_adapters(saved, attn_in, setup.stream_bytes, input_kept=weights, input_grad=input_grad, name="attn.qkv_input",
                  arch=arch, setup=setup)
     attention_records = input_grad or weights or bool(attn_in)
+
+    def grad(*modules: str) -> bool:
+        return input_grad or weights or any(m in adapted for m in (*modules, "attn.qkv"))
+
     if arch.qk_norm and attention_records:
-        _hf_qk_norms(saved, arch, setup, weight_grad=weights)
+        _hf_qk_norms(saved, arch, setup, weight_grad=weights, input_grads=(grad("attn.q"), grad("attn.k")))
     if attention_records:
-        def grad(*modules: str) -> bool:
-            return input_grad or weights or any(m in adapted for m in (*modules, "attn.qkv"))
 
         _hf_attention(saved, arch, setup, out_proj_input=weights,
                       grads=(grad("attn.q"), grad("attn.k"), grad("attn.v")))

@@ -122,11 +122,19 @@ def validate_finetuning(finetuning: Finetuning, arch: Architecture | None, *, au
     if f.adapters:
         if not f.target_modules:
             raise DomainError("finetuning.target_modules", "name at least one module, or all-linear")
-        known = set(module_names(arch).values())
+        # The model's own linear modules: a mixture's experts are not nn.Linear modules (transformers keeps them as
+        # stacked parameters), so only the attention's projections are adapters' targets there.
+        names = module_names(arch)
+        known = {names[_module_of(x)] for x in linear_modules(arch) if _module_of(x) in names}
         for name in f.target_modules:
             if name != ALL_LINEAR and name not in known:
                 raise DomainError("finetuning.target_modules", f"{name!r} is not a linear module of this model; "
                                                                f"it has {', '.join(sorted(known))} (or all-linear)")
+        if arch.is_moe and ALL_LINEAR in f.target_modules:
+            raise DomainError("finetuning.target_modules", "all-linear on a mixture of experts makes peft 0.21 adapt the "
+                                                           "router and the experts' stacked parameters too (its "
+                                                           "ParamWrapper, target_parameters), which is not modelled: "
+                                                           f"name the attention's modules ({', '.join(sorted(known))})")
         if arch.is_moe and f.method == "qlora":
             raise DomainError("finetuning.method", "QLoRA of mixture-of-experts models is not modelled yet")
         if not targeted(arch, f):

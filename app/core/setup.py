@@ -129,14 +129,30 @@ def fsdp2_convention(training: Training, parallelism: Parallelism) -> bool:
 
 
 @dataclass(frozen=True)
+class TransformerEngineFp8:
+    """How NVIDIA Transformer Engine (2.20, transformer_engine/pytorch/) stores one FP8 recipe's tensors, as
+    Megatron-LM runs it (--transformer-impl transformer_engine, megatron/core/fp8_utils.py, get_fp8_recipe)."""
+
+    recipe_class: str  # TE's recipe class (transformer_engine/common/recipe/__init__.py)
+    weight_copies: int  # FP8 copies of each linear weight TE caches: row-wise and column-wise (transposed)
+    block: int  # elements per scale factor (MXFP8: 32); 0: one fp32 scale_inv per tensor
+    amax_history_len: int  # delayed scaling's amax history rows per FP8 tensor (0: the recipe keeps no state)
+    # Megatron-LM sets save_original_input on the attention's linear_proj for every recipe but delayed
+    # (megatron/core/transformer/attention.py, SelfAttention.__init__): it then saves the 16-bit attention output
+    # the fused attention keeps anyway, instead of an FP8 copy of it.
+    proj_saves_original: bool
+
+
+@dataclass(frozen=True)
 class Fp8Recipe:
     """FP8 training: which linear layers compute in float8 and what that changes in memory."""
 
     id: str
     label: str
     about: str
-    casts: bool  # the layers' linear layers cast their inputs and weights to float8 for each matmul
+    casts: bool  # the layers' linear layers cast their inputs and weights to float8 for each matmul (torchao)
     fp8_all_gather: bool  # FSDP2 gathers those weights in float8 (torchao's enable_fsdp_float8_all_gather)
+    transformer_engine: TransformerEngineFp8 | None = None  # Transformer Engine's modules under Megatron-LM
 
 
 FP8_RECIPES: Final[dict[str, Fp8Recipe]] = {
@@ -154,6 +170,42 @@ FP8_RECIPES: Final[dict[str, Fp8Recipe]] = {
                   "(enable_fsdp_float8_all_gather, torchao/float8/fsdp_utils.py, fsdp_pre_all_gather): the layers "
                   "gathered while they compute take one byte per weight. Needs the fsdp2 convention (or torchtitan "
                   "at ZeRO stage 3).", True, True),
+        Fp8Recipe("te-delayed", "Transformer Engine FP8, delayed scaling (Megatron-LM)",
+                  "Megatron-LM with --transformer-impl transformer_engine --fp8-format e4m3|hybrid --fp8-recipe "
+                  "delayed (DelayedScaling; the format changes no byte). Each decoder layer's four linear layers "
+                  "(the fused QKV and gate/up projections with their norms, TE LayerNormLinear; the attention "
+                  "output and down projections, TE Linear) save the FP8 column-wise copy of their input for the "
+                  "weight gradient in place of the 16-bit one (transformer_engine/pytorch/module/linear.py, "
+                  "_linear_forward_impl: inputmat.update_usage(rowwise_usage=False, columnwise_usage=True); "
+                  "layernorm_linear.py, _LayerNormLinear.forward: ln_out), one byte an element; the norms' inputs "
+                  "and the activation function's input stay 16-bit. The attention output projection saves its FP8 "
+                  "copy beside the 16-bit output the fused attention keeps. The FP8 weights, row-wise and "
+                  "transposed (as on Hopper: float8_tensor.py, inner_tensor_specs keeps one copy on Blackwell), are "
+                  "cached across micro-batches and steps (module/base.py, quantize_weight; _fp8_workspaces) beside "
+                  "the 16-bit weights, which stay the primary copy. Scaling state: a scale and an amax history of "
+                  "Megatron-LM's default --fp8-amax-history-len 1 (TransformerConfig.fp8_amax_history_len; TE's "
+                  "own DelayedScaling default is 1024) per FP8 tensor, fp32 (quantization.py, "
+                  "DelayedScalingRecipeState). The output layer stays 16-bit.", False, False,
+                  TransformerEngineFp8("DelayedScaling", weight_copies=2, block=0, amax_history_len=1,
+                                       proj_saves_original=False)),
+        Fp8Recipe("te-tensorwise", "Transformer Engine FP8, current (tensorwise) scaling (Megatron-LM)",
+                  "As Transformer Engine's delayed scaling, with --fp8-recipe tensorwise (Float8CurrentScaling): "
+                  "the scale is computed from each tensor as it is cast, so no amax history is kept "
+                  "(quantization.py, Float8CurrentScalingRecipeState: 'does not require state'), and Megatron-LM "
+                  "has the attention output projection save the 16-bit attention output itself instead of an FP8 "
+                  "copy (megatron/core/transformer/attention.py: set_save_original_input(self.linear_proj)). FP8 "
+                  "weights cached row-wise and transposed, as on Hopper.", False, False,
+                  TransformerEngineFp8("Float8CurrentScaling", weight_copies=2, block=0, amax_history_len=0,
+                                       proj_saves_original=True)),
+        Fp8Recipe("te-mxfp8", "Transformer Engine MXFP8 (Megatron-LM, Blackwell)",
+                  "As Transformer Engine's current scaling, with --fp8-recipe mxfp8 (MXFP8BlockScaling, Blackwell "
+                  "GPUs): every FP8 tensor carries one 8-bit E8M0 scale per 32 elements along the axis it is "
+                  "scaled on, padded to [128, 4] row-wise and [4, 128] column-wise blocks "
+                  "(transformer_engine/pytorch/tensor/mxfp8_tensor.py, MXFP8Quantizer.get_scale_shape); the "
+                  "column-wise copy is a second quantization of the same shape, not a transpose, so the cached "
+                  "weights take two bytes an element plus both scales. No amax history.", False, False,
+                  TransformerEngineFp8("MXFP8BlockScaling", weight_copies=2, block=32, amax_history_len=0,
+                                       proj_saves_original=True)),
     )
 }
 
@@ -287,6 +339,25 @@ def check_choice(field_name: str, value: str, choices: Collection[str]) -> None:
         raise DomainError(field_name, f"must be one of {', '.join(choices)}, got {value!r}")
 
 
+def _check_moe_finetuning(arch: Architecture, parallelism: Parallelism) -> None:
+    """Fine-tuning a mixture of experts is modelled for routed experts alone behind a softmax router (Mixtral,
+    Qwen3-MoE; measured with peft on CPU, docs/VALIDATION.md "Fine-tuning"), on one expert layout."""
+    why = None
+    if arch.has_shared_expert or arch.shared_expert_gate:
+        why = "with shared experts"
+    elif arch.dense_layers:
+        why = "with dense layers among the sparse ones"
+    elif arch.is_mla or arch.model_type in ("gpt_oss", "deepseek_v3"):
+        why = f"of model type {arch.model_type}"
+    if why is not None:
+        raise DomainError("finetuning.method", f"fine-tuning mixture-of-experts models {why} is not modelled yet "
+                                               "(Mixtral and Qwen3-MoE are)")
+    if parallelism.experts_apart:
+        raise DomainError("parallelism.expert" if parallelism.expert > 1 else "parallelism.expert_tensor",
+                          "fine-tuning a mixture of experts is modelled with the experts split like the rest of the "
+                          "layer (no expert or expert tensor parallelism)")
+
+
 def _check_expert_grid(parallelism: Parallelism) -> None:
     """The expert grid (expert-tensor × expert GPUs) is carved from the GPUs of one pipeline stage, tensor × data ×
     context, which it must divide; each expert is then replicated over the rest (Megatron-LM's expert data-parallel
@@ -334,10 +405,21 @@ def validate_setup(training: Training, parallelism: Parallelism, arch: Architect
         raise DomainError("training.framework", "fine-tuning under FSDP2's convention (torchtitan at ZeRO stage 3) is "
                                                 "not modelled yet; choose the pytorch convention")
     check_choice("training.fp8", training.fp8, FP8_RECIPES)
-    if training.fp8 != "none":
+    if FP8_RECIPES[training.fp8].transformer_engine is not None:
+        if training.implementation != "megatron" or training.precision.activations != "bf16":
+            raise DomainError("training.fp8", "Transformer Engine's FP8 recipes are modelled as Megatron-LM runs them "
+                                              "(--transformer-impl transformer_engine with --bf16): choose the "
+                                              "megatron implementation and a bf16 precision preset")
+        if parallelism.zero_stage > 1:
+            raise DomainError("training.fp8", "Transformer Engine under FSDP keeps no FP8 weight cache and re-quantizes "
+                                              "in backward (transformer_engine/pytorch/module/linear.py: no workspace "
+                                              "when is_fsdp2): not modelled; choose ZeRO stage 0 or 1 (Megatron-LM's "
+                                              "distributed optimizer)")
+    elif training.fp8 != "none":
         if training.precision.activations != "bf16" or training.implementation == "megatron":
             raise DomainError("training.fp8", "torchao's float8 recipes run the model in bf16 (a bf16 precision preset) "
                                               "with PyTorch's own modules, not Megatron-LM's")
+    if training.fp8 != "none":
         if training.finetuning != Finetuning():
             raise DomainError("training.fp8", "float8 training with adapters or frozen parts is not modelled")
         if FP8_RECIPES[training.fp8].fp8_all_gather and not fsdp2_convention(training, parallelism):
@@ -417,14 +499,37 @@ def validate_setup(training: Training, parallelism: Parallelism, arch: Architect
             raise DomainError("parallelism.expert", f"the {arch.num_local_experts} routed experts must split evenly "
                                                     f"over {parallelism.expert} GPUs")
     if arch.is_moe and training.fp8 != "none":
-        raise DomainError("training.fp8", "float8 training of mixture-of-experts layers (torchao's grouped-GEMM path) is "
-                                          "not modelled")
+        raise DomainError("training.fp8", "float8 training of mixture-of-experts layers (torchao's grouped-GEMM path, "
+                                          "Transformer Engine's GroupedLinear) is not modelled")
+    te = FP8_RECIPES[training.fp8].transformer_engine
+    if te is not None:
+        if arch.is_mla:
+            raise DomainError("training.fp8", "Transformer Engine's FP8 is modelled for Megatron-LM's dense layers with "
+                                              "standard attention, not multi-head latent attention")
+        # transformer_engine/pytorch/utils.py, assert_dim_for_fp8_exec: an FP8 GEMM's input and weight have leading
+        # dimensions divisible by 8 and a last dimension divisible by 16 (the tokens, and the linear layers'
+        # output and input widths, on this GPU).
+        t = parallelism.tensor
+        tokens = training.micro_batch_size * training.seq_len // parallelism.context
+        local = tokens // t if parallelism.sequence_parallel else tokens
+        inputs = (arch.hidden_size, arch.num_attention_heads * arch.head_size // t, arch.ffn_size // t)
+        outputs = ((arch.num_attention_heads + 2 * arch.kv_heads) * arch.head_size // t,
+                   (2 if arch.is_gated else 1) * arch.ffn_size // t)
+        if tokens % 8 or local % 8 or any(width % 16 for width in inputs) or any(width % 8 for width in outputs):
+            raise DomainError("training.fp8", f"Transformer Engine's FP8 GEMMs need the tokens on a GPU ({local:,}) "
+                                              "and the linear layers' output widths divisible by 8, and their input "
+                                              f"widths ({', '.join(f'{w:,}' for w in inputs)}) by 16 "
+                                              "(transformer_engine/pytorch/utils.py, assert_dim_for_fp8_exec)")
+        if te.block and local % te.block:
+            raise DomainError("training.fp8", f"MXFP8's scales are modelled for whole blocks of {te.block} tokens; "
+                                              f"this GPU's {local:,} tokens are not a multiple "
+                                              "(transformer_engine/pytorch/tensor/mxfp8_tensor.py, get_scale_shape)")
     if arch.is_moe:
         if training.implementation == "megatron":
             raise DomainError("training.implementation", "mixture-of-experts layers are modelled as transformers runs "
                                                          "them; Megatron-LM's MoE is not modelled yet")
         if training.finetuning != Finetuning():
-            raise DomainError("finetuning.method", "fine-tuning mixture-of-experts models is not modelled yet")
+            _check_moe_finetuning(arch, parallelism)
         if autocast:
             raise DomainError("training.precision", "mixture-of-experts layers are modelled in their training dtype "
                                                     "(bf16, fp16 or fp32), not under autocast")

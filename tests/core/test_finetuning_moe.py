@@ -1,0 +1,92 @@
+"""LoRA and partly frozen full fine-tuning of a mixture of experts (Mixtral, Qwen3-MoE): the attention adapted,
+the router and the experts frozen. Measured against peft 0.21.2 on CPU (docs/VALIDATION.md, "Fine-tuning")."""
+
+import pytest
+
+from app import core
+from app.core import activations as act
+from app.core.finetuning import Finetuning
+
+MIXTRAL = core.get_preset("mixtral-8x7b").architecture
+BF16 = core.precision_preset("bf16")
+
+
+def training(finetuning: Finetuning) -> core.Training:
+    return core.Training(seq_len=4096, precision=BF16, finetuning=finetuning)
+
+
+def test_lora_count_by_hand() -> None:
+    """Mixtral-8x7B (https://huggingface.co/mistralai/Mixtral-8x7B-v0.1/blob/main/config.json: hidden 4,096, 32
+    layers, 8 K/V heads of 128): LoRA r = 16 on q_proj (4,096 -> 4,096) and v_proj (4,096 -> 1,024) adds
+    r × (in + out) per module (Hu et al. 2021, A is r × in, B is out × r) in every layer."""
+    adapters = 32 * 16 * ((4096 + 4096) + (4096 + 1024))
+    assert adapters == 6_815_744
+    result = core.estimate(architecture=MIXTRAL,
+                           training=training(Finetuning(method="lora", rank=16, target_modules=("q_proj", "v_proj"))))
+    assert result.trainable_param_count == adapters
+    assert result.param_count == 46_702_792_704 + adapters
+
+
+def test_frozen_experts_keep_no_linear_inputs() -> None:
+    """A frozen F.linear needs no weight gradient, so the router's input, the gathered tokens and the down matmul's
+    input are not kept; the rest of the block's tensors are, for the gradients to the tokens."""
+    setup = act.ActivationSetup(micro_batch_size=1, seq_len=4096, precision=BF16, attention="flash",
+                                finetuning=Finetuning(method="lora", target_modules=("q_proj", "v_proj")))
+    full = {item.name for item in act.layer_activations(MIXTRAL, setup, "full")}
+    frozen_names = {"moe.router_input", "moe.gathered_tokens", "moe.product"}
+    assert not frozen_names & full
+    assert {"moe.gate_up", "moe.act_output", "moe.routing_weights", "moe.expert_output"} <= full
+    trained = act.ActivationSetup(micro_batch_size=1, seq_len=4096, precision=BF16, attention="flash")
+    assert frozen_names <= {item.name for item in act.layer_activations(MIXTRAL, trained)}
+
+
+def test_frozen_layers_of_a_mixture() -> None:
+    """Full fine-tuning with the first 8 layers frozen: 24 layers' parameters train (everything else does too)."""
+    result = core.estimate(architecture=MIXTRAL, training=training(Finetuning(method="full", frozen_layers=8)))
+    per_layer = (46_702_792_704 - 2 * 32_000 * 4096 - 4096) // 32
+    assert result.trainable_param_count == 46_702_792_704 - 8 * per_layer
+
+
+def test_k_norm_without_gradient_keeps_nothing() -> None:
+    """Qwen3's per-head K norm in the lowest layer with only q_proj and v_proj adapted: K's projection is frozen
+    and its input needs no gradient, so its norm records nothing; Q's norm (before an adapted projection's
+    output) keeps its fp32 input and reciprocal RMS (measured: Qwen3-MoE's first layer, 8,704 bytes fewer)."""
+    # Qwen3-8B's shape (https://huggingface.co/Qwen/Qwen3-8B/blob/main/config.json).
+    arch = core.architecture_from_hf_config({
+        "model_type": "qwen3", "hidden_size": 4096, "num_hidden_layers": 36, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 12288, "vocab_size": 151936,
+        "tie_word_embeddings": False})
+    setup = act.ActivationSetup(micro_batch_size=1, seq_len=64, precision=BF16, attention="flash",
+                                finetuning=Finetuning(method="lora", target_modules=("q_proj", "v_proj")))
+    bottom = {item.name for item in act.layer_activations(arch, setup, "bottom")}
+    assert not any(name.startswith("attn.k_norm") for name in bottom)
+    assert {"attn.q_norm.input_fp32", "attn.q_norm.rstd"} <= bottom
+    assert {"attn.k_norm.input_fp32", "attn.k_norm.rstd"} <= {item.name for item in
+                                                              act.layer_activations(arch, setup, "full")}
+
+
+@pytest.mark.parametrize(("finetuning", "layout", "field", "message"), [
+    (Finetuning(method="lora", target_modules=("all-linear",)), {}, "finetuning.target_modules", "ParamWrapper"),
+    (Finetuning(method="lora", target_modules=("gate_proj",)), {}, "finetuning.target_modules", "not a linear module"),
+    (Finetuning(method="qlora"), {}, "finetuning.method", "QLoRA"),
+    (Finetuning(method="lora"), {"data": 8, "expert": 8}, "parallelism.expert", "no expert"),
+])
+def test_refused_by_name(finetuning: Finetuning, layout: dict, field: str, message: str) -> None:
+    with pytest.raises(core.DomainError) as caught:
+        core.estimate(architecture=MIXTRAL, training=training(finetuning), parallelism=core.Parallelism(**layout))
+    assert caught.value.field == field
+    assert message in caught.value.message
+
+
+def test_shared_experts_refused() -> None:
+    # Qwen1.5-MoE-A2.7B's shape (https://huggingface.co/Qwen/Qwen1.5-MoE-A2.7B/blob/main/config.json): 60 routed
+    # experts and a shared one with its gate.
+    arch = core.architecture_from_hf_config({
+        "model_type": "qwen2_moe", "hidden_size": 2048, "num_hidden_layers": 24, "num_attention_heads": 16,
+        "num_key_value_heads": 16, "intermediate_size": 5632, "moe_intermediate_size": 1408,
+        "shared_expert_intermediate_size": 5632, "num_experts": 60, "num_experts_per_tok": 4, "vocab_size": 151936,
+        "tie_word_embeddings": False})
+    with pytest.raises(core.DomainError) as caught:
+        core.estimate(architecture=arch, training=training(Finetuning(method="lora")))
+    assert caught.value.field == "finetuning.method"
+    assert "shared experts" in caught.value.message
