@@ -89,6 +89,7 @@ validate: $(VENV)/.validate $(DEEPSPEED_ENV)/.installed
 	DEEPSPEED_PYTHON=$(DEEPSPEED_ENV)/bin/python $(BIN)/python -m validation.ds_estimators --write
 	HF_HUB_OFFLINE=1 $(BIN)/python -m validation.dense --write
 	HF_HUB_OFFLINE=1 $(BIN)/python -m validation.mla --write
+	HF_HUB_OFFLINE=1 $(BIN)/python -m validation.deepseek_v2 --write
 	HF_HUB_OFFLINE=1 $(BIN)/python -m validation.gpt_oss --write
 	HF_HUB_OFFLINE=1 $(BIN)/python -m validation.qwen2_moe --write
 

@@ -143,8 +143,8 @@ def section(rows: list[tuple[Case, dict, dict]], peaks: list) -> list[str]:
               "kind is counted as its sparse stages, the heavier ones. "
               "Not measured: CUDA's memory-efficient kernel, which sdpa picks for MLA there (modelled). Refused "
               "rather than guessed: tensor parallelism for MLA, Megatron-LM, "
-              "Liger, autocast and fine-tuning. deepseek_v2 is not imported: its rotary embedding (complex "
-              "numbers) and softmax router keep other tensors.", ""]
+              "Liger, autocast and fine-tuning. DeepSeek-V2, whose rotary embedding (complex numbers) and softmax "
+              "router keep other tensors, is measured in its own section (\"DeepSeek-V2\").", ""]
     return lines
 
 

@@ -136,6 +136,28 @@ def _deepseek_v3_dense_first(size: Size) -> PretrainedConfig:
     return config
 
 
+def _deepseek_v2(size: Size) -> PretrainedConfig:
+    # DeepSeek-V2's layout: the first layer dense, then mixtures of experts with two shared experts and softmax
+    # routing within the 2 best of 4 groups (group_limited_greedy), multi-head latent attention with a low-rank query.
+    width = size.head_dim or size.hidden // size.heads
+    return transformers.DeepseekV2Config(
+        hidden_size=size.hidden, num_hidden_layers=size.layers, num_attention_heads=size.heads,
+        num_key_value_heads=size.heads, intermediate_size=size.intermediate, vocab_size=size.vocab,
+        max_position_embeddings=size.positions, first_k_dense_replace=1, n_routed_experts=8, num_experts_per_tok=2,
+        topk_method="group_limited_greedy", n_group=4, topk_group=2, n_shared_experts=2,
+        moe_intermediate_size=size.intermediate // 4, q_lora_rank=size.hidden // 2, kv_lora_rank=size.hidden // 4,
+        qk_nope_head_dim=width, qk_rope_head_dim=width // 2, v_head_dim=width, bos_token_id=0, eos_token_id=1,
+    )
+
+
+def _deepseek_v2_lite(size: Size) -> PretrainedConfig:
+    # As above with DeepSeek-V2-Lite's choices: greedy routing over all experts and a plain q_proj (q_lora_rank null).
+    config = _deepseek_v2(size)
+    config.topk_method = "greedy"
+    config.q_lora_rank = None
+    return config
+
+
 def _gpt_oss(size: Size) -> PretrainedConfig:
     # Every layer a mixture of experts with biases, attention sinks, sliding-window and full-attention layers
     # alternating with a window (64) shorter than the sequences measured. transformers runs it with eager attention
@@ -170,6 +192,8 @@ FAMILIES: dict[str, Callable[[Size], PretrainedConfig]] = {
     "olmo2": _olmo2,
     "deepseek_v3": _deepseek_v3,
     "deepseek_v3-dense-first": _deepseek_v3_dense_first,
+    "deepseek_v2": _deepseek_v2,
+    "deepseek_v2-lite": _deepseek_v2_lite,
     "gpt_oss": _gpt_oss,
 }
 

@@ -118,13 +118,20 @@ ONE_PLUS_WEIGHT_MODELS: Final = ("gemma", "gemma2", "gemma3_text")
 FP32_ROTARY_MODELS: Final = ("olmo2",)
 # Mixtures of experts whose experts multiply by the router's fp32 weights as they are (None: a custom architecture,
 # modelled as Mixtral); Qwen3-MoE casts them to the activations' dtype first.
-FP32_ROUTING_MODELS: Final = (None, "mixtral", "deepseek_v3")
+FP32_ROUTING_MODELS: Final = (None, "mixtral", "deepseek_v2", "deepseek_v3")
+# DeepSeek's mixtures (DeepseekV2Moe, DeepseekV3MoE): a router whose linear runs in fp32, and a shared MLP built even
+# with n_shared_experts 0.
+DEEPSEEK_MODELS: Final = ("deepseek_v2", "deepseek_v3")
 # Models whose sliding-window layers rotate with a base of their own, so that the rotary embedding computes a second
 # cos/sin pair (Gemma 3: rope_local_base_freq); gpt-oss's two kinds of layer share one.
 LOCAL_ROTARY_MODELS: Final = ("gemma3_text",)
 # Models whose rotary cos and sin are d/2 wide (the frequencies once, not concatenated twice): gpt-oss rotates the
 # two halves of each head with them (modeling_gpt_oss.py, GptOssRotaryEmbedding.forward and _apply_rotary_emb).
 HALF_ROTARY_MODELS: Final = ("gpt_oss",)
+# Models whose rotary embedding returns the frequencies as complex numbers, d/2 complex64 (two fp32 each) per position
+# in place of cos and sin (modeling_deepseek_v2.py, DeepseekV2RotaryEmbedding.forward: torch.polar).
+COMPLEX_ROTARY_MODELS: Final = ("deepseek_v2",)
+COMPLEX64_BYTES: Final = 8
 # Models transformers runs without an sdpa path (``_supports_sdpa = False``: gpt-oss, whose sinks sdpa cannot take);
 # asked for sdpa, the estimate models the eager attention that from_pretrained then picks by default.
 NO_SDPA_MODELS: Final = ("gpt_oss",)
@@ -727,6 +734,8 @@ def _hf_moe(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, weight
     gpt_oss = arch.model_type == "gpt_oss"
     if arch.model_type == "deepseek_v3":
         _hf_deepseek_v3_router(saved, arch, setup)
+    elif arch.model_type == "deepseek_v2":
+        _hf_deepseek_v2_router(saved, arch, setup)
     elif gpt_oss:
         _hf_gpt_oss_router(saved, arch, setup)
     else:
@@ -757,7 +766,7 @@ def _hf_moe(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, weight
     saved.add("moe.routing_weights", received, FP32_BYTES if arch.model_type in FP32_ROUTING_MODELS else wa, "none")
     saved.add("moe.expert_output", received * h, wa, "none")
     saved.add("moe.scatter_index", received, INDEX_BYTES, "none")
-    if arch.n_shared_experts or arch.model_type == "deepseek_v3":
+    if arch.n_shared_experts or arch.model_type in DEEPSEEK_MODELS:
         _hf_shared_experts(saved, arch, setup)
     elif arch.shared_expert_gate:
         _hf_gated_shared_expert(saved, arch, setup)
@@ -807,14 +816,36 @@ def _hf_deepseek_v3_router(saved: _Saved, arch: Architecture, setup: ActivationS
     saved.add("moe.topk_indices", n * k, INDEX_BYTES, "none")
 
 
+def _hf_deepseek_v2_router(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
+    """DeepseekV2TopkRouter (modeling_deepseek_v2.py, transformers 5.24): softmax routing, greedy or group-limited.
+
+    The router's linear runs in fp32 and keeps the fp32 cast of its input (n × h; in an fp32 model the input
+    itself, which the shared experts read too); the softmax keeps its fp32 probabilities (n × E). ``greedy``: the
+    top-k over them keeps its int64 indices (n × k), the experts' routing. ``group_limited_greedy``: each of the
+    n_group groups is scored by its best expert, a max that keeps its int64 index (n × n_group); the choice of the
+    topk_group groups keeps its indices (n × topk_group), zeroing the other groups' probabilities a bool mask
+    (n × E), and the top-k over the rest its indices (n × k). The k weights are the top-k's values, not
+    renormalised, times ``routed_scaling_factor`` (a Python number, whose product keeps nothing). Measured on CPU:
+    docs/VALIDATION.md, "DeepSeek-V2".
+    """
+    n, h, e, k = setup.tokens, arch.hidden_size, arch.num_local_experts, arch.num_experts_per_tok
+    saved.add("moe.router_input_fp32", n * h, FP32_BYTES, "sequence")
+    saved.add("moe.router_probs_fp32", n * e, FP32_BYTES, "none")
+    if arch.topk_method == "group_limited_greedy":
+        saved.add("moe.group_max_indices", n * arch.n_group, INDEX_BYTES, "none")
+        saved.add("moe.group_indices", n * arch.topk_group, INDEX_BYTES, "none")
+        saved.add("moe.group_mask", n * e, MASK_BYTES, "none")
+    saved.add("moe.topk_indices", n * k, INDEX_BYTES, "none")
+
+
 def _hf_shared_experts(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
     """DeepSeekMoE's shared experts, one gated MLP of width I_s = n_shared_experts × moe_intermediate_size that
-    every token passes through (DeepseekV3MLP): its input (unless it is the router's fp32 input already, in an
-    fp32 model), the gate, the activation's output, the up projection and their product, n × I_s each.
-    DeepseekV3MoE builds the shared MLP even with n_shared_experts 0 (of width 0), whose linears still keep
-    their input."""
+    every token passes through (DeepseekV3MLP, DeepseekV2MLP): its input (unless it is the router's fp32 input
+    already, in an fp32 model), the gate, the activation's output, the up projection and their product, n × I_s
+    each. DeepseekV3MoE and DeepseekV2Moe build the shared MLP even with n_shared_experts 0 (of width 0), whose
+    linears still keep their input."""
     n, wa, width = setup.tokens, setup.half_bytes, arch.shared_expert_size
-    if not (arch.model_type == "deepseek_v3" and wa == FP32_BYTES):
+    if not (arch.model_type in DEEPSEEK_MODELS and wa == FP32_BYTES):
         saved.add("moe.shared.input", n * arch.hidden_size, wa, "sequence")
     for name in ("gate", "act_output", "up", "product"):
         saved.add(f"moe.shared.{name}", n * width, wa, "tensor")
@@ -873,10 +904,10 @@ def _hf_mlp(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, down_i
 
 
 def _hf_mla_layer(arch: Architecture, setup: ActivationSetup, *, dense: bool = False) -> list[SavedTensor]:
-    """A DeepSeek-V3 decoder layer (DeepseekV3DecoderLayer, transformers 5.24): the input RMSNorm, multi-head
-    latent attention (`_hf_mla_attention`) on the normalised input that q_a_proj (or q_proj) and
-    kv_a_proj_with_mqa share, the post-attention RMSNorm, and a dense MLP (the first ``first_k_dense_replace``
-    layers, `dense`) or the mixture of experts with its shared experts (`_hf_moe`)."""
+    """A DeepSeek-V3 or DeepSeek-V2 decoder layer (DeepseekV3DecoderLayer, DeepseekV2DecoderLayer, transformers
+    5.24): the input RMSNorm, multi-head latent attention (`_hf_mla_attention`) on the normalised input that
+    q_a_proj (or q_proj) and kv_a_proj_with_mqa share, the post-attention RMSNorm, and a dense MLP (the first
+    ``first_k_dense_replace`` layers, `dense`) or the mixture of experts with its shared experts (`_hf_moe`)."""
     saved = _Saved(setup)
     _hf_norm(saved, "attn_norm", arch, setup)
     _hf_linear_input(saved, "attn.qkv_input", 2, arch, setup)
@@ -896,7 +927,9 @@ def _hf_mla_attention(saved: _Saved, arch: Architecture, setup: ActivationSetup)
     q_b_proj its input (n × r_q); kv_a_layernorm likewise over the latent (n × r_kv), except that in an fp32
     model its fp32 "copy" is the split view of kv_a_proj_with_mqa's output and keeps all n × (r_kv + d_r) of it;
     kv_b_proj keeps its input (n × r_kv). The rotary multiplies keep only cos and sin (the embedding's), and the
-    concatenations that build Q and K keep nothing.
+    concatenations that build Q and K keep nothing. DeepseekV2Attention (modeling_deepseek_v2.py) is the same but
+    for its rotary embedding, complex multiplies of fp32 views of Q's and K's rotary parts that keep only the
+    embedding's complex frequencies (`COMPLEX_ROTARY_MODELS`); its fp32 copies and casts back keep nothing.
 
     The attention, Q and K of n × a × (d_n + d_r) each and V of n × a × d_v:
 
@@ -1068,7 +1101,12 @@ def _hf_embedding(arch: Architecture, setup: ActivationSetup) -> list[SavedTenso
         pairs = 2 if local else 1
         columns = arch.rope_size // 2 if arch.model_type in HALF_ROTARY_MODELS else arch.rope_size
         width = FP32_BYTES if arch.model_type in FP32_ROTARY_MODELS else setup.stream_bytes
-        saved.add("rope.cos_sin", pairs * 2 * s * columns, width, "none")
+        if arch.model_type in COMPLEX_ROTARY_MODELS:
+            # DeepSeek-V2's freqs_cis, 1 x s x d_r/2 complex64, which each layer's complex multiply keeps
+            # (apply_rotary_emb: the fp32 view_as_complex of Q's and K's rotary parts times freqs_cis).
+            saved.add("rope.freqs_cis_complex64", s * columns // 2, COMPLEX64_BYTES, "none")
+        else:
+            saved.add("rope.cos_sin", pairs * 2 * s * columns, width, "none")
     if arch.dropout > 0:
         saved.mask("embed.dropout_mask", n * h, setup.stream_bytes, "sequence")
     return saved.items

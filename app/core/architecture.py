@@ -55,6 +55,7 @@ GATED_MLPS: Final = ("swiglu", "geglu")
 NORM_KINDS: Final = ("layernorm", "rmsnorm")
 POSITION_KINDS: Final = ("learned", "rope")
 QK_NORM_SCOPES: Final = ("head", "projection")
+TOPK_METHODS: Final = ("greedy", "group_limited_greedy")  # DeepseekV2TopkRouter's (modeling_deepseek_v2.py)
 NORM_PLACEMENTS: Final = ("pre", "post")
 
 # Bounds beyond which a value is a typo rather than a model: the largest published dense models
@@ -95,6 +96,8 @@ class Architecture:
     ``topk_group`` are DeepSeek-V3's group-limited routing: the experts fall into ``n_group`` groups and each
     token picks its k experts from its ``topk_group`` best groups; they change no parameter, only what the
     router keeps. The router's ``e_score_correction_bias`` is a buffer, not a parameter, and is not counted.
+    ``topk_method`` is DeepSeek-V2's softmax routing: ``greedy`` (no groups: ``n_group`` and ``topk_group`` 1) or
+    ``group_limited_greedy`` (each group scored by its best expert); it too changes only what the router keeps.
     ``mlp_bias`` on a mixture of experts gives every expert biases (gpt-oss); ``router_bias`` gives the router
     one, and ``attention_sinks`` each query head a learned sink logit (gpt-oss, module docstring).
     ``model_type`` and ``hidden_act`` are kept from an imported config so that the `transformers`
@@ -131,6 +134,9 @@ class Architecture:
     shared_expert_gate: bool = False  # a sigmoid gate h -> 1 on the shared expert's output (Qwen2-MoE)
     n_group: int = 1  # DeepSeek-V3's expert groups; each token picks from its topk_group best groups
     topk_group: int = 1
+    # DeepSeek-V2's softmax routing (DeepseekV2TopkRouter): "greedy" (top-k over all experts) or
+    # "group_limited_greedy" (within the topk_group best of n_group groups); None for every other model.
+    topk_method: str | None = None
     router_bias: bool = False  # a bias on the router's E logits (gpt-oss)
     attention_sinks: bool = False  # a learned sink logit per query head (gpt-oss)
     # The model returns every sparse layer's router logits and adds the load-balancing loss (transformers' Mixtral,
@@ -308,11 +314,20 @@ def _validate_deepseek(arch: Architecture) -> None:
         raise DomainError("model.output_router_logits", "belongs to a mixture of experts: give num_local_experts too")
     _require_range("n_group", arch.n_group, low=1, high=MAX_EXPERTS)
     _require_range("topk_group", arch.topk_group, low=1, high=arch.n_group)
+    if arch.topk_method is not None:
+        if arch.topk_method not in TOPK_METHODS or not arch.is_moe:
+            raise DomainError("model.topk_method", f"must be one of {', '.join(TOPK_METHODS)}, for a mixture of "
+                                                   f"experts, got {arch.topk_method!r}")
+        if arch.topk_method == "greedy" and arch.n_group > 1:
+            raise DomainError("model.n_group", "greedy routing (topk_method) has no expert groups: leave n_group at 1")
     if arch.is_moe and arch.n_group > 1:
-        # DeepseekV3TopkRouter scores each group by its two best experts (topk(2) over each group).
-        if arch.num_local_experts % arch.n_group or arch.num_local_experts // arch.n_group < 2:
+        # DeepseekV3TopkRouter scores each group by its two best experts (topk(2) over each group), DeepseekV2TopkRouter
+        # by its best one (max over each group).
+        least = 1 if arch.topk_method is not None else 2
+        if arch.num_local_experts % arch.n_group or arch.num_local_experts // arch.n_group < least:
             raise DomainError("model.n_group", f"num_local_experts ({arch.num_local_experts}) must split into "
-                                               f"n_group ({arch.n_group}) groups of at least two experts")
+                                               f"n_group ({arch.n_group}) equal groups"
+                                               + (" of at least two experts" if least == 2 else ""))
         if arch.num_experts_per_tok > arch.topk_group * arch.num_local_experts // arch.n_group:
             raise DomainError("model.topk_group", f"the {arch.topk_group} groups a token may use hold fewer than "
                                                   f"num_experts_per_tok ({arch.num_experts_per_tok}) experts")

@@ -10,11 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
-from app.core.architecture import Architecture
+from app.core.architecture import TOPK_METHODS, Architecture
 from app.core.errors import DomainError
 
 SUPPORTED_MODEL_TYPES: Final = ("gpt2", "llama", "mistral", "qwen2", "gemma", "gemma2", "phi3", "mixtral", "qwen3",
-                                 "qwen3_moe", "qwen2_moe", "gemma3_text", "gemma3", "olmo2", "deepseek_v3", "gpt_oss")
+                                 "qwen3_moe", "qwen2_moe", "gemma3_text", "gemma3", "olmo2", "deepseek_v2", "deepseek_v3",
+                                 "gpt_oss")
 FIELD_PREFIX: Final = "model.hf_config"
 
 # max_position_embeddings when config.json omits it: each configuration class's default in
@@ -45,6 +46,16 @@ DEEPSEEK_V3_DEFAULTS: Final = {"vocab_size": 129_280, "hidden_size": 7168, "inte
                                "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
                                "v_head_dim": 128, "max_position_embeddings": 4096}
 DEEPSEEK_V3_ROUTED_SCALING: Final = 2.5
+# DeepseekV2Config's defaults (configuration_deepseek_v2.py, transformers 5.24). It has none for num_experts_per_tok,
+# n_group and topk_group (None, with which DeepseekV2TopkRouter cannot route): a config.json gives the first, and the
+# other two where it routes by group (topk_method "group_limited_greedy"). DeepSeek-V2's and DeepSeek-V2-Lite's own
+# numbers are their config.json files' (app/core/data/models.json).
+DEEPSEEK_V2_DEFAULTS: Final = {"vocab_size": 102_400, "hidden_size": 4096, "intermediate_size": 11008,
+                               "moe_intermediate_size": 1407, "num_hidden_layers": 32, "num_attention_heads": 32,
+                               "n_shared_experts": 2, "n_routed_experts": 64, "first_k_dense_replace": 0,
+                               "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_nope_head_dim": 128,
+                               "qk_rope_head_dim": 64, "v_head_dim": 128, "max_position_embeddings": 2048}
+DEEPSEEK_V2_ROUTED_SCALING: Final = 1.0
 # Gemma3TextConfig: sliding_window 4096, and without layer_types every sliding_window_pattern-th layer (6) attends
 # to all tokens, the others within the window.
 GEMMA3_SLIDING_WINDOW: Final = 4096
@@ -160,6 +171,8 @@ def architecture_from_hf_config(config: Mapping[str, Any]) -> Architecture:
             return _gpt2(reader)
         if model_type == "deepseek_v3":
             return _deepseek_v3(reader)
+        if model_type == "deepseek_v2":
+            return _deepseek_v2(reader)
         if model_type == "gpt_oss":
             return _gpt_oss(reader)
         if model_type == "qwen2_moe":
@@ -263,6 +276,75 @@ def _deepseek_v3(reader: _Reader) -> Architecture:
         qk_rope_head_dim=reader.int("qk_rope_head_dim", d["qk_rope_head_dim"]),
         v_head_dim=reader.int("v_head_dim", d["v_head_dim"]),
         model_type="deepseek_v3",
+        hidden_act=act,
+        extras=extras,
+    )
+
+
+def _deepseek_v2(reader: _Reader) -> Architecture:
+    """DeepSeek-V2 and DeepSeek-V2-Lite as DeepseekV2ForCausalLM builds them (modeling_deepseek_v2.py,
+    transformers 5.24).
+
+    Multi-head latent attention as DeepSeek-V3's (a plain q_proj where ``q_lora_rank`` is null, as in V2-Lite),
+    ``first_k_dense_replace`` dense layers, then mixtures of ``n_routed_experts`` experts beside ``n_shared_experts``
+    shared ones. DeepseekV2TopkRouter scores the experts with a softmax and picks k = ``num_experts_per_tok`` by
+    ``topk_method``: ``greedy`` over all experts (``n_group`` and ``topk_group`` unread), or
+    ``group_limited_greedy`` within the ``topk_group`` best of ``n_group`` groups, each scored by its best expert;
+    any other method leaves the class without routing weights and is refused. The k weights are never renormalised
+    (the class does not read ``norm_topk_prob``) and are multiplied by ``routed_scaling_factor``, a Python number
+    (kept as read; it changes no memory). ``mlp_bias`` gives the dense and shared MLPs biases, which the estimate
+    does not model beside experts, so it is refused. Not read, because they change no parameter and no saved tensor:
+    ``scoring_func``, ``moe_layer_freq`` (the class makes every layer after the first k sparse), ``aux_loss_alpha``
+    and ``seq_aux`` (the class computes no auxiliary loss), ``rope_scaling``/``rope_theta`` (YaRN rescales the
+    rotary angles and the attention's scale), and ``head_dim``, which DeepseekV2Config overwrites with
+    ``qk_rope_head_dim``. ``output_router_logits`` is not read either: the router logits it returns are not kept
+    for backward.
+    """
+    d = DEEPSEEK_V2_DEFAULTS
+    heads = reader.int("num_attention_heads", d["num_attention_heads"])
+    act = reader.str("hidden_act", "silu")
+    if act not in ("silu", "swish"):
+        raise DomainError(reader._field("hidden_act"), f"unsupported activation {act!r}")
+    if reader.bool("mlp_bias", False):
+        raise DomainError(reader._field("mlp_bias"), "biases on DeepSeek-V2's dense and shared MLPs are not modelled")
+    method = reader.str("topk_method", "greedy")
+    if method not in TOPK_METHODS:
+        raise DomainError(reader._field("topk_method"), f"must be one of {', '.join(TOPK_METHODS)} "
+                                                        f"(DeepseekV2TopkRouter's), got {method!r}")
+    grouped = method == "group_limited_greedy"
+    q_lora = None if "q_lora_rank" in reader.config and reader.config["q_lora_rank"] is None \
+        else reader.int("q_lora_rank", d["q_lora_rank"])
+    extras = (("routed_scaling_factor", reader.float("routed_scaling_factor", DEEPSEEK_V2_ROUTED_SCALING)),)
+    return Architecture(
+        num_hidden_layers=reader.int("num_hidden_layers", d["num_hidden_layers"]),
+        hidden_size=reader.int("hidden_size", d["hidden_size"]),
+        num_attention_heads=heads,
+        # DeepseekV2Config's None falls back to the query heads, which MLA expands keys and values to.
+        num_key_value_heads=reader.int("num_key_value_heads", heads),
+        intermediate_size=reader.int("intermediate_size", d["intermediate_size"]),
+        vocab_size=reader.int("vocab_size", d["vocab_size"]),
+        max_position_embeddings=reader.int("max_position_embeddings", d["max_position_embeddings"]),
+        tie_word_embeddings=reader.bool("tie_word_embeddings", False),
+        attention_bias=reader.bool("attention_bias", False),
+        mlp="swiglu",
+        attention_dropout=reader.float("attention_dropout", 0.0),
+        # DeepseekV2Config maps num_experts to n_routed_experts.
+        num_local_experts=reader.int("n_routed_experts" if reader.config.get("num_experts") is None
+                                     else "num_experts", d["n_routed_experts"]),
+        num_experts_per_tok=reader.int("num_experts_per_tok"),
+        moe_intermediate_size=reader.int("moe_intermediate_size", d["moe_intermediate_size"]),
+        norm_topk_prob=False,
+        n_shared_experts=reader.int("n_shared_experts", d["n_shared_experts"]),
+        first_k_dense_replace=reader.int("first_k_dense_replace", d["first_k_dense_replace"]),
+        n_group=reader.int("n_group") if grouped else 1,
+        topk_group=reader.int("topk_group") if grouped else 1,
+        topk_method=method,
+        q_lora_rank=q_lora,
+        kv_lora_rank=reader.int("kv_lora_rank", d["kv_lora_rank"]),
+        qk_nope_head_dim=reader.int("qk_nope_head_dim", d["qk_nope_head_dim"]),
+        qk_rope_head_dim=reader.int("qk_rope_head_dim", d["qk_rope_head_dim"]),
+        v_head_dim=reader.int("v_head_dim", d["v_head_dim"]),
+        model_type="deepseek_v2",
         hidden_act=act,
         extras=extras,
     )

@@ -31,6 +31,10 @@ PUBLISHED_TOTALS = {
     # DeepseekV3ForCausalLM from deepseek-ai/DeepSeek-V3's config.json on the meta device (tests/core/test_mla.py),
     # without the multi-token prediction module the checkpoint adds.
     "deepseek-v3": 671_026_404_352,
+    # DeepseekV2ForCausalLM from deepseek-ai/DeepSeek-V2's and DeepSeek-V2-Lite's config.json on the meta device
+    # (tests/core/test_deepseek_v2.py); DeepSeek publishes 236B and 15.7B (arXiv:2405.04434).
+    "deepseek-v2": 235_741_434_880,
+    "deepseek-v2-lite": 15_706_484_224,
     # GptOssForCausalLM from openai/gpt-oss-20b's and gpt-oss-120b's config.json on the meta device
     # (tests/core/test_gpt_oss.py); OpenAI publishes 20.91B and 116.83B (arXiv:2508.10925).
     "gpt-oss-20b": 20_914_757_184,
