@@ -19,7 +19,7 @@ from app.core.categories import CATEGORIES, MODEL_STATE_CATEGORIES, Breakdown
 from app.core.errors import DomainError
 from app.core.finetuning import Finetuning
 from app.core.gpus import Gpu, GpuFit, fit
-from app.core.ledger import ACTS, DS_ZERO2, FORWARDED, GRADS, Buffer, stage_ledger
+from app.core.ledger import ACTS, DS_ZERO2, FORWARDED, GRADS, Buffer, fp8_layer_saved, stage_ledger
 from app.core.optimizers import FP32_BITS, OPTIMIZER_INFO, optimizer_formula, optimizer_label
 from app.core.setup import MAX_PARAM_COUNT, OFFLOADS, Parallelism, Training, activation_setup, check_int, validate_setup
 from app.core.stages import stage_kinds
@@ -97,7 +97,7 @@ def estimate(
 def _from_architecture(arch: Architecture, training: Training, parallelism: Parallelism, gpu: Gpu | None,
                        device: act.Device) -> Estimate:
     setup = activation_setup(training, parallelism, device=device)
-    layer_saved = act.layer_activations(arch, setup)
+    layer_saved = fp8_layer_saved(arch, training, setup, act.layer_activations(arch, setup))
     m = training.gradient_accumulation_steps
     best = None
     cluster = dict.fromkeys(CATEGORIES, 0)

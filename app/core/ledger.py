@@ -134,13 +134,23 @@ def stage_phases(kind: StageKind) -> tuple[Phase, ...]:
     return tuple(phases)
 
 
+def fp8_layer_saved(arch: Architecture, training: Training, setup: act.ActivationSetup,
+                    layer_saved: tuple[act.SavedTensor, ...]) -> tuple[act.SavedTensor, ...]:
+    """What one layer saves: Transformer Engine's FP8 recipes save FP8 copies of the linear layers' inputs
+    (`act.megatron_fp8_layer`); every other choice saves `layer_saved`."""
+    te = FP8_RECIPES[training.fp8].transformer_engine
+    if te is None:
+        return layer_saved
+    return act.megatron_fp8_layer(arch, setup, block=te.block, proj_saves_original=te.proj_saves_original)
+
+
 class _Stage:
     """What one stage kind's buffers are computed from, and the ledger being written."""
 
     def __init__(self, arch: Architecture, training: Training, parallelism: Parallelism, kind: StageKind,
                  setup: act.ActivationSetup, layer_saved: tuple[act.SavedTensor, ...]) -> None:
         self.arch, self.training, self.parallelism, self.kind, self.setup = arch, training, parallelism, kind, setup
-        self.layer_saved = self._fp8_layer_saved(layer_saved)  # what one layer saves without recomputation
+        self.layer_saved = layer_saved  # what one layer saves without recomputation (`fp8_layer_saved` applied)
         self.phases = stage_phases(kind)
         self.names = {phase.id: phase.name for phase in self.phases} | STEP_PHASE_NAMES
         n = kind.layers
@@ -806,13 +816,6 @@ class _Stage:
                  "(twice), weight and input for its backward matmuls (torchao)", f"{backward:,} × 1 B "
                  f"[{source}.backward]", backward, self.per_stage(backward), Life("micro-batch", bwd[0], only=bwd))
 
-    def _fp8_layer_saved(self, layer_saved: tuple[act.SavedTensor, ...]) -> tuple[act.SavedTensor, ...]:
-        """What one layer saves: Transformer Engine's FP8 recipes save FP8 copies of the linear layers' inputs
-        (`act.megatron_fp8_layer`); every other choice saves `layer_saved`."""
-        te = FP8_RECIPES[self.training.fp8].transformer_engine
-        if te is None:
-            return layer_saved
-        return act.megatron_fp8_layer(self.arch, self.setup, block=te.block, proj_saves_original=te.proj_saves_original)
 
     def _te_linears(self) -> tuple[tuple[str, int, int], ...]:
         """One layer's four Transformer Engine linear layers on this GPU, (name, out, in), as Megatron-LM fuses them:
@@ -1089,10 +1092,10 @@ def stage_ledger(arch: Architecture, training: Training, parallelism: Parallelis
                  ) -> StageLedger:
     """Every buffer on the most-loaded GPU of a stage of this kind, and the stage's micro-batch events.
 
-    `layer_saved` is what one layer saves without recomputation, if already worked out.
+    `layer_saved` is what one layer saves without recomputation (`fp8_layer_saved` of it), if already worked out.
     """
     if layer_saved is None:
-        layer_saved = act.layer_activations(arch, setup)
+        layer_saved = fp8_layer_saved(arch, training, setup, act.layer_activations(arch, setup))
     stage = _Stage(arch, training, parallelism, kind, setup, layer_saved)
     stage.model_states()
     stage.host_gradients()

@@ -117,6 +117,15 @@ def test_llama3_8b_saved_tensors() -> None:
     assert llama("te-tensorwise")["activations.layers"] == 32 * (delayed - n * h - 4)
 
 
+def test_reported_layer_tensors_are_the_fp8_ones() -> None:
+    """The answer's per-layer table (layer_activations) lists what the ledger counts: 990,904,336 B a layer under
+    delayed scaling (test_llama3_8b_saved_tensors), 1,141,899,264 B without FP8."""
+    for fp8, layer in (("te-delayed", 990_904_336), ("none", 1_141_899_264)):
+        result = core.estimate(architecture=LLAMA, training=replace(MEGATRON, fp8=fp8, seq_len=8192),
+                               parallelism=core.Parallelism(data=8, zero_stage=1))
+        assert sum(item.bytes for item in result.layer_activations) == layer
+
+
 def test_llama3_8b_weight_cache_outweighs_the_saved_bytes() -> None:
     # Linear weights of a layer: QKV 6,144 × 4,096 + proj 4,096² + gate/up 28,672 × 4,096 + down 4,096 × 14,336 =
     # 218,103,808; two FP8 copies and four scale_inv: 436,207,632 a layer, 13,958,644,224 for 32 layers, the
