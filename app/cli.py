@@ -76,7 +76,7 @@ def _flag(path: str) -> Flag:
         return Flag(path, option, "config", None)
     if path in LIST_FIELDS:
         return Flag(path, option, "list", None)
-    if path == "finetuning.dropout":
+    if path in ("finetuning.dropout", "parallelism.expert_load"):
         return Flag(path, option, "float", None)
     if path in JOB_FIELDS:
         return Flag(path, option, JOB_FIELDS[path].kind, JOB_FIELDS[path])

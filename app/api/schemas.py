@@ -206,6 +206,12 @@ class ParallelismIn(BaseModel):
                         "GPUs (it divides the experts; with expert_tensor unset it divides data × context, in "
                         "general expert_tensor × expert divides tensor × data × context); each expert's ZeRO shards "
                         "spread over the rest of the stage's GPUs.")
+    expert_load: float = Field(default=1.0, ge=1, le=limits.MAX_DEGREE,
+                               description="Token copies the most-loaded expert-parallel GPU's experts take, as a "
+                               "multiple of balanced routing (1): a capacity factor bounds it (Megatron-LM's "
+                               "--moe-expert-capacity-factor, DeepSpeed-MoE's capacity_factor; exactly that with "
+                               "padding), a dropless run's imbalance raises it. At most expert × min(k, experts ÷ "
+                               "expert) ÷ k; 1 without expert parallelism.")
     expert_tensor: int | None = Field(default=None, ge=1, le=limits.MAX_DEGREE,
                                       description="Expert tensor parallelism (Megatron-LM's --expert-tensor-parallel-"
                                       "size): each routed expert's matrices split over this many GPUs instead of the "

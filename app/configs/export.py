@@ -132,6 +132,11 @@ _SCRIPT_WHY: Final = {
     "parallelism.expert": "expert parallelism is the model code's (DeepSpeed's deepspeed.moe.layer.MoE(ep_size=...), "
                           "Megatron-LM's --expert-model-parallel-size, torchtitan's expert_parallel_degree); none of "
                           "these files sets it for a Hugging Face model",
+    "parallelism.expert_tensor": "expert tensor parallelism is Megatron-LM's (--expert-tensor-parallel-size); none of "
+                                 "these files sets it",
+    "parallelism.expert_load": "the most-loaded expert GPU's load is an outcome of routing (bounded by a capacity "
+                               "factor set in the model code or Megatron-LM's --moe-expert-capacity-factor), not a "
+                               "setting of these files",
     "training.fp8": "torchao's float8 training is applied in the script (convert_to_float8_training, or torchtitan's "
                     "float8 converter); Transformer Engine's recipes by Megatron-LM's own flags (--fp8-format, "
                     "--fp8-recipe), which accelerate's Megatron-LM plugin does not pass on",

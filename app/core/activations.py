@@ -31,6 +31,7 @@ measurements: dropout keeps its mask at the width of the tensor it drops).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Final, Literal, NamedTuple
@@ -46,7 +47,7 @@ Attention = Literal["eager", "sdpa", "flash"]
 Kernel = Literal["eager", "flash", "memory-efficient", "math"]
 Checkpointing = Literal["none", "selective", "full"]
 Device = Literal["cuda", "cpu"]
-Split = Literal["tensor", "sequence", "none"]
+Split = Literal["tensor", "sequence", "none", "expert"]  # "expert": a routed expert's width, over expert_tensor GPUs
 
 
 @dataclass(frozen=True)
@@ -152,18 +153,27 @@ class ActivationSetup:
     finetuning: Finetuning = Finetuning()
     loss: str = "standard"  # setup.LOSSES
     expert_tensor_parallel: int = 0  # the GPUs a routed expert's matrices split over; 0: tensor_parallel
+    expert_load: float = 1.0  # the most-loaded GPU's routed copies over balanced routing's (setup.Parallelism)
 
     def routed_on_rank(self, routed: int) -> int:
-        """Of a micro-batch's `routed` token copies (n·k), those this GPU's experts take. With the experts split
-        like the rest of the layer (the expert-tensor degree equal to the tensor-parallel one) every tensor-parallel
-        rank takes them all, each computing its slice of the experts' width; with a smaller expert-tensor degree
-        the tensor-parallel ranks share the tokens out, each expert slice taking expert_tensor ÷ tensor of them at
-        a wider slice (Megatron-LM's MoE parallel folding, Liu et al. 2025, arXiv:2504.14960, section 3): the
-        experts' intermediate tensors stay n·k·I ÷ tensor per GPU, what is n·k × h wide shrinks."""
+        """Of a micro-batch's `routed` token copies (n·k), those this GPU sends to the experts. With the experts
+        split like the rest of the layer (the expert-tensor degree equal to the tensor-parallel one) every
+        tensor-parallel rank routes them all, each computing its slice of the experts' width; with a smaller
+        expert-tensor degree the tensor-parallel ranks share the tokens out, each expert slice taking expert_tensor ÷
+        tensor of them at a wider slice (Megatron-LM's MoE parallel folding, Liu et al. 2025, arXiv:2504.14960,
+        section 3): the experts' intermediate tensors stay n·k·I ÷ tensor per GPU, what is n·k × h wide shrinks."""
         etp = self.expert_tensor_parallel or self.tensor_parallel
         if etp == self.tensor_parallel:
             return routed
         return ceil_div(routed * etp, self.tensor_parallel)
+
+    def received_on_rank(self, routed: int) -> int:
+        """The token copies this GPU's experts take: what it sends under balanced routing (`routed_on_rank`),
+        times `expert_load` on the most-loaded GPU (a capacity factor bounds it; imbalance raises it)."""
+        balanced = self.routed_on_rank(routed)
+        if self.expert_load == 1.0:
+            return balanced
+        return math.ceil(balanced * self.expert_load)
 
     @cached_property
     def tokens(self) -> int:
@@ -205,6 +215,8 @@ class SavedTensor(NamedTuple):
 
 def _on_rank(elements: int, element_bytes: int, split: Split, setup: ActivationSetup) -> int:
     """Bytes on the most-loaded rank: split over t for tensor-parallel tensors, and for the rest under SP."""
+    if split == "expert":
+        return ceil_div(elements, setup.expert_tensor_parallel or setup.tensor_parallel) * element_bytes
     divided = split == "tensor" or (split == "sequence" and setup.sequence_parallel)
     share = ceil_div(elements, setup.tensor_parallel) if divided else elements
     return share * element_bytes
@@ -747,20 +759,21 @@ def _hf_moe(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, weight
         saved.add("moe.topk_weights_fp32", n * k, FP32_BYTES, "none")
         saved.add("moe.topk_weight_sum_fp32", n, FP32_BYTES, "none")
     saved.add("moe.routing_order", 2 * routed, INDEX_BYTES, "none")
-    # What the experts keep per token copy follows the copies this GPU's experts take (ActivationSetup.routed_on_rank).
-    received = setup.routed_on_rank(routed)
+    # What the experts keep per token copy follows the copies this GPU's experts take (ActivationSetup.received_on_rank),
+    # their intermediate tensors at each expert's width over the expert-tensor GPUs.
+    received = setup.received_on_rank(routed)
     if arch.mlp_bias:  # gate_up_proj_bias[expert_ids] and down_proj_bias[expert_ids] keep the ids (one storage)
         saved.add("moe.sorted_expert_ids", received, INDEX_BYTES, "none")
     saved.add("moe.tokens_per_expert", e, 4, "none")
     if weights:
         saved.add("moe.gathered_tokens", received * h, wa, "none")
-    saved.add("moe.gate_up", routed * 2 * width, wa, "tensor")
+    saved.add("moe.gate_up", received * 2 * width, wa, "expert")
     if gpt_oss:
-        _hf_clamped_swiglu(saved, routed * width, wa)
+        _hf_clamped_swiglu(saved, received * width, wa)
     else:
-        saved.add("moe.act_output", routed * width, wa, "tensor")
+        saved.add("moe.act_output", received * width, wa, "expert")
         if weights:
-            saved.add("moe.product", routed * width, wa, "tensor")
+            saved.add("moe.product", received * width, wa, "expert")
     # Mixtral and DeepSeek-V3 apply their fp32 routing weights as they are; Qwen3-MoE casts them to the
     # activations' dtype first.
     saved.add("moe.routing_weights", received, FP32_BYTES if arch.model_type in FP32_ROUTING_MODELS else wa, "none")
@@ -793,7 +806,7 @@ def _hf_clamped_swiglu(saved: _Saved, elements: int, element_bytes: int) -> None
     clamped u itself is kept by nothing (the + 1 needs no operand): five n·k·I tensors where Mixtral's SwiGLU
     keeps two."""
     for name in ("gate_clamped", "gate_sigmoid", "up_plus_one", "glu", "product"):
-        saved.add(f"moe.{name}", elements, element_bytes, "tensor")
+        saved.add(f"moe.{name}", elements, element_bytes, "expert")
 
 
 def _hf_deepseek_v3_router(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:

@@ -301,6 +301,11 @@ class Parallelism:
     # means the same). The expert grid, expert_tensor × expert GPUs, is carved from tensor × data × context ("MoE
     # parallel folding", Liu et al. 2025, arXiv:2504.14960, section 3).
     expert_tensor: int | None = None
+    # The token copies the most-loaded expert-parallel GPU's experts take, as a multiple of balanced routing's: a
+    # capacity factor bounds it (Megatron-LM's --moe-expert-capacity-factor, DeepSpeed-MoE's capacity_factor; exactly
+    # that with padding to capacity), a dropless run's routing imbalance raises it. The most-loaded GPU decides
+    # the peak (Fedus et al. 2021, Switch Transformers, arXiv:2101.03961, section 2.2, on the capacity factor).
+    expert_load: float = 1.0
     # DeepSpeed's zero_optimization.reduce_bucket_size, in elements (its default): the contiguous gradient bucket
     # it reduces from, counted under training.framework deepspeed.
     reduce_bucket_size: int = DEEPSPEED_REDUCE_BUCKET_SIZE
@@ -356,6 +361,22 @@ def _check_moe_finetuning(arch: Architecture, parallelism: Parallelism) -> None:
         raise DomainError("parallelism.expert" if parallelism.expert > 1 else "parallelism.expert_tensor",
                           "fine-tuning a mixture of experts is modelled with the experts split like the rest of the "
                           "layer (no expert or expert tensor parallelism)")
+
+
+def _check_expert_load(arch: Architecture, parallelism: Parallelism) -> None:
+    """The most-loaded GPU takes between its balanced share and everything its experts can be sent: every token
+    of its expert-parallel group, each routing min(k, its experts) copies to it. Without expert parallelism a GPU
+    holds every expert and takes all n·k copies, so the load is 1."""
+    load, ep = parallelism.expert_load, parallelism.expert
+    if isinstance(load, bool) or not isinstance(load, int | float) or not math.isfinite(load):
+        raise DomainError("parallelism.expert_load", f"must be a number, got {load!r}")
+    k = arch.num_experts_per_tok
+    most = ep * min(k, arch.num_local_experts // ep) / k
+    if not 1.0 <= load <= most:
+        where = (f"with {ep} expert-parallel GPUs and k = {k} it is at most {most:g}" if ep > 1 else
+                 "without expert parallelism every GPU takes all the copies: it is 1")
+        raise DomainError("parallelism.expert_load", f"must be from 1 (balanced routing) up to what one GPU's "
+                                                     f"experts can be sent; {where}, got {load:g}")
 
 
 def _check_expert_grid(parallelism: Parallelism) -> None:
@@ -488,6 +509,11 @@ def validate_setup(training: Training, parallelism: Parallelism, arch: Architect
         raise DomainError("parallelism.context", "context parallelism runs a fused attention kernel per chunk; "
                                                  "transformers runs gpt-oss's attention with sinks eagerly under sdpa "
                                                  "(GptOssPreTrainedModel._supports_sdpa is False): choose flash")
+    if arch.is_moe:
+        _check_expert_load(arch, parallelism)
+    elif parallelism.expert_load != 1.0:
+        raise DomainError("parallelism.expert_load", "the expert load applies to a mixture of experts' routed "
+                                                     "experts; this model has none")
     if parallelism.expert_tensor_degree != parallelism.tensor and not arch.is_moe:
         raise DomainError("parallelism.expert_tensor", "expert tensor parallelism splits a mixture of experts' routed "
                                                        "experts; this model has none")
@@ -575,6 +601,7 @@ def activation_setup(training: Training, parallelism: Parallelism, *, device: ac
         implementation=training.implementation,
         tensor_parallel=parallelism.tensor,
         expert_tensor_parallel=parallelism.expert_tensor_degree,
+        expert_load=parallelism.expert_load,
         sequence_parallel=parallelism.sequence_parallel,
         device=device,
         finetuning=training.finetuning,

@@ -49,12 +49,17 @@ def estimate_warnings(arch: Architecture, training: Training, parallelism: Paral
             "never happens, because gradients appear as backward frees the activations and the loss's buffers "
             "come and go."
         )
-    if parallelism.expert > 1:
+    if parallelism.expert > 1 and parallelism.expert_load == 1.0:
         warnings.append(
             f"Expert parallelism over {parallelism.expert} GPUs is counted with balanced routing: each GPU receives "
             "its share of the tokens' k copies. Routing is seldom balanced; the GPU whose experts receive the most "
-            "tokens holds more activations and a larger all-to-all buffer than shown (a capacity factor or the "
-            "router's auxiliary loss bounds how many)."
+            "tokens holds more activations than shown. Set parallelism.expert_load to your capacity factor (which "
+            "bounds it) or to the imbalance you expect."
+        )
+    elif parallelism.expert > 1:
+        warnings.append(
+            f"The most-loaded expert-parallel GPU's experts are counted with {parallelism.expert_load:g} × the "
+            "token copies of balanced routing (parallelism.expert_load)."
         )
     if training.seq_len > arch.max_position_embeddings:
         warnings.append(f"seq_len ({training.seq_len:,}) exceeds the model's max_position_embeddings "

@@ -71,6 +71,7 @@ LABELS: Final[dict[str, str]] = {
     "reduce_bucket_size": "Reduce bucket (elements)",
     "expert": "Expert parallel",
     "expert_tensor": "Expert tensor parallel",
+    "expert_load": "Most-loaded expert GPU's load",
     "offload": "Offload to host memory",
     "gpus_per_node": "GPUs per node",
     "host_ram": "Host RAM per node",
@@ -95,6 +96,8 @@ EXTRA_HELP: Final[dict[str, str]] = {
     "unit": "GB = 10⁹ bytes; GiB = 2³⁰ bytes (what nvidia-smi and PyTorch report).",
     "framework_overhead_bytes": "CUDA context and allocator reserve per GPU, e.g. 1 GiB or 512 MiB.",
     "fill": "Set the fields below to the chosen model's.",
+    "expert_load": "× balanced routing: 1.25 for a capacity factor of 1.25 (tokens over it dropped), or the "
+    "imbalance a dropless run expects.",
     "expert_tensor": "Blank: the tensor-parallel degree. Each routed expert's matrices split over this many GPUs "
     "(Megatron-LM's --expert-tensor-parallel-size).",
     "host_ram": "The page's own figure, for the host memory bar: e.g. 512 GiB or 2 TB.",

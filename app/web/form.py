@@ -11,6 +11,7 @@ control at fault, so the page can show it next to that control.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,7 +52,8 @@ TRAINING_CHOICES: Final = ("optimizer", "optimizer_implementation", "activation_
                            "implementation", "loop", "loss", "framework", "fp8")
 # Controls read only when shown (the rest of the time the API's default stands): name -> (control, values shown for).
 LOSS_CHUNKS: Final = "loss_chunks"
-PARALLEL_SHOWN: Final = ("offload", "gpus_per_node", "virtual_stages", "reduce_bucket_size", "expert", "expert_tensor")
+PARALLEL_SHOWN: Final = ("offload", "gpus_per_node", "virtual_stages", "reduce_bucket_size", "expert", "expert_tensor",
+                         "expert_load")
 # Fine-tuning: the API's finetuning fields; the page's names where one would clash with an architecture field.
 FINETUNING_METHOD: Final = "method"
 ADAPTER_CONTROLS: Final = ("rank", "target_modules", "lora_dropout", "save_embed_tokens", "save_lm_head")
@@ -190,6 +192,20 @@ def parse_probability(control: str, raw: str) -> float:
         raise FormError(control, f"Enter a probability between 0 and 1 (got {_quoted(raw)}).") from None
 
 
+def parse_factor(control: str, raw: str) -> float:
+    """A multiple such as 1.25 (a finite number; the schema checks its range)."""
+    text = raw.strip().removesuffix("×").removesuffix("x").strip()
+    try:
+        if not text or len(text) > 4 * MAX_DIGITS:
+            raise ValueError(raw)
+        value = float(text)
+        if not math.isfinite(value):
+            raise ValueError(raw)
+    except ValueError:
+        raise FormError(control, f"Enter a multiple such as 1 or 1.25 (got {_quoted(raw)}).") from None
+    return value
+
+
 # --- defaults and the values the controls show ----------------------------------------------------------
 
 
@@ -217,6 +233,7 @@ def default_values() -> dict[str, str]:
         "reduce_bucket_size": str(_field_default(ParallelismIn, "reduce_bucket_size")),
         "expert": str(_field_default(ParallelismIn, "expert")),
         "expert_tensor": "",  # blank: the tensor-parallel degree (the API's null)
+        "expert_load": format(_field_default(ParallelismIn, "expert_load"), "g"),
         HOST_RAM: DEFAULT_HOST_RAM,
         FINETUNING_METHOD: str(_field_default(FinetuningIn, "method")),
         "rank": str(_field_default(FinetuningIn, "rank")),
@@ -305,6 +322,8 @@ def parse_form(params: Mapping[str, str]) -> ParsedForm:
     # in the URL from before never errs on a hidden control.
     if _above(values["data"], 1):
         parallelism["expert"] = read("expert", parse_int)
+        if _above(values["expert"], 1):
+            parallelism["expert_load"] = read("expert_load", parse_factor)
         parallelism["offload"] = values["offload"]
         if values["offload"] != "none":
             parallelism["gpus_per_node"] = read("gpus_per_node", parse_int)

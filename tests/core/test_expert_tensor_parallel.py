@@ -111,3 +111,30 @@ def test_refused_by_name(arch: core.Architecture, layout: dict, field: str, mess
 ])
 def test_data_step(layout: dict, step: int) -> None:
     assert data_step(core.Parallelism(**layout)) == step
+
+
+def test_expert_load_scales_what_the_experts_take() -> None:
+    """parallelism.expert_load 1.25 (a capacity factor of 1.25 with padding): the most-loaded GPU's experts take
+    1.25 × the balanced n·k copies; what the router keeps (n × E, n × k) and the all-to-all send buffer (this GPU's
+    own copies) do not change."""
+    n = 4096
+    balanced = {item.name: item.bytes for item in estimate(data=8, expert=8).layer_activations}
+    loaded = {item.name: item.bytes for item in estimate(data=8, expert=8, expert_load=1.25).layer_activations}
+    assert loaded["moe.gathered_tokens"] == 5 * n * K * H * 2 // 4
+    assert loaded["moe.gate_up"] == 5 * n * K * 2 * WIDTH * 2 // 4
+    assert loaded["moe.expert_output"] == 5 * balanced["moe.expert_output"] // 4
+    for name in ("moe.router_probs_fp32", "moe.topk_indices", "moe.routing_order"):
+        assert loaded[name] == balanced[name]
+    assert by_key(estimate(data=8, expert=8, expert_load=1.25))["moe.dispatch"] == n * K * H * 2
+
+
+@pytest.mark.parametrize(("layout", "message"), [
+    ({"data": 8, "expert": 8, "expert_load": 0.9}, "at most 4"),  # 8 GPUs × min(k = 2, 1 expert each) ÷ 2
+    ({"data": 8, "expert": 8, "expert_load": 4.5}, "at most 4"),
+    ({"data": 8, "expert_load": 1.5}, "it is 1"),
+])
+def test_expert_load_bounds(layout: dict, message: str) -> None:
+    with pytest.raises(core.DomainError) as caught:
+        estimate(**layout)
+    assert caught.value.field == "parallelism.expert_load"
+    assert message in caught.value.message
