@@ -234,3 +234,23 @@ def test_the_memory_convention_is_refused_at_the_zero_stage_then_explained(watch
     expect(page.locator("#explanation")).to_contain_text("FSDP2 convention")
     query = parse_qs(urlparse(page.url).query)
     assert (query["framework"], query["zero_stage"]) == (["fsdp2"], ["3"])
+
+
+def test_expert_controls_appear_with_their_degrees(watched: Page, base_url: str):
+    """The expert load shows once experts are split over GPUs; the expert-tensor degree once tensors are; both feed
+    the answer and the URL."""
+    page = watched
+    page.goto(base_url + "/?preset=mixtral-8x7b&seq_len=4096&gpu=h100-80gb")
+    expect(page.locator("#f-expert_load")).to_be_hidden()
+    expect(page.locator("#f-expert_tensor")).to_be_hidden()
+    page.fill("#f-data", "8")
+    page.fill("#f-expert", "8")
+    expect(page.locator("#f-expert_load")).to_be_visible()
+    page.fill("#f-expert_load", "1.5")
+    page.wait_for_url(lambda url: parse_qs(urlparse(url).query).get("expert_load") == ["1.5"])
+    expect(page.locator("#caveats")).to_contain_text("1.5 × the token copies of balanced routing")
+    page.fill("#f-tensor", "8")
+    expect(page.locator("#f-expert_tensor")).to_be_visible()
+    page.fill("#f-expert_tensor", "1")
+    page.wait_for_url(lambda url: parse_qs(urlparse(url).query).get("expert_tensor") == ["1"])
+    expect(page.locator("#explanation")).to_contain_text("expert tensor parallelism")
