@@ -235,7 +235,7 @@ Candidate = tuple[dict[str, object], str, Cost]
 
 def _candidates(job: Job) -> list[Candidate]:
     out: list[Candidate] = []
-    for maker in (_free_changes, _batch_shape, _recomputation, _zero, _more_gpus, _numerics):
+    for maker in (_free_changes, _batch_shape, _recomputation, _zero, _experts, _more_gpus, _numerics):
         try:
             out.extend(maker(job))
         except DomainError:  # a kind of change this setup does not allow at all: no fixes of that kind
@@ -316,6 +316,29 @@ def _zero(job: Job) -> list[Candidate]:
                     Cost("communication", f"+{extra:.0%} data-parallel traffic per step ({volume[stage]}Ψ against "
                                           f"{volume[p.zero_stage]}Ψ; Rajbhandari et al. 2019, section 7)",
                          extra_communication=extra)))
+    return out
+
+
+def _experts(job: Job) -> list[Candidate]:
+    """A mixture's routed experts split over more of the GPUs the layout has (expert parallelism): the smallest
+    degree that fits. Each MoE layer then sends its tokens' k copies to the experts' GPUs and back, in forward and
+    again in backward: four all-to-alls of n·k × h per layer (Lepikhin et al. 2020, GShard, arXiv:2006.16668,
+    section 2.2; Megatron-LM's MoEAlltoAllTokenDispatcher)."""
+    p, arch = job.parallelism, job.architecture
+    if arch is None or not arch.is_moe:
+        return []
+    out: list[Candidate] = []
+    stage = p.tensor * p.shard_group
+    for expert in range(p.expert + 1, arch.num_local_experts + 1):
+        if arch.num_local_experts % expert or stage % (expert * p.expert_tensor_degree):
+            continue
+        if _fits(with_field(job, "parallelism.expert", expert)):
+            out.append(({"parallelism.expert": expert}, f"Expert parallelism over {expert} GPUs",
+                        Cost("communication", f"no more GPUs: each GPU holds {arch.num_local_experts // expert} of "
+                                              f"the {arch.num_local_experts} experts of a layer, and each MoE layer "
+                                              "exchanges its tokens' k copies by all-to-all, twice in forward and "
+                                              "twice in backward (GShard, Lepikhin et al. 2020)")))
+            break
     return out
 
 

@@ -114,3 +114,22 @@ def test_what_the_solver_cannot_answer():
                 gpu=core.get_gpu("h100-80gb"))
     answer = solve(count, "data")
     assert answer.value is not None and answer.value > 1
+
+
+def test_expert_parallelism_is_offered_for_a_mixture():
+    """Mixtral-8x7B on 8 data-parallel H100s (ZeRO-1, full recomputation) does not fit; splitting its experts over the
+    GPUs it already has does: the smallest expert degree that fits is offered, with no GPU added."""
+    job = Job(architecture=core.get_preset("mixtral-8x7b").architecture,
+              training=core.Training(seq_len=4096, precision=core.precision_preset("bf16"),
+                                     activation_checkpointing="full"),
+              parallelism=core.Parallelism(data=8, zero_stage=1), gpu=core.get_gpu("h100-80gb"))
+    capacity = core.get_gpu("h100-80gb").capacity_bytes
+    assert job.estimate().peak.bytes > capacity
+    offered = [fix for fix in fixes(job) if "parallelism.expert" in fix.change]
+    assert len(offered) == 1
+    degree = offered[0].change["parallelism.expert"]
+    assert isinstance(degree, int)
+    assert offered[0].estimate.peak.bytes <= capacity and offered[0].cost.extra_gpus is None
+    for smaller in (2, 4):
+        if smaller < degree:
+            assert with_field(job, "parallelism.expert", smaller).estimate().peak.bytes > capacity
