@@ -6,7 +6,7 @@ the command line all read it from here.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, cast
 
@@ -54,7 +54,7 @@ class Breakdown(Mapping[str, int | None]):
         unknown = set(values) - set(CATEGORIES)
         if unknown:
             raise KeyError(f"not a category: {', '.join(sorted(unknown))}")
-        self._listed: list[int | None] | None = None
+        self._listed: Sequence[int | None] | None = None
         self._mapped: dict[str, int | None] | None = {category: values.get(category, 0) for category in CATEGORIES}
 
     @classmethod
@@ -67,10 +67,11 @@ class Breakdown(Mapping[str, int | None]):
         return breakdown
 
     @classmethod
-    def of_trusted(cls, values: list[int]) -> Breakdown:
-        """`of` for a caller that built `values` one per category itself (the timeline's sweep), unchecked."""
+    def of_trusted(cls, values: Sequence[int]) -> Breakdown:
+        """`of` for a caller that built `values` one per category itself (the timeline's sweep), unchecked; a tuple
+        serves as well as a list."""
         breakdown = cls.__new__(cls)
-        breakdown._listed, breakdown._mapped = cast(list[int | None], values), None
+        breakdown._listed, breakdown._mapped = values, None
         return breakdown
 
     @property

@@ -17,13 +17,34 @@ from app.core import states
 from app.core.architecture import Architecture, active_param_count, param_count
 from app.core.categories import CATEGORIES, MODEL_STATE_CATEGORIES, Breakdown
 from app.core.errors import DomainError
-from app.core.finetuning import Finetuning
 from app.core.gpus import Gpu, GpuFit, fit
-from app.core.ledger import ACTS, DS_ZERO2, FORWARDED, GRADS, Buffer, fp8_layer_saved, stage_ledger
+from app.core.ledger import (
+    ACTS,
+    DS_ZERO2,
+    FORWARDED,
+    GRADS,
+    Buffer,
+    finetunes,
+    fp8_layer_saved,
+    stage_ledger,
+    stage_plan,
+)
 from app.core.optimizers import FP32_BITS, OPTIMIZER_INFO, optimizer_formula, optimizer_label
 from app.core.setup import MAX_PARAM_COUNT, OFFLOADS, Parallelism, Training, activation_setup, check_int, validate_setup
 from app.core.stages import stage_kinds
-from app.core.timeline import OPTIMIZER_STEP, START, STEP_PHASE_NAMES, Life, Peak, Phase, Point, plan, sweep
+from app.core.timeline import (
+    OPTIMIZER_STEP,
+    START,
+    STEP_PHASE_NAMES,
+    Life,
+    Peak,
+    Phase,
+    Point,
+    live_bytes,
+    plan,
+    sweep,
+    timeline_points,
+)
 from app.core.units import ceil_div, tensor_bytes
 from app.core.warnings import count_warnings, estimate_warnings
 
@@ -104,29 +125,34 @@ def _from_architecture(arch: Architecture, training: Training, parallelism: Para
     cluster_by_key: dict[str, int] = {}
     for kind in stage_kinds(arch, pipeline=parallelism.pipeline, micro_batches=m,
                             virtual_stages=parallelism.virtual_stages):
-        ledger, phases, host = stage_ledger(arch, training, parallelism, kind, setup, layer_saved=layer_saved)
+        # A middle stage holds what the first holds, less the embedding and no more micro-batches
+        # in flight, at every event they share: it is never the most loaded, so only its cluster
+        # share is needed, and its formulas are not written out.
+        middle = not (kind.first or kind.last)
+        ledger, _, host = stage_ledger(arch, training, parallelism, kind, setup, layer_saved=layer_saved,
+                                       texts=not middle)
         for buffer in ledger:
             cluster[buffer.category] += buffer.cluster_bytes
             cluster_by_key[buffer.key] = cluster_by_key.get(buffer.key, 0) + buffer.cluster_bytes
-        if not (kind.first or kind.last):
-            # A middle stage holds what the first holds, less the embedding and no more micro-batches
-            # in flight, at every event they share: it is never the most loaded, so only its cluster
-            # share is needed.
+        if middle:
             continue
         totals = {ACTS: kind.layers, FORWARDED: kind.layers, GRADS: kind.layers}
-        steps = plan(phases, micro_batches=m, carried={GRADS: kind.layers})
-        points, peak = sweep([(b.category, b.bytes, b.life) for b in ledger], steps, totals)
-        if best is None or peak.bytes > best[3].bytes:
-            best = (kind, ledger, points, peak, host)
+        steps = stage_plan(kind, micro_batches=m)
+        live, live_totals = live_bytes([(b.category, b.bytes, b.life) for b in ledger], steps, totals)
+        # The points of the timeline are made for the stage that is reported only.
+        top = max(live_totals)
+        if best is None or top > best[0]:
+            best = (top, kind, ledger, host, steps, live, live_totals)
     assert best is not None
-    kind, ledger, points, peak, host = best
+    _, kind, ledger, host, steps, live, live_totals = best
+    points, peak = timeline_points(steps, live, live_totals)
     ledger = tuple(buffer if buffer.cluster_bytes == cluster_by_key[buffer.key] else
                    _with_cluster(buffer, cluster_by_key[buffer.key]) for buffer in ledger)
     per_gpu = _sum_by_category(ledger)
     whole = states.stage_shapes(arch, 1, layers=arch.num_hidden_layers, first=True, last=True,
                                 dense=states.dense_layers_on(arch, first_layer=0, layers=arch.num_hidden_layers, count=1))
     count = trainable = whole.rank_total
-    if training.finetuning != Finetuning():
+    if finetunes(training):
         tuned = states.finetuned_stage(arch, training.finetuning, training.precision.bits("weights"), 1,
                                        layers=arch.num_hidden_layers, first=True, last=True, first_layer=0)
         count += tuned.added_elements
@@ -160,7 +186,9 @@ def _inactive_params(arch: Architecture) -> int:
 
 
 def _with_cluster(buffer: Buffer, cluster_bytes: int) -> Buffer:
-    return buffer._replace(cluster_bytes=cluster_bytes)
+    key, category, label, formula, size, _, life, names = buffer
+    # A plain tuple of the NamedTuple's class: `buffer._replace(cluster_bytes=...)` without its Python-level cost.
+    return tuple.__new__(Buffer, (key, category, label, formula, size, cluster_bytes, life, names))
 
 
 def _sum_by_category(ledger: tuple[Buffer, ...], *, unknown: tuple[str, ...] = ()) -> Breakdown:

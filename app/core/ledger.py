@@ -32,7 +32,7 @@ from app.core import activations as act
 from app.core import states
 from app.core.architecture import Architecture, layer_tensors
 from app.core.categories import MODEL_STATE_CATEGORIES
-from app.core.finetuning import Finetuning, head_trains, layer_roles, linear_modules
+from app.core.finetuning import head_trains, layer_roles, linear_modules
 from app.core.optimizers import FP32_BITS, OPTIMIZER_INFO, optimizer_formula, optimizer_label
 from app.core.setup import (
     FP8_RECIPES,
@@ -45,7 +45,7 @@ from app.core.setup import (
     fsdp2_convention,
 )
 from app.core.stages import StageKind
-from app.core.timeline import OPTIMIZER_STEP, START, STEP_PHASE_NAMES, Life, Phase, describe
+from app.core.timeline import OPTIMIZER_STEP, START, STEP_PHASE_NAMES, Life, Phase, Plan, describe, plan
 from app.core.units import ceil_div, tensor_bytes
 
 # DeepSpeed 0.19.8's estimators, whose convention `training.framework: deepspeed` follows.
@@ -144,21 +144,65 @@ def fp8_layer_saved(arch: Architecture, training: Training, setup: act.Activatio
     return act.megatron_fp8_layer(arch, setup, block=te.block, proj_saves_original=te.proj_saves_original)
 
 
+# A stage's events and their names depend only on its layout (how many layers, the first of them, whether it holds
+# the embedding or the loss): worked out once per layout and shared, read-only, by every estimate with that layout.
+_LAYOUTS: dict[tuple[int, int, bool, bool], tuple[tuple[Phase, ...], dict[str, str]]] = {}
+_MAX_LAYOUTS: Final = 512
+
+# Plain training of every weight, as `Training` defaults to it.
+NO_FINETUNING: Final = Training().finetuning
+
+
+def finetunes(training: Training) -> bool:
+    """Whether the setup fine-tunes (adapters, or frozen parts) rather than training every weight."""
+    return training.finetuning is not NO_FINETUNING and training.finetuning != NO_FINETUNING
+
+
+def _layout(kind: StageKind) -> tuple[tuple[Phase, ...], dict[str, str]]:
+    """The stage's events (`stage_phases`) and phase id -> name, the step-level events included."""
+    key = (kind.layers, kind.first_layer, kind.first, kind.last)
+    found = _LAYOUTS.get(key)
+    if found is None:
+        if len(_LAYOUTS) >= _MAX_LAYOUTS:
+            _LAYOUTS.clear()
+        phases = stage_phases(kind)
+        found = _LAYOUTS[key] = (phases, {phase.id: phase.name for phase in phases} | STEP_PHASE_NAMES)
+    return found
+
+
+_STAGE_PLANS: dict[tuple[int, int, bool, bool, int], Plan] = {}
+
+
+def stage_plan(kind: StageKind, *, micro_batches: int) -> Plan:
+    """The events of two steps on a stage of this kind (`timeline.plan`): from the second micro-batch on, the
+    gradients of all its layers exist. Depends on the layout and the micro-batches alone (worked out once)."""
+    key = (kind.layers, kind.first_layer, kind.first, kind.last, min(micro_batches, 2))
+    found = _STAGE_PLANS.get(key)
+    if found is None:
+        if len(_STAGE_PLANS) >= _MAX_LAYOUTS:
+            _STAGE_PLANS.clear()
+        found = _STAGE_PLANS[key] = plan(_layout(kind)[0], micro_batches=micro_batches, carried={GRADS: kind.layers})
+    return found
+
+
 class _Stage:
     """What one stage kind's buffers are computed from, and the ledger being written."""
 
     def __init__(self, arch: Architecture, training: Training, parallelism: Parallelism, kind: StageKind,
-                 setup: act.ActivationSetup, layer_saved: tuple[act.SavedTensor, ...]) -> None:
+                 setup: act.ActivationSetup, layer_saved: tuple[act.SavedTensor, ...], *, texts: bool = True) -> None:
         self.arch, self.training, self.parallelism, self.kind, self.setup = arch, training, parallelism, kind, setup
+        # Without texts the shares of the model states and their notes are left out of the formulas, for a stage whose
+        # ledger is only summed (a middle pipeline stage, never the most loaded).
+        self.texts = texts
         self.layer_saved = layer_saved  # what one layer saves without recomputation (`fp8_layer_saved` applied)
-        self.phases = stage_phases(kind)
-        self.names = {phase.id: phase.name for phase in self.phases} | STEP_PHASE_NAMES
+        self.phases, self.names = _layout(kind)
         n = kind.layers
         self.fwd_end = FWD_LAYER_LAST if n > 1 else FWD_LAYER_FIRST
         self.bwd_end = BWD_LAYER_FIRST if n > 1 else BWD_LAYER_LAST
         self.buffers: list[Buffer] = []
         self.host: list[Buffer] = []  # what offloading keeps in host memory instead (setup.OFFLOADS)
         offload = OFFLOADS[parallelism.offload]
+        self.offload_optimizer = offload.optimizer
         self.host_keys: set[str] = set()
         if offload.optimizer:
             self.host_keys |= {"optimizer_states", "master_weights", "optimizer.scratch"}
@@ -184,7 +228,7 @@ class _Stage:
                                           expert_tensor=parallelism.expert_tensor_degree)
         self.parts = self.shapes.rank
         self.finetuned = None
-        if training.finetuning != Finetuning():
+        if finetunes(training):
             self.finetuned = states.finetuned_stage(arch, training.finetuning, training.precision.bits("weights"),
                                                     parallelism.tensor, layers=n, first=kind.first, last=kind.last,
                                                     first_layer=kind.first_layer - 1)
@@ -192,17 +236,17 @@ class _Stage:
     # --- writing ---------------------------------------------------------------------------------
 
     def add(self, key: str, category: str, label: str, formula: str, size: int, cluster: int, life: Life) -> None:
-        if self.deepspeed and category in MODEL_STATE_CATEGORIES and not key.startswith("deepspeed."):
+        if self.deepspeed and self.texts and category in MODEL_STATE_CATEGORIES and not key.startswith("deepspeed."):
             formula += f" [DeepSpeed convention: {self._deepspeed_source()}]"
-        buffer = Buffer(key, category, label, formula, size, cluster, life, self.names)
-        if key == "optimizer.scratch" and OFFLOADS[self.parallelism.offload].optimizer:
+        if key == "optimizer.scratch" and self.offload_optimizer:
             return  # DeepSpeedCPUAdam updates in place in its C++ kernel (deepspeed/ops/csrc/adam/cpu_adam_impl.cpp)
         if key in self.host_keys:
-            self.host.append(buffer._replace(label=buffer.label + " (in host memory)"))
+            self.host.append(Buffer(key, category, label + " (in host memory)", formula, size, cluster, life, self.names))
         elif self.gradients_leave and key.startswith("gradients."):
             return  # streamed to the host partition (host_gradients)
         else:
-            self.buffers.append(buffer)
+            # A plain tuple of the NamedTuple's class: the same object without a Python-level __new__.
+            self.buffers.append(tuple.__new__(Buffer, (key, category, label, formula, size, cluster, life, self.names)))
 
     def host_gradients(self) -> None:
         """Offloaded optimizers update on the CPU from an fp32 copy of this rank's gradient partition."""
@@ -292,6 +336,8 @@ class _Stage:
 
     def _share_text(self, part_names: tuple[str, ...]) -> tuple[int, str]:
         """Elements on the most-loaded rank for these parts, and how they add up."""
+        if not self.texts:
+            return sum(self.parts[name] for name in part_names if name in self.parts), ""
         terms, total = [], 0
         for name in part_names:
             if name not in self.parts:
@@ -315,7 +361,7 @@ class _Stage:
 
     def _expert_note(self, category: str) -> str:
         p = self.parallelism
-        if not p.experts_apart or states.is_sharded(category, p):
+        if not self.texts or not p.experts_apart or states.is_sharded(category, p):
             return ""
         notes = []
         if p.expert > 1:
@@ -327,7 +373,7 @@ class _Stage:
 
     def _shard_note(self, category: str) -> str:
         p = self.parallelism
-        if states.is_sharded(category, p) and p.shard_group > 1:
+        if self.texts and states.is_sharded(category, p) and p.shard_group > 1:
             return f" ÷ {p.shard_group} (ZeRO-{p.zero_stage} over the {_group_words(p)})"
         return ""
 
@@ -1089,14 +1135,16 @@ def _listed(items: tuple[act.SavedTensor, ...]) -> str:
 
 def stage_ledger(arch: Architecture, training: Training, parallelism: Parallelism, kind: StageKind,
                  setup: act.ActivationSetup, *, layer_saved: tuple[act.SavedTensor, ...] | None = None,
-                 ) -> StageLedger:
+                 texts: bool = True) -> StageLedger:
     """Every buffer on the most-loaded GPU of a stage of this kind, and the stage's micro-batch events.
 
     `layer_saved` is what one layer saves without recomputation (`fp8_layer_saved` of it), if already worked out.
+    With `texts` false the formulas leave out the model states' shares and notes: for a ledger whose bytes are
+    only summed, never shown.
     """
     if layer_saved is None:
         layer_saved = fp8_layer_saved(arch, training, setup, act.layer_activations(arch, setup))
-    stage = _Stage(arch, training, parallelism, kind, setup, layer_saved)
+    stage = _Stage(arch, training, parallelism, kind, setup, layer_saved, texts=texts)
     stage.model_states()
     stage.host_gradients()
     stage.deepspeed_states()

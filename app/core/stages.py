@@ -17,6 +17,7 @@ interpolation used only in the cluster sums (the first device is the most loaded
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from app.core.architecture import Architecture
 
@@ -57,8 +58,13 @@ def _sum_min(cap: int, low: int, high: int) -> int:
 def stage_kinds(arch: Architecture, *, pipeline: int, micro_batches: int,
                 virtual_stages: int = 1) -> tuple[StageKind, ...]:
     """The kinds of stage in a pipeline of `pipeline` stages running `micro_batches` per step."""
-    layers = arch.num_hidden_layers // pipeline
-    p, m, v = pipeline, micro_batches, virtual_stages
+    return _stage_kinds(arch.num_hidden_layers, pipeline, micro_batches, virtual_stages)
+
+
+@lru_cache(maxsize=512)
+def _stage_kinds(num_hidden_layers: int, p: int, m: int, v: int) -> tuple[StageKind, ...]:
+    """`stage_kinds` from the layer count and the layout alone, worked out once for each (they are frozen)."""
+    layers = num_hidden_layers // p
     if p == 1:
         return (StageKind(0, 1, layers, True, True, 1, 1),)
     chunk = layers // v if v > 1 else 0

@@ -39,8 +39,12 @@ def sharded_categories(zero_stage: int) -> frozenset[str]:
     return frozenset(categories)
 
 
+# Each ZeRO stage's sharded categories, worked out once (a ledger asks a few dozen times per estimate).
+_SHARDED_BY_STAGE = tuple(sharded_categories(zero_stage) for zero_stage in range(4))
+
+
 def is_sharded(category: str, parallelism: Parallelism) -> bool:
-    return category in sharded_categories(parallelism.zero_stage)
+    return category in _SHARDED_BY_STAGE[parallelism.zero_stage]
 
 
 def on_rank(value: int, category: str, parallelism: Parallelism) -> int:

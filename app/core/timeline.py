@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Final, Literal, NamedTuple
 
 from app.core.categories import CATEGORIES, Breakdown
@@ -123,6 +124,7 @@ class Plan:
     timeline: tuple[Event, ...]
     phase_order: dict[str, int]
     alive: dict[Life, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+    spans: dict[Life, tuple[tuple[int, int, int], ...]] = field(default_factory=dict)
 
     def alive_at(self, life: Life) -> tuple[tuple[int, int], ...]:
         """(event index, ramp count) where `life` is alive; the count is 1 for a buffer that is not a ramp."""
@@ -131,6 +133,20 @@ class Plan:
             indices = _alive_indices(life, self.timeline, self.phase_order)
             found = tuple((index, self.timeline[index].counts.get(life.ramp, 0) if life.ramp else 1) for index in indices)
             self.alive[life] = found
+        return found
+
+    def runs(self, life: Life) -> tuple[tuple[int, int, int], ...]:
+        """`alive_at` as unbroken runs of events with the same ramp count: (first event index, index after the
+        last, count)."""
+        found = self.spans.get(life)
+        if found is None:
+            spans: list[list[int]] = []
+            for index, count in self.alive_at(life):
+                if spans and spans[-1][1] == index and spans[-1][2] == count:
+                    spans[-1][1] = index + 1
+                else:
+                    spans.append([index, index + 1, count])
+            found = self.spans[life] = tuple((start, stop, count) for start, stop, count in spans)
         return found
 
 
@@ -193,31 +209,41 @@ def sweep(
     `buffers` are (category, bytes, life). A ramp's share at an event is bytes × count ÷ total,
     rounded down.
     """
+    return timeline_points(timeline_plan, *live_bytes(buffers, timeline_plan, ramp_totals))
+
+
+def live_bytes(
+    buffers: Sequence[tuple[str, int, Life]],
+    timeline_plan: Plan,
+    ramp_totals: dict[str, int],
+) -> tuple[list[tuple[int, ...]], list[int]]:
+    """`sweep`'s live bytes at every event, one value per category, and their totals (without the points)."""
     timeline = timeline_plan.timeline
-    # Buffers that share a lifetime and a category are alive at the same events: add them up first.
-    fixed: dict[tuple[Life, int], int] = {}
-    ramps: list[tuple[int, int, Life]] = []
+    # Per category, the change of live bytes at each event (one more entry for the end): a buffer adds its bytes
+    # (a ramp its share) where each unbroken run of its events starts and takes them away where it ends; the
+    # running sums are the live bytes.
+    changes = [[0] * (len(timeline) + 1) for _ in CATEGORIES]
+    runs = timeline_plan.runs
     for category, size, life in buffers:
         if not size:
             continue
-        if life.ramp is None:
-            key = (life, _COLUMN[category])
-            fixed[key] = fixed.get(key, 0) + size
-        else:
-            ramps.append((_COLUMN[category], size, life))
-    live = [[0] * len(CATEGORIES) for _ in timeline]
-    alive_at = timeline_plan.alive_at
-    for (life, slot), size in fixed.items():
-        for index, _ in alive_at(life):
-            live[index][slot] += size
-    for slot, size, life in ramps:
-        total = ramp_totals[life.ramp or ""]
-        for index, count in alive_at(life):
-            live[index][slot] += size * count // total
+        column = changes[_COLUMN[category]]
+        total = None if life.ramp is None else ramp_totals[life.ramp]
+        for start, stop, count in runs(life):
+            share = size if total is None else size * count // total
+            column[start] += share
+            column[stop] -= share
+    live = list(zip(*[accumulate(column) for column in changes], strict=True))  # per event, one per category
+    live.pop()  # the end, where nothing is alive
+    return live, list(map(sum, live))
+
+
+def timeline_points(timeline_plan: Plan, live: list[tuple[int, ...]], totals: list[int]) -> tuple[tuple[Point, ...], Peak]:
+    """The points of `live_bytes`' answer, and the first event where the total is highest."""
     # Built as plain tuples of the NamedTuple's class: the same objects without a Python-level __new__ per event.
     make, point, of = tuple.__new__, Point, Breakdown.of_trusted
-    points = tuple([make(point, (event.name, event.step, sum(values), of(values)))
-                    for event, values in zip(timeline, live, strict=True)])
-    top = max(range(len(points)), key=lambda index: (points[index].bytes, -index))
+    points = tuple([make(point, (event.name, event.step, total, of(values)))
+                    for event, total, values in zip(timeline_plan.timeline, totals, live, strict=True)])
+    top = totals.index(max(totals))  # the first event where the total is highest
     peak = Peak(points[top].bytes, points[top].event, points[top].step, points[top].breakdown)
     return points, peak

@@ -39,6 +39,15 @@ PUBLISHED_TOTALS = {
     # (tests/core/test_gpt_oss.py); OpenAI publishes 20.91B and 116.83B (arXiv:2508.10925).
     "gpt-oss-20b": 20_914_757_184,
     "gpt-oss-120b": 116_829_156_672,
+    # transformers 5.24's Qwen3, Qwen3-MoE, Llama and Phi-3 causal LM classes built from each model's config.json on the
+    # meta device; each equals the total of the checkpoint's safetensors on the Hub.
+    "qwen3-0.6b": 596_049_920,
+    "qwen3-8b": 8_190_735_360,
+    "qwen3-30b-a3b": 30_532_122_624,  # Qwen publishes 30.5B total, 3.3B activated
+    "qwen3-235b-a22b": 235_093_634_560,  # 235B total, 22B activated
+    "llama-3.2-1b": 1_235_814_400,
+    "llama-3.2-3b": 3_212_749_824,
+    "phi-4": 14_659_507_200,
 }
 
 
@@ -129,3 +138,17 @@ def test_mixtral_active_parameters():
 
     arch = get_preset("mixtral-8x7b").architecture
     assert active_param_count(arch) == 46_702_792_704 - 32 * 6 * 3 * 4096 * 14336 == 12_879_925_248
+
+
+@pytest.mark.parametrize(("preset_id", "total_b", "active_b"), [
+    ("qwen3-30b-a3b", 30.5, 3.3),  # Qwen's model card: 30.5B in total, 3.3B activated
+    ("qwen3-235b-a22b", 235.0, 22.0),  # 235B in total, 22B activated (Qwen3 technical report, arXiv:2505.09388)
+])
+def test_qwen3_moe_presets_match_the_published_sizes(preset_id, total_b, active_b):
+    """The published sizes are the counts cut to the digits shown (3,353,032,704 activated reads 3.3B)."""
+    from app.core.architecture import active_param_count
+
+    arch = get_preset(preset_id).architecture
+    tenths = 10 if preset_id == "qwen3-30b-a3b" else 1
+    assert param_count(arch) * tenths // 10**9 == int(total_b * tenths)
+    assert active_param_count(arch) * tenths // 10**9 == int(active_b * tenths)
