@@ -311,17 +311,18 @@ def finetuned_stage(arch: Architecture, finetuning: Finetuning, weight_bits: int
                 quantized_cluster += layers * size
             else:
                 frozen.append((tensor, layers))
-        saved = []
+        saved: dict[str, list[tuple[ParamTensor, int]]] = {"embedding": [], "head": []}
         if first:
             frozen += [(tensor, 1) for tensor in embedding_tensors(arch)]
             if "embed_tokens" in ft.modules_to_save:
-                saved.append((embedding_tensors(arch)[0], 1))
+                saved["embedding"].append((embedding_tensors(arch)[0], 1))
         if last:
             frozen += [(tensor, 1) for tensor in head]
             if "lm_head" in ft.modules_to_save:
-                saved.append((next((x for x in head if x.matmul), embedding_tensors(arch)[0]), 1))
-        for name, tensors in (("embedding", [x for x in saved if x[0].name.startswith("embed")]),
-                              ("head", [x for x in saved if not x[0].name.startswith("embed")])):
+                # A tied output layer's trainable copy is of the embedding's matrix, and still the head's: its
+                # gradient comes with the output layer's backward, on the last stage.
+                saved["head"].append((next((x for x in head if x.matmul), embedding_tensors(arch)[0]), 1))
+        for name, tensors in saved.items():
             part(name, tensors, weight_bits, "trainable copy (modules_to_save)")
             added += sum(tensor.elements for tensor, _ in tensors)
     else:

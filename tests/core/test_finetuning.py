@@ -106,3 +106,17 @@ def test_adapters_need_shapes_and_a_base_in_its_own_dtype():
         _estimate(LLAMA2, Finetuning(method="lora"), precision="autocast-bf16")
     assert error.value.field == "training.precision"
     assert dataclasses.replace(Finetuning(), method="full") == Finetuning()
+
+
+def test_tied_output_layer_copy_trains_with_the_head_on_the_last_stage():
+    """GPT-2 ties its output layer to the embedding: modules_to_save=["lm_head"] trains a copy of that matrix
+    (50,257 × 768 in bf16), whose gradient comes with the output layer's backward, on the last pipeline stage."""
+    arch = core.get_preset("gpt2").architecture
+    tuning = Finetuning(method="lora", target_modules=("c_attn",), modules_to_save=("lm_head",))
+    training = core.Training(seq_len=512, precision=core.precision_preset("bf16"), finetuning=tuning)
+    for pipeline in (1, 2):
+        result = core.estimate(architecture=arch, training=training, parallelism=core.Parallelism(pipeline=pipeline))
+        head = next(buffer for buffer in result.ledger if buffer.key == "gradients.head")
+        assert head.bytes == 50_257 * 768 * 2
+        assert head.allocated == "backward: output layer, each step"
+        assert "gradients.embedding" not in {buffer.key for buffer in result.ledger}
