@@ -196,8 +196,9 @@ def section(rows: list[tuple[Case, dict, dict]], peaks: list, counts: dict[str, 
               "dequantized (transformers' `Mxfp4Config(dequantize=True)`) to the training dtype, so the count and the "
               "bytes follow the estimate's precision, not the checkpoint's format. The rotary scaling (YaRN) and "
               "`rope_theta` change no tensor kept. Not measured: the flash path (kernels from the Hub, CUDA only), "
-              "modelled as a fused kernel's Q, K, V, output and log-sum-exp. Mixtures of experts are refused under "
-              "autocast, Megatron-LM, Liger and fine-tuning, gpt-oss with them.", ""]
+              "modelled as a fused kernel's Q, K, V, output and log-sum-exp. gpt-oss is refused under autocast (its "
+              "fp32 sink logits make the attention's softmax fp32, not modelled), Megatron-LM, Liger and "
+              "fine-tuning.", ""]
     return lines
 
 

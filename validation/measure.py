@@ -312,25 +312,44 @@ def model_states(model: nn.Module, optimizer: torch.optim.Optimizer) -> ModelSta
 
 
 def measured_parts(build: Callable[[], nn.Module], *, dtype: torch.dtype, vocab: int, batch: int,
-                   seq: int) -> dict[str, object]:
+                   seq: int, autocast: bool = False) -> dict[str, object]:
     """A model's parameter count and the bytes autograd keeps for backward in each layer, the embedding and the
     head, for one forward with its token ids as labels (the model built after seeding, in `dtype`, in training
-    mode, its layers at ``model.model.layers``)."""
+    mode, its layers at ``model.model.layers``).
+
+    With `autocast` the forward runs under ``torch.autocast("cpu", dtype=torch.bfloat16)`` (as validation/cases.py
+    runs the dense autocast cases; give `dtype` fp32), and the answer adds ``weight_copies``: the bytes of
+    autocast's casts of parameters that autograd keeps (kind AUTOCAST_WEIGHT), per layer and for the head, which
+    trainmem counts apart from the activations (the ledger's autocast terms)."""
     torch.manual_seed(0)
     model = build().to(dtype)
     model.train()
     recorder = SavedTensorRecorder(model, model.model.layers)
     ids = torch.randint(0, vocab, (batch, seq))
-    with recorder.recording():
+    region = torch.autocast("cpu", dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
+    with recorder.recording(), region:
         out = model(input_ids=ids, labels=ids)
     saved = recorder.measurement()
     out.loss.backward()
-    return {"params": sum(p.numel() for p in model.parameters()), "layers": list(saved.layers),
-            "embedding": saved.embedding, "head": saved.head}
+    parts: dict[str, object] = {"params": sum(p.numel() for p in model.parameters()), "layers": list(saved.layers),
+                                "embedding": saved.embedding, "head": saved.head}
+    if autocast:
+        copies = defaultdict(int)
+        for storage in saved.storages:
+            if storage.kind == AUTOCAST_WEIGHT:
+                copies[storage.region] += storage.nbytes
+        parts["weight_copies"] = {"layers": [copies[_layer_name(index)] for index in range(len(saved.layers))],
+                                  "head": copies[HEAD]}
+    return parts
 
 
-def predicted_parts(arch: Architecture, setup: act.ActivationSetup, layers: list[int]) -> dict[str, object]:
-    """trainmem's side of `measured_parts`: the count, the given per-layer bytes, the embedding's and the head's."""
-    return {"params": core.param_count(arch), "layers": layers,
-            "embedding": act.total_bytes(act.embedding_activations(arch, setup)),
-            "head": act.total_bytes(act.head_activations(arch, setup))}
+def predicted_parts(arch: Architecture, setup: act.ActivationSetup, layers: list[int], *,
+                    weight_copies: dict[str, object] | None = None) -> dict[str, object]:
+    """trainmem's side of `measured_parts`: the count, the given per-layer bytes, the embedding's and the head's
+    (and the given ``weight_copies``, for a measurement under autocast)."""
+    parts: dict[str, object] = {"params": core.param_count(arch), "layers": layers,
+                                "embedding": act.total_bytes(act.embedding_activations(arch, setup)),
+                                "head": act.total_bytes(act.head_activations(arch, setup))}
+    if weight_copies is not None:
+        parts["weight_copies"] = weight_copies
+    return parts

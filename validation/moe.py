@@ -1,9 +1,11 @@
-"""Mixture of experts and the newer layouts measured: transformers' Mixtral, Qwen3-MoE and Qwen3 on CPU.
+"""Mixture of experts and the newer layouts measured: transformers' Mixtral, Qwen3-MoE, Qwen2-MoE and Qwen3 on CPU.
 
 Small models built from a config (no download); each case compares, to the byte, the parameter
 count transformers' model class has, and the tensors autograd keeps in each layer, the embedding
-and the head (validation/measure.py's recorder). The peak of two training steps is measured by the
-timeline harness (PEAK_CASES) as for dense models.
+and the head (validation/measure.py's recorder). Under autocast (fp32 weights, the forward in
+``torch.autocast("cpu", dtype=torch.bfloat16)``) each case also compares the bytes of autocast's
+parameter casts that autograd keeps, per layer and for the head, against `weight_copies`. The peak
+of two training steps is measured by the timeline harness (`peak_cases`) as for dense models.
 
     python -m validation.moe           # prints one line per case
     python -m validation.moe --write   # and publishes them in docs/VALIDATION.md ("Mixture of experts")
@@ -21,6 +23,8 @@ from transformers import (
     MixtralConfig,
     MixtralForCausalLM,
     PretrainedConfig,
+    Qwen2MoeConfig,
+    Qwen2MoeForCausalLM,
     Qwen3Config,
     Qwen3ForCausalLM,
     Qwen3MoeConfig,
@@ -29,13 +33,14 @@ from transformers import (
 
 from app import core
 from app.core import activations as act
-from app.core.architecture import active_param_count
+from app.core.architecture import Architecture, active_param_count, layer_tensors
 from validation.measure import measured_parts, predicted_parts
 from validation.sections import write_section
 
-DTYPES: Final = {"bf16": torch.bfloat16, "fp32": torch.float32}
+DTYPES: Final = {"bf16": torch.bfloat16, "fp32": torch.float32, "autocast-bf16": torch.float32}
 SECTION: Final = "## Mixture of experts and Qwen3"
-MODELS: Final = {"mixtral": MixtralForCausalLM, "qwen3_moe": Qwen3MoeForCausalLM, "qwen3": Qwen3ForCausalLM}
+MODELS: Final = {"mixtral": MixtralForCausalLM, "qwen3_moe": Qwen3MoeForCausalLM, "qwen2_moe": Qwen2MoeForCausalLM,
+                 "qwen3": Qwen3ForCausalLM}
 
 
 @dataclass(frozen=True)
@@ -48,7 +53,7 @@ class Case:
     batch: int
     seq: int
     width: int
-    norm_topk_prob: bool = False  # Qwen3-MoE's option (Mixtral always renormalises)
+    norm_topk_prob: bool = False  # Qwen3-MoE's and Qwen2-MoE's option (Mixtral always renormalises)
     output_router_logits: bool = False  # the load-balancing loss over every layer's router logits
 
     @property
@@ -71,7 +76,16 @@ class Case:
                                   num_experts=self.experts, num_experts_per_tok=self.per_token,
                                   norm_topk_prob=self.norm_topk_prob,
                                   output_router_logits=self.output_router_logits, **shape)
+        if self.family == "qwen2_moe":  # one shared expert of width 80 and its sigmoid gate beside the routed ones
+            return Qwen2MoeConfig(intermediate_size=96, moe_intermediate_size=self.width,
+                                  shared_expert_intermediate_size=80, num_experts=self.experts,
+                                  num_experts_per_tok=self.per_token, norm_topk_prob=self.norm_topk_prob,
+                                  output_router_logits=self.output_router_logits, **shape)
         return Qwen3Config(intermediate_size=self.width, head_dim=32, **shape)
+
+    @property
+    def autocast(self) -> bool:
+        return self.precision.startswith("autocast")
 
 
 CASES: Final = (
@@ -87,12 +101,35 @@ CASES: Final = (
     *(Case(family, precision, "sdpa", experts, per_token, batch, seq, 48, output_router_logits=True)
       for family, experts, per_token, batch, seq in (("mixtral", 4, 2, 2, 32), ("qwen3_moe", 6, 3, 1, 48))
       for precision in ("bf16", "fp32")),
+    # Under autocast: fp32 weights, the forward in torch.autocast("cpu", dtype=torch.bfloat16).
+    *(Case("mixtral", "autocast-bf16", attention, experts, per_token, batch, seq, width)
+      for attention in ("sdpa", "eager")
+      for experts, per_token, batch, seq, width in ((4, 2, 2, 32, 96), (8, 2, 1, 48, 80), (6, 3, 3, 16, 64),
+                                                    (4, 1, 2, 24, 96))),
+    *(Case("qwen3_moe", "autocast-bf16", attention, experts, per_token, 2, 32, 48, norm)
+      for attention in ("sdpa", "eager") for experts, per_token, norm in ((4, 2, False), (6, 3, True))),
+    *(Case("qwen2_moe", "autocast-bf16", attention, experts, per_token, batch, seq, 32, norm)
+      for attention in ("sdpa", "eager")
+      for experts, per_token, batch, seq, norm in ((6, 2, 2, 32, False), (8, 3, 1, 48, True))),
+    *(Case(family, "autocast-bf16", "sdpa", experts, per_token, batch, seq, 48, output_router_logits=True)
+      for family, experts, per_token, batch, seq in (("mixtral", 4, 2, 2, 32), ("qwen3_moe", 6, 3, 1, 48))),
 )
 
 
+def weight_copies(arch: Architecture, case: Case) -> dict[str, object]:
+    """Autocast's bf16 casts of parameters that autograd keeps, by hand from torch's rules: autocast casts the fp32
+    weight an F.linear reads to bf16 once per forward (a leaf parameter: its cast is cached) and the matmul keeps
+    that cast, so a layer keeps one cast of each 2-D weight its F.linear calls read: the attention projections, the
+    router's (E × h) and Qwen2-MoE's shared expert's three and its gate (1 × h). The routed experts' stacked 3-D
+    weights (``moe.experts.*``) reach torch._grouped_mm, which has no autocast kernel, uncast: no copy. The head
+    keeps the output layer's cast (V × h). Two bytes an element."""
+    cast = sum(x.elements for x in layer_tensors(arch) if len(x.shape) == 2 and not x.name.startswith("moe.experts."))
+    return {"layers": [2 * cast] * arch.num_hidden_layers, "head": 2 * arch.vocab_size * arch.hidden_size}
+
+
 def measure(case: Case) -> dict[str, object]:
-    return measured_parts(lambda: MODELS[case.family](case.config()), dtype=DTYPES[case.precision], vocab=300, batch=case.batch,
-                          seq=case.seq)
+    return measured_parts(lambda: MODELS[case.family](case.config()), dtype=DTYPES[case.precision], vocab=300,
+                          batch=case.batch, seq=case.seq, autocast=case.autocast)
 
 
 def predict(case: Case) -> dict[str, object]:
@@ -100,7 +137,8 @@ def predict(case: Case) -> dict[str, object]:
     setup = act.ActivationSetup(micro_batch_size=case.batch, seq_len=case.seq, attention=case.attention, device="cpu",
                                 precision=core.precision_preset(case.precision))
     layer = act.total_bytes(act.layer_activations(arch, setup))
-    return predicted_parts(arch, setup, [layer] * arch.num_hidden_layers)
+    return predicted_parts(arch, setup, [layer] * arch.num_hidden_layers,
+                           weight_copies=weight_copies(arch, case) if case.autocast else None)
 
 
 def peak_cases() -> tuple:
@@ -113,26 +151,42 @@ def peak_cases() -> tuple:
                             loop="hf-trainer"),
             tl.TimelineCase("mixtral-router-logits", precision="bf16", seq=256, batch=2, size=size),
             tl.TimelineCase("mixtral-router-logits", precision="fp32", seq=128, batch=2, size=size,
+                            implementation="for-loop", loop="hf-trainer"),
+            # Under autocast (fp32 weights, bf16 activations).
+            tl.TimelineCase("mixtral", precision="autocast-bf16", seq=256, batch=2, size=size),
+            tl.TimelineCase("mixtral", precision="autocast-bf16", seq=128, batch=2, size=size,
                             implementation="for-loop", loop="hf-trainer"))
 
 
 def section(rows: list[tuple[Case, dict, dict]], peaks: list) -> list[str]:
     exact = sum(measured == predicted for _, measured, predicted in rows)
     lines = [SECTION, "",
-             "transformers 5.24's Mixtral, Qwen3-MoE and Qwen3 on CPU (`python -m validation.moe`): the router's input, "
-             "fp32 probabilities and top-k, the routing order, and for the n·k routed tokens the gathered inputs, the "
-             "experts' gate-and-up output, activation, product and output, and the routing weights; Qwen3's RMSNorm "
-             "over each head of Q and K. Compared to the "
-             f"byte with the parameter count and each layer's, the embedding's and the head's saved tensors. "
+             "transformers 5.24's Mixtral, Qwen3-MoE, Qwen2-MoE and Qwen3 on CPU (`python -m validation.moe`): the "
+             "router's input, fp32 probabilities and top-k, the routing order, and for the n·k routed tokens the "
+             "gathered inputs, the experts' gate-and-up output, activation, product and output, and the routing "
+             "weights; Qwen2-MoE's shared expert and its gate; Qwen3's RMSNorm over each head of Q and K. Compared to "
+             "the byte with the parameter count and each layer's, the embedding's and the head's saved tensors, and "
+             "under autocast the bf16 weight copies autograd keeps. "
              f"**{exact} of {len(rows)} cases exact.**", "",
-             "| case | params | active params | layer B | embedding B | head B | |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+             "| case | params | active params | layer B | embedding B | head B | weight copies B (layer / head) | |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for case, measured, predicted in rows:
         arch = core.architecture_from_hf_config(case.config().to_dict())
+        copies = measured.get("weight_copies")
+        copies_text = f"{copies['layers'][0]:,} / {copies['head']:,}" if isinstance(copies, dict) else "–"
         lines.append(f"| {case.label} | {measured['params']:,} | {active_param_count(arch):,} | "
-                     f"{measured['layers'][0]:,} | {measured['embedding']:,} | {measured['head']:,} | "
+                     f"{measured['layers'][0]:,} | {measured['embedding']:,} | {measured['head']:,} | {copies_text} | "
                      f"{'exact' if measured == predicted else 'differs'} |")
-    lines += ["", "The peak of two training steps (the timeline harness):", "",
+    lines += ["", "Under autocast (`autocast-bf16`: fp32 weights, the forward in "
+              "`torch.autocast(\"cpu\", dtype=torch.bfloat16)`) the block's input is the post-attention norm's fp32 "
+              "output. The router's F.linear keeps its own bf16 cast of it (so do Qwen2-MoE's shared expert's gate and "
+              "up projections and its gate, one each) and returns bf16 logits, so Qwen3-MoE's and Qwen2-MoE's routing "
+              "weights are bf16 as in a bf16 model and Mixtral's fp32. The routed experts run transformers' default "
+              "`grouped_mm` path (integrations/moe.py), which autocast leaves alone (torch._grouped_mm has no autocast "
+              "kernel): they compute in fp32 on their stacked fp32 weights, keep no bf16 copy of them, and every n·k-row "
+              "tensor of theirs is fp32. The weight copies are one bf16 cast of each 2-D weight an F.linear reads "
+              "(attention, router, shared expert), none of the routed experts'.", "",
+              "The peak of two training steps (the timeline harness):", "",
               "| case | predicted peak B | measured peak B | error | event (predicted / measured) |",
               "| --- | ---: | ---: | ---: | --- |"]
     for row in peaks:
@@ -140,16 +194,21 @@ def section(rows: list[tuple[Case, dict, dict]], peaks: list) -> list[str]:
                      f"{row.predicted_event}, step {row.predicted_step} / {row.measured_event}, step "
                      f"{row.measured_step} |")
     lines += ["", "With `output_router_logits` the head keeps, for the load-balancing loss, each sparse layer's "
-              "softmax over its router logits (n × E, the activations' dtype) and its top-k's int64 indices (n × k), "
+              "softmax over its router logits (n × E, the activations' dtype, bf16 under CPU autocast; CUDA autocast runs "
+              "a softmax given no dtype in fp32) and its top-k's int64 indices (n × k), "
               "and the fp32 fraction of tokens per expert (E) once; the router logits themselves (L_s × n × E) are "
               "collected layer by layer in forward and live as long as the model's output, which the loop decides "
               "(the mixtral-router-logits peaks above).", "",
               "Expert parallelism (`parallelism.expert`) and expert tensor parallelism (`parallelism.expert_tensor`) "
-              "are modelled from their sources, not measured here (one CPU process). LoRA on the attention of "
-              "Mixtral and Qwen3-MoE, with the router and the experts frozen, is measured in \"Fine-tuning\". Not "
-              "modelled yet: capacity factors (transformers' Mixtral is dropless), MoE under Megatron-LM or "
-              "autocast, peft's all-linear on a mixture (it adapts the stacked expert parameters), fine-tuning "
-              "with shared experts or dense layers: trainmem refuses those rather than guess.", ""]
+              "are modelled from their sources, not measured here (one CPU process), as is the most-loaded expert "
+              "GPU's share of the tokens (`parallelism.expert_load`: a capacity factor or the expected imbalance). "
+              "LoRA on the attention of Mixtral and Qwen3-MoE, with the router and the experts frozen, is measured in "
+              "\"Fine-tuning\". Not modelled yet: MoE under Megatron-LM, peft's "
+              "all-linear on a mixture (it adapts the stacked expert parameters), fine-tuning with shared experts or "
+              "dense layers; under autocast gpt-oss (the fp32 sink logits make its attention's softmax fp32) and "
+              "DeepSeek (multi-head latent attention, routers that cast to fp32 themselves), frozen parts of a mixture "
+              "and expert parallelism (its send buffer would hold fp32 tokens): trainmem refuses those rather than "
+              "guess.", ""]
     return lines
 
 

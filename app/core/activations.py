@@ -738,10 +738,21 @@ def _hf_moe(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, weight
     With the router's and the experts' weights frozen (`weights` False: adapters elsewhere, a frozen layer that
     gradients pass through) their F.linear calls need no weight gradient and keep no input: neither the router's
     input, nor the gathered tokens, nor the down matmul's input; what the gradients to the tokens need stays.
+
+    Under autocast the block's input is the post-attention norm's fp32 output (the residual stream's width). The
+    router is an F.linear, which autocast runs in half precision: it keeps its own half cast of the input (n × h,
+    the same bytes as above) and returns half-precision logits, so Qwen3-MoE's cast of the weights to the logits'
+    dtype makes them half precision, as in a half-precision model. The routed experts run transformers' default
+    ``grouped_mm`` path (integrations/moe.py, grouped_mm_experts_forward): torch._grouped_mm has no autocast kernel
+    (neither AutocastCPU nor AutocastCUDA, torch 2.13), and `_grouped_mm` casts the tokens to the weights' dtype,
+    fp32; so the experts compute in fp32 on the stacked fp32 parameters, which they keep by reference (no half
+    copies of the experts' weights), and every n·k-row tensor of the experts (gathered tokens, gate-and-up output,
+    activation, product, outputs) is kept at the stream's width (`ActivationSetup.stream_bytes`).
     Measured on CPU: docs/VALIDATION.md.
     """
     n, h, e, k = setup.tokens, arch.hidden_size, arch.num_local_experts, arch.num_experts_per_tok
     width, wa = arch.expert_size, setup.half_bytes
+    we = setup.stream_bytes  # the routed experts' dtype: the activations', or fp32 under autocast (grouped_mm)
     routed = n * k
     gpt_oss = arch.model_type == "gpt_oss"
     if arch.model_type == "deepseek_v3":
@@ -766,18 +777,18 @@ def _hf_moe(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, weight
         saved.add("moe.sorted_expert_ids", received, INDEX_BYTES, "none")
     saved.add("moe.tokens_per_expert", e, 4, "none")
     if weights:
-        saved.add("moe.gathered_tokens", received * h, wa, "none")
-    saved.add("moe.gate_up", received * 2 * width, wa, "expert")
+        saved.add("moe.gathered_tokens", received * h, we, "none")
+    saved.add("moe.gate_up", received * 2 * width, we, "expert")
     if gpt_oss:
-        _hf_clamped_swiglu(saved, received * width, wa)
+        _hf_clamped_swiglu(saved, received * width, we)
     else:
-        saved.add("moe.act_output", received * width, wa, "expert")
+        saved.add("moe.act_output", received * width, we, "expert")
         if weights:
-            saved.add("moe.product", received * width, wa, "expert")
-    # Mixtral and DeepSeek-V3 apply their fp32 routing weights as they are; Qwen3-MoE casts them to the
-    # activations' dtype first.
+            saved.add("moe.product", received * width, we, "expert")
+    # Mixtral and DeepSeek-V3 apply their fp32 routing weights as they are; Qwen3-MoE casts them to the router
+    # logits' dtype first (the activations', half precision under autocast).
     saved.add("moe.routing_weights", received, FP32_BYTES if arch.model_type in FP32_ROUTING_MODELS else wa, "none")
-    saved.add("moe.expert_output", received * h, wa, "none")
+    saved.add("moe.expert_output", received * h, we, "none")
     saved.add("moe.scatter_index", received, INDEX_BYTES, "none")
     if arch.n_shared_experts or arch.model_type in DEEPSEEK_MODELS:
         _hf_shared_experts(saved, arch, setup)
@@ -870,8 +881,15 @@ def _hf_gated_shared_expert(saved: _Saved, arch: Architecture, setup: Activation
     I_s = shared_expert_intermediate_size. Its linears and the gate's read the router's input (one tensor, kept
     once: `_hf_moe`'s moe.router_input); the MLP keeps the gate, the activation's output, the up projection and
     their product (n × I_s each); the sigmoid keeps its output (n × 1), which the product with the shared
-    expert's output (n × h) keeps too, beside that output."""
+    expert's output (n × h) keeps too, beside that output.
+
+    Under autocast the router, the shared expert's gate and up projections and the shared expert gate are four
+    F.linear calls on the fp32 input, each casting it to half precision itself and keeping its own cast (autocast
+    caches casts of leaf weights only, `_hf_linear_input`): three n × h half casts beyond the router's. The shared
+    expert's outputs are half precision, as in a half-precision model."""
     n, wa, width = setup.tokens, setup.half_bytes, arch.shared_expert_size
+    if setup.autocast:
+        saved.add("moe.shared.input (half cast x3)", 3 * n * arch.hidden_size, wa, "sequence")
     for name in ("gate", "act_output", "up", "product"):
         saved.add(f"moe.shared.{name}", n * width, wa, "tensor")
     saved.add("moe.shared_gate_sigmoid", n, wa, "none")
@@ -1166,10 +1184,16 @@ def _hf_router_aux_loss(saved: _Saved, arch: Architecture, setup: ActivationSetu
     attention mask (the causal-LM batches trainmem models); with one, the loss keeps it as n fp32 once more.
     Switch Transformer's loss (Fedus et al. 2021, equations 4-6), L_s · n · (E · a + 8k) + 4E bytes.
     Measured on CPU (tests/core/test_router_aux_loss.py, docs/VALIDATION.md).
+
+    Under autocast the router logits are half precision (the router's F.linear). CPU autocast leaves softmax alone
+    (no AutocastCPU kernel for aten::softmax.int, torch 2.13), so its output stays half precision (measured); CUDA
+    autocast runs a softmax given no dtype in fp32 (aten/src/ATen/autocast_mode.h, AT_FORALL_FP32_SET_OPT_DTYPE),
+    so there it keeps n × E fp32 per layer (not measured: no GPU in the harness).
     """
     n, e, k, wa = setup.tokens, arch.num_local_experts, arch.num_experts_per_tok, setup.half_bytes
     sparse = arch.num_hidden_layers - arch.dense_layers
-    saved.add("moe_aux.router_probs", sparse * n * e, wa, "none")
+    probs_bytes = FP32_BYTES if setup.autocast and setup.device == "cuda" else wa
+    saved.add("moe_aux.router_probs", sparse * n * e, probs_bytes, "none")
     saved.add("moe_aux.topk_indices", sparse * n * k, INDEX_BYTES, "none")
     saved.add("moe_aux.tokens_per_expert_fp32", e, FP32_BYTES, "none")
 

@@ -971,7 +971,7 @@ class _Stage:
         if not setup.autocast:
             return
         bits = setup.precision.bits("activations")
-        per_layer_elements = self.shapes.layer_matmul_rank
+        per_layer_elements = self.shapes.layer_autocast_rank
         n = self.kind.layers
         layers = tensor_bytes(per_layer_elements * n, bits)
         one = tensor_bytes(per_layer_elements, bits)

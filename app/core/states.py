@@ -118,6 +118,10 @@ class StageShapes:
     cluster: dict[str, int]  # part -> elements summed over the tensor-parallel ranks
     layer_rank: int  # one layer's elements on rank 0
     layer_matmul_rank: int  # one layer's matmul weights' elements on rank 0
+    # One layer's weights that autocast casts on rank 0: those an F.linear reads, every 2-D matmul weight and a
+    # mixture's router; not the routed experts' stacked weights, which transformers 5.24 multiplies with
+    # torch._grouped_mm, which has no autocast kernel (measured: docs/VALIDATION.md, "Mixture of experts").
+    layer_autocast_rank: int
     output_rank: int  # the output layer's matmul weight on rank 0 (0 off the last stage)
     rank_shapes: tuple[tuple[tuple[int, ...], int], ...]
     cluster_shapes: tuple[tuple[tuple[int, ...], int], ...]
@@ -171,6 +175,11 @@ def _expert_share(tensor: ParamTensor, expert_parallel: int, expert_tensor: int)
     if expert_tensor:
         tensor = replace(tensor, shape=tensor.shape_on_rank(expert_tensor, 0), split="replicated")
     return tensor
+
+
+def _autocast_casts(tensor: ParamTensor) -> bool:
+    """Whether autocast makes a half-precision copy of this weight: one an F.linear reads (StageShapes)."""
+    return tensor.name == "moe.router.weight" or (tensor.matmul and len(tensor.shape) == 2)
 
 
 @lru_cache(maxsize=256)
@@ -231,6 +240,7 @@ def stage_shapes(arch: Architecture, tensor_parallel: int, *, layers: int, first
         cluster_ep_shapes=cluster_ep_shapes or cluster_shapes,
         layer_rank=elements(rank_shapes(one_layer, t)),
         layer_matmul_rank=elements(rank_shapes(((x, 1) for x, _ in one_layer if x.matmul), t)),
+        layer_autocast_rank=elements(rank_shapes(((x, 1) for x, _ in one_layer if _autocast_casts(x)), t)),
         output_rank=elements(rank_shapes(((output, 1),), t)) if output is not None else 0,
         rank_shapes=tuple(rank),
         cluster_shapes=cluster_shapes,
