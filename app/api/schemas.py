@@ -225,6 +225,13 @@ class ParallelismIn(BaseModel):
     virtual_stages: int = Field(default=1, ge=1, le=limits.MAX_DEGREE,
                                 description="Interleaved pipeline schedule (Megatron's virtual stages): model chunks "
                                 "per device; the first device then holds (p - 1) chunks of activations more.")
+    first_stage_layers: int | None = Field(default=None, ge=1, le=arch_limits.MAX_LAYERS,
+                                           description="Uneven pipeline stages: decoder layers on the first stage "
+                                           "(Megatron-LM's --decoder-first-pipeline-num-layers); the layers left "
+                                           "split evenly over the other stages. Absent or null: an even split.")
+    last_stage_layers: int | None = Field(default=None, ge=1, le=arch_limits.MAX_LAYERS,
+                                          description="Uneven pipeline stages: decoder layers on the last stage "
+                                          "(--decoder-last-pipeline-num-layers). Absent or null: an even split.")
 
 
 class FinetuningIn(BaseModel):

@@ -134,6 +134,10 @@ _SCRIPT_WHY: Final = {
                           "these files sets it for a Hugging Face model",
     "parallelism.expert_tensor": "expert tensor parallelism is Megatron-LM's (--expert-tensor-parallel-size); none of "
                                  "these files sets it",
+    "parallelism.first_stage_layers": "uneven pipeline stages are Megatron-LM's (--decoder-first-pipeline-num-layers); "
+                                      "none of these files sets them",
+    "parallelism.last_stage_layers": "uneven pipeline stages are Megatron-LM's (--decoder-last-pipeline-num-layers); "
+                                     "none of these files sets them",
     "parallelism.expert_load": "the most-loaded expert GPU's load is an outcome of routing (bounded by a capacity "
                                "factor set in the model code or Megatron-LM's --moe-expert-capacity-factor), not a "
                                "setting of these files",

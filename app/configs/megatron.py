@@ -53,6 +53,7 @@ pipeline-model-parallel-size context-parallel-size recompute-granularity recompu
 normalization position-embedding-type vocab-size make-vocab-size-divisible-by tokenizer-type tokenizer-model
 optimizer sgd-momentum hidden-dropout attention-dropout attention-backend transformer-impl
 num-layers-per-virtual-pipeline-stage num-virtual-stages-per-pipeline-rank num-experts
+decoder-first-pipeline-num-layers decoder-last-pipeline-num-layers
 expert-model-parallel-size fp8-format fp8-recipe fp8-amax-history-len fp8-amax-compute-algo fp8-margin
 main-grads-dtype main-params-dtype exp-avg-dtype exp-avg-sq-dtype
 data-parallel-sharding-strategy nproc_per_node nproc-per-node nnodes node_rank node-rank master_addr master-addr
@@ -216,6 +217,14 @@ class _Flags:
         return self.r.choice(self.key(name), value, choices)
 
 
+def _uneven_stages(f: _Flags, r: Reading) -> None:
+    """Uneven first and last pipeline stages: Megatron-LM's decoder layers on each (the rest split evenly)."""
+    for flag, field_name in (("decoder-first-pipeline-num-layers", "parallelism.first_stage_layers"),
+                             ("decoder-last-pipeline-num-layers", "parallelism.last_stage_layers")):
+        if f.has(flag):
+            r.said(field_name, f.integer(flag), f.key(flag))
+
+
 def _virtual_stages(f: _Flags, r: Reading, layers: int | None, pipeline: int) -> None:
     """The interleaved schedule: Megatron-LM's chunks per pipeline rank, given directly or as layers per chunk."""
     if f.has("num-virtual-stages-per-pipeline-rank"):
@@ -252,6 +261,7 @@ def read(text: str, r: Reading) -> None:
 
     layers = _model(f, r, tensor)
     _virtual_stages(f, r, layers, pipeline)
+    _uneven_stages(f, r)
     _batch(f, r, tensor * pipeline * context)
     _precision(f, r)
     _optimizer(f, r)

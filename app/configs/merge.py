@@ -38,7 +38,8 @@ TRAINING_FIELDS: Final = ("micro_batch_size", "seq_len", "precision", "optimizer
                           "adafactor_momentum", "activation_checkpointing", "attention", "implementation", "loop",
                           "gradient_accumulation_steps", "loss", "framework", "fp8")
 PARALLELISM_FIELDS: Final = ("data", "tensor", "pipeline", "sequence_parallel", "zero_stage", "offload", "gpus_per_node",
-                              "context", "virtual_stages", "reduce_bucket_size", "expert", "expert_tensor", "expert_load")
+                              "context", "virtual_stages", "reduce_bucket_size", "expert", "expert_tensor", "expert_load",
+                              "first_stage_layers", "last_stage_layers")
 FINETUNING_FIELDS: Final = ("method", "rank", "target_modules", "dropout", "modules_to_save", "quantization")
 MAX_ENTRIES: Final = 2000  # per list: a pathological file of thousands of keys is summarised past this
 DEFAULT_WHY: Final = "not in the config: trainmem's default"

@@ -123,18 +123,20 @@ def _from_architecture(arch: Architecture, training: Training, parallelism: Para
     best = None
     cluster = dict.fromkeys(CATEGORIES, 0)
     cluster_by_key: dict[str, int] = {}
-    for kind in stage_kinds(arch, pipeline=parallelism.pipeline, micro_batches=m,
-                            virtual_stages=parallelism.virtual_stages):
+    kinds = stage_kinds(arch, pipeline=parallelism.pipeline, micro_batches=m, virtual_stages=parallelism.virtual_stages,
+                        stage_layers=parallelism.stage_layers(arch.num_hidden_layers) if parallelism.uneven_stages
+                        else None)
+    for kind in kinds:
         # A middle stage holds what the first holds, less the embedding and no more micro-batches
-        # in flight, at every event they share: it is never the most loaded, so only its cluster
-        # share is needed, and its formulas are not written out.
-        middle = not (kind.first or kind.last)
+        # in flight, at every event they share: with no more layers than the first it is never the
+        # most loaded, so only its cluster share is needed, and its formulas are not written out.
+        skipped = not (kind.first or kind.last) and kind.layers <= kinds[0].layers
         ledger, _, host = stage_ledger(arch, training, parallelism, kind, setup, layer_saved=layer_saved,
-                                       texts=not middle)
+                                       texts=not skipped)
         for buffer in ledger:
             cluster[buffer.category] += buffer.cluster_bytes
             cluster_by_key[buffer.key] = cluster_by_key.get(buffer.key, 0) + buffer.cluster_bytes
-        if middle:
+        if skipped:
             continue
         totals = {ACTS: kind.layers, FORWARDED: kind.layers, GRADS: kind.layers}
         steps = stage_plan(kind, micro_batches=m)

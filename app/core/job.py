@@ -13,7 +13,7 @@ from typing import Any, Final, Literal
 
 from app.core import activations as act
 from app.core import finetuning as ft
-from app.core.architecture import Architecture
+from app.core.architecture import MAX_LAYERS, Architecture
 from app.core.errors import DomainError
 from app.core.estimate import Estimate, estimate
 from app.core.gpus import Gpu, get_gpu, gpu_catalogue
@@ -110,6 +110,8 @@ def _job_fields() -> dict[str, JobField]:
         JobField("parallelism.offload", "choice", choices=tuple(OFFLOADS)),
         JobField("parallelism.gpus_per_node", "int", 1, MAX_GPUS_PER_NODE),
         JobField("parallelism.virtual_stages", "int", 1, MAX_DEGREE),
+        JobField("parallelism.first_stage_layers", "int", 1, MAX_LAYERS),
+        JobField("parallelism.last_stage_layers", "int", 1, MAX_LAYERS),
         JobField("parallelism.context", "int", 1, MAX_DEGREE),
         JobField("parallelism.reduce_bucket_size", "int", 1, MAX_REDUCE_BUCKET_SIZE),
         JobField("parallelism.expert", "int", 1, MAX_DEGREE),

@@ -291,6 +291,12 @@ class Parallelism:
     offload: str = "none"  # a key of OFFLOADS
     gpus_per_node: int = 8  # for host memory per node
     virtual_stages: int = 1  # interleaved pipeline schedule: model chunks per device (Megatron's virtual stages)
+    # Uneven pipeline stages: the decoder layers on the first and on the last stage (Megatron-LM's
+    # --decoder-first-pipeline-num-layers and --decoder-last-pipeline-num-layers), the rest split evenly over the
+    # stages between; None splits every stage evenly. Fewer layers where the embedding or the output layer and loss
+    # sit balance the stages' memory and time.
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None
     context: int = 1  # context parallelism: each sequence split over this many GPUs (ring attention)
     # Expert parallelism: a mixture's routed experts split over this many GPUs of the data-parallel group (as
     # Megatron-LM and DeepSpeed-MoE carve their expert-parallel groups); each expert is then replicated over
@@ -319,6 +325,21 @@ class Parallelism:
         """The GPUs that hold one replica of the model states, over which ZeRO shards them: data × context
         parallel (Megatron-LM's distributed optimizer shards over both)."""
         return self.data * self.context
+
+    @property
+    def uneven_stages(self) -> bool:
+        return self.first_stage_layers is not None or self.last_stage_layers is not None
+
+    def stage_layers(self, layers: int) -> tuple[int, int, int]:
+        """Decoder layers on the first stage, on each stage between and on the last, of `layers` in all (for a
+        layout validate_setup accepted; one stage holds them all)."""
+        p = self.pipeline
+        if p == 1:
+            return layers, 0, layers
+        first, last = self.first_stage_layers, self.last_stage_layers
+        unset = (first is None) + (last is None) + p - 2  # stages that share what the set ones leave
+        share = (layers - (first or 0) - (last or 0)) // unset if unset else 0
+        return (share if first is None else first), share, (share if last is None else last)
 
     @property
     def expert_tensor_degree(self) -> int:
@@ -361,6 +382,33 @@ def _check_moe_finetuning(arch: Architecture, parallelism: Parallelism) -> None:
         raise DomainError("parallelism.expert" if parallelism.expert > 1 else "parallelism.expert_tensor",
                           "fine-tuning a mixture of experts is modelled with the experts split like the rest of the "
                           "layer (no expert or expert tensor parallelism)")
+
+
+def _check_uneven_stages(arch: Architecture, parallelism: Parallelism) -> None:
+    """Uneven first and last stages (Megatron-LM's --decoder-first/last-pipeline-num-layers): more than one stage,
+    the plain 1F1B schedule, and the layers left by the stages given split evenly over the others."""
+    p, layers = parallelism.pipeline, arch.num_hidden_layers
+    field_name = "parallelism.first_stage_layers" if parallelism.first_stage_layers is not None else \
+        "parallelism.last_stage_layers"
+    for name in ("first_stage_layers", "last_stage_layers"):
+        value = getattr(parallelism, name)
+        if value is not None:
+            check_int(f"parallelism.{name}", value, low=1, high=layers)
+    if p == 1:
+        raise DomainError(field_name, "uneven stages need more than one pipeline stage")
+    if parallelism.virtual_stages > 1:
+        raise DomainError(field_name, "uneven first and last stages are modelled with the plain 1F1B schedule, not "
+                                      "with virtual stages")
+    given = (parallelism.first_stage_layers or 0) + (parallelism.last_stage_layers or 0)
+    others = p - (parallelism.first_stage_layers is not None) - (parallelism.last_stage_layers is not None)
+    left = layers - given
+    if not others and left:
+        raise DomainError(field_name, f"with two stages, the first's and the last's layers must add up to "
+                                      f"num_hidden_layers ({layers}), got {given}")
+    if left < others or (others and left % others):
+        raise DomainError(field_name, f"of num_hidden_layers ({layers}), the stages given take {given}: the {left} "
+                                      f"layers left must split evenly over the other {others} stages, at least one "
+                                      "each")
 
 
 def _check_expert_load(arch: Architecture, parallelism: Parallelism) -> None:
@@ -584,7 +632,9 @@ def validate_setup(training: Training, parallelism: Parallelism, arch: Architect
             "parallelism.tensor",
             f"num_key_value_heads ({arch.kv_heads}) must be divisible by the tensor-parallel degree ({t})",
         )
-    if arch.num_hidden_layers % p:
+    if parallelism.uneven_stages:
+        _check_uneven_stages(arch, parallelism)
+    elif arch.num_hidden_layers % p:
         raise DomainError(
             "parallelism.pipeline",
             f"num_hidden_layers ({arch.num_hidden_layers}) must be divisible by the pipeline degree ({p})",
@@ -601,9 +651,10 @@ def validate_setup(training: Training, parallelism: Parallelism, arch: Architect
                                                             f"degree of micro-batches per step (Megatron-LM): make "
                                                             f"gradient_accumulation_steps a multiple of {p}")
     frozen = training.finetuning.frozen_layers
-    if p > 1 and frozen > arch.num_hidden_layers // p:
+    first_stage = parallelism.stage_layers(arch.num_hidden_layers)[0]
+    if p > 1 and frozen > first_stage:
         raise DomainError("finetuning.frozen_layers", f"with {p} pipeline stages, freeze at most the first stage's "
-                                                      f"{arch.num_hidden_layers // p} layers (got {frozen})")
+                                                      f"{first_stage} layers (got {frozen})")
 
 
 def activation_setup(training: Training, parallelism: Parallelism, *, device: act.Device = "cuda") -> act.ActivationSetup:

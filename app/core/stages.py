@@ -34,11 +34,12 @@ class StageKind:
     extra_chunks: int = 0  # interleaved schedule: chunks of layers held beyond in_flight micro-batches
     extra_chunks_total: int = 0  # the same, summed over the kind's stages
     chunk_layers: int = 0  # layers in one chunk (a virtual stage)
+    start: int | None = None  # decoder layers before this stage, where stages are uneven (else index × layers)
 
     @property
     def first_layer(self) -> int:
         """Number of this stage's first decoder layer, counted from 1 over the whole model."""
-        return self.index * self.layers + 1
+        return (self.index * self.layers if self.start is None else self.start) + 1
 
 
 def _sum_min(cap: int, low: int, high: int) -> int:
@@ -55,10 +56,26 @@ def _sum_min(cap: int, low: int, high: int) -> int:
     return total
 
 
-def stage_kinds(arch: Architecture, *, pipeline: int, micro_batches: int,
-                virtual_stages: int = 1) -> tuple[StageKind, ...]:
-    """The kinds of stage in a pipeline of `pipeline` stages running `micro_batches` per step."""
+def stage_kinds(arch: Architecture, *, pipeline: int, micro_batches: int, virtual_stages: int = 1,
+                stage_layers: tuple[int, int, int] | None = None) -> tuple[StageKind, ...]:
+    """The kinds of stage in a pipeline of `pipeline` stages running `micro_batches` per step. `stage_layers`
+    gives the layers of the first stage, of each between and of the last where they are uneven (Megatron-LM's
+    --decoder-first/last-pipeline-num-layers; setup.Parallelism.stage_layers); then the stages between may hold more
+    layers than the first, and each kind is its own."""
+    if stage_layers is not None and pipeline > 1:
+        return _uneven_kinds(*stage_layers, pipeline, micro_batches)
     return _stage_kinds(arch.num_hidden_layers, pipeline, micro_batches, virtual_stages)
+
+
+@lru_cache(maxsize=512)
+def _uneven_kinds(first: int, between: int, last: int, p: int, m: int) -> tuple[StageKind, ...]:
+    """`stage_kinds` for uneven stages under 1F1B: the same micro-batches in flight as even ones (stage k holds
+    min(m, p − k)), over each kind's own layers."""
+    kinds = [StageKind(0, 1, first, True, False, min(m, p), min(m, p), start=0)]
+    if p > 2:
+        kinds.append(StageKind(1, p - 2, between, False, False, min(m, p - 1), _sum_min(m, 2, p - 1), start=first))
+    kinds.append(StageKind(p - 1, 1, last, False, True, 1, 1, start=first + (p - 2) * between))
+    return tuple(kinds)
 
 
 @lru_cache(maxsize=512)

@@ -68,6 +68,8 @@ LABELS: Final[dict[str, str]] = {
     "loss_chunks": "Loss chunks",
     "context": "Context parallel",
     "virtual_stages": "Virtual stages per GPU",
+    "first_stage_layers": "Layers on the first stage",
+    "last_stage_layers": "Layers on the last stage",
     "reduce_bucket_size": "Reduce bucket (elements)",
     "expert": "Expert parallel",
     "expert_tensor": "Expert tensor parallel",
@@ -98,6 +100,10 @@ EXTRA_HELP: Final[dict[str, str]] = {
     "fill": "Set the fields below to the chosen model's.",
     "expert_load": "× balanced routing: 1.25 for a capacity factor of 1.25 (tokens over it dropped), or the "
     "imbalance a dropless run expects.",
+    "first_stage_layers": "Blank: an even split. Fewer layers where the embedding sits balance the stages "
+    "(Megatron-LM's --decoder-first-pipeline-num-layers).",
+    "last_stage_layers": "Blank: an even split. Fewer layers where the output layer and loss sit balance the stages "
+    "(--decoder-last-pipeline-num-layers).",
     "expert_tensor": "Blank: the tensor-parallel degree. Each routed expert's matrices split over this many GPUs "
     "(Megatron-LM's --expert-tensor-parallel-size).",
     "host_ram": "The page's own figure, for the host memory bar: e.g. 512 GiB or 2 TB.",

@@ -53,7 +53,7 @@ TRAINING_CHOICES: Final = ("optimizer", "optimizer_implementation", "activation_
 # Controls read only when shown (the rest of the time the API's default stands): name -> (control, values shown for).
 LOSS_CHUNKS: Final = "loss_chunks"
 PARALLEL_SHOWN: Final = ("offload", "gpus_per_node", "virtual_stages", "reduce_bucket_size", "expert", "expert_tensor",
-                         "expert_load")
+                         "expert_load", "first_stage_layers", "last_stage_layers")
 # Fine-tuning: the API's finetuning fields; the page's names where one would clash with an architecture field.
 FINETUNING_METHOD: Final = "method"
 ADAPTER_CONTROLS: Final = ("rank", "target_modules", "lora_dropout", "save_embed_tokens", "save_lm_head")
@@ -233,6 +233,8 @@ def default_values() -> dict[str, str]:
         "reduce_bucket_size": str(_field_default(ParallelismIn, "reduce_bucket_size")),
         "expert": str(_field_default(ParallelismIn, "expert")),
         "expert_tensor": "",  # blank: the tensor-parallel degree (the API's null)
+        "first_stage_layers": "",  # blank: an even split (the API's null)
+        "last_stage_layers": "",
         "expert_load": format(_field_default(ParallelismIn, "expert_load"), "g"),
         HOST_RAM: DEFAULT_HOST_RAM,
         FINETUNING_METHOD: str(_field_default(FinetuningIn, "method")),
@@ -331,6 +333,9 @@ def parse_form(params: Mapping[str, str]) -> ParsedForm:
         parallelism["expert_tensor"] = read("expert_tensor", parse_int)
     if _above(values["pipeline"], 1):
         parallelism["virtual_stages"] = read("virtual_stages", parse_int)
+        for name in ("first_stage_layers", "last_stage_layers"):
+            if values[name].strip():
+                parallelism[name] = read(name, parse_int)
     if values["framework"] == "deepspeed":
         parallelism["reduce_bucket_size"] = read("reduce_bucket_size", parse_int)
     host_ram = read(HOST_RAM, parse_bytes) if parallelism.get("offload", "none") != "none" else None

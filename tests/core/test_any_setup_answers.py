@@ -24,7 +24,7 @@ SMALL = {"training.micro_batch_size": 4, "training.seq_len": 4096, "training.gra
          "training.loss_chunks": 16, "parallelism.data": 16, "parallelism.tensor": 8, "parallelism.pipeline": 8,
          "parallelism.virtual_stages": 4, "parallelism.context": 4, "parallelism.expert": 16,
          "parallelism.expert_tensor": 8, "parallelism.gpus_per_node": 8, "finetuning.rank": 64,
-         "finetuning.frozen_layers": 4}
+         "finetuning.frozen_layers": 4, "parallelism.first_stage_layers": 12, "parallelism.last_stage_layers": 12}
 VARIED = tuple(path for path in JOB_FIELDS if path.split(".")[0] in ("training", "parallelism", "finetuning")
                and path not in ("training.framework_overhead_bytes", "parallelism.reduce_bucket_size"))
 
