@@ -1145,9 +1145,26 @@ def stage_ledger(arch: Architecture, training: Training, parallelism: Parallelis
     if layer_saved is None:
         layer_saved = fp8_layer_saved(arch, training, setup, act.layer_activations(arch, setup))
     stage = _Stage(arch, training, parallelism, kind, setup, layer_saved, texts=texts)
-    stage.model_states()
-    stage.host_gradients()
-    stage.deepspeed_states()
+    # The model states' buffers depend on the architecture, the stage, the layout and the training's precision,
+    # optimizer, framework, implementation, FP8 recipe and fine-tuning: not on the batch, the sequence, the attention
+    # or the loss, which a session changes most. They are kept per those inputs.
+    key = (arch, kind, parallelism, texts, training.precision, training.optimizer, training.optimizer_implementation,
+           training.adafactor_momentum, training.framework, training.implementation, training.fp8, training.finetuning)
+    kept = _STATE_BUFFERS.get(key)
+    if kept is None:
+        stage.model_states()
+        stage.host_gradients()
+        stage.deepspeed_states()
+        if len(_STATE_BUFFERS) >= _MAX_STATE_BUFFERS:
+            _STATE_BUFFERS.clear()
+        kept = _STATE_BUFFERS[key] = (tuple(stage.buffers), tuple(stage.host))
+    else:
+        stage.buffers.extend(kept[0])
+        stage.host.extend(kept[1])
     stage.activations()
     stage.temporaries()
     return StageLedger(tuple(stage.buffers), stage.phases, tuple(stage.host))
+
+
+_STATE_BUFFERS: dict[tuple, tuple[tuple[Buffer, ...], tuple[Buffer, ...]]] = {}
+_MAX_STATE_BUFFERS: Final = 512
