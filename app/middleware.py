@@ -76,7 +76,9 @@ class Guard:
         chunks, size = [], 0
         while True:
             try:
-                message = await asyncio.wait_for(receive(), self.body_timeout_s)
+                # asyncio.timeout, not wait_for: no task is made around each receive().
+                async with asyncio.timeout(self.body_timeout_s):
+                    message = await receive()
             except TimeoutError:
                 await _respond(send, 408, ["body"], f"did not arrive within {self.body_timeout_s:g} s")
                 return
