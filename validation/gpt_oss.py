@@ -4,6 +4,8 @@ Small models built from a GptOssConfig (no download): every layer a mixture of e
 SwiGLU, a router with a bias, attention with biases and a learned sink logit per head, sliding-window and
 full-attention layers as ``layer_types`` says. Each case compares, to the byte, the parameter count the model class
 has, and the tensors autograd keeps in each layer, the embedding and the head (validation/measure.py's recorder).
+Under autocast (fp32 weights, the forward in ``torch.autocast("cpu", dtype=torch.bfloat16)``) each case also
+compares the bytes of autocast's parameter casts that autograd keeps, per layer and for the head (`weight_copies`).
 transformers runs gpt-oss with eager attention only on CPU (it has no sdpa path for the sinks; its flash path needs
 CUDA kernels from the Hub), so every case is eager. The peak of two training steps is measured by the timeline
 harness where it builds the model (`peak_cases`). gpt-oss-20b's and gpt-oss-120b's own counts are measured on the
@@ -25,11 +27,11 @@ from transformers import GptOssConfig, GptOssForCausalLM
 
 from app import core
 from app.core import activations as act
-from app.core.architecture import active_param_count
+from app.core.architecture import Architecture, active_param_count, layer_tensors
 from validation.measure import measured_parts, predicted_parts
 from validation.sections import write_section
 
-DTYPES: Final = {"bf16": torch.bfloat16, "fp32": torch.float32}
+DTYPES: Final = {"bf16": torch.bfloat16, "fp32": torch.float32, "autocast-bf16": torch.float32}
 SECTION: Final = "## gpt-oss"
 VOCAB: Final = 300
 SLIDING, FULL = "sliding_attention", "full_attention"
@@ -79,6 +81,10 @@ class Case:
             attention_bias=self.bias, attention_dropout=self.attention_dropout, max_position_embeddings=256,
             rope_parameters={"rope_type": "default", "rope_theta": 150000.0}, attn_implementation="eager")
 
+    @property
+    def autocast(self) -> bool:
+        return self.precision.startswith("autocast")
+
 
 CASES: Final = (
     *(Case(precision, batch, seq, window)
@@ -88,12 +94,29 @@ CASES: Final = (
     Case("fp32", 2, 32, 16, kv_heads=4, bias=False),
     Case("bf16", 1, 40, 16, kv_heads=1),
     Case("fp32", 2, 24, 16, attention_dropout=0.1),
+    # Under autocast: fp32 weights, the forward in torch.autocast("cpu", dtype=torch.bfloat16).
+    *(Case("autocast-bf16", batch, seq, window) for batch, seq, window in ((2, 32, 16), (1, 48, 16), (3, 16, 64))),
+    Case("autocast-bf16", 2, 24, 8, layer_types=(FULL, SLIDING, SLIDING), experts=(6, 3)),
+    Case("autocast-bf16", 2, 32, 16, kv_heads=4, bias=False),
+    Case("autocast-bf16", 1, 40, 16, kv_heads=1),
+    Case("autocast-bf16", 2, 24, 16, attention_dropout=0.1),
 )
 
 
+def weight_copies(arch: Architecture) -> dict[str, object]:
+    """Autocast's bf16 casts of parameters that autograd keeps, by hand from torch's rules (as validation/moe.py's
+    `weight_copies`): a layer keeps one cast of each 2-D weight its F.linear calls read, the attention's four
+    projections and the router's (E × h); the biases' casts (attention, router) are addmm's first operand, which
+    addmm does not keep; the sinks join the scores through torch.cat uncast; the experts' stacked weights and their
+    biases reach torch._grouped_mm and an index uncast. The head keeps the output layer's cast (V × h). Two bytes
+    an element."""
+    cast = sum(x.elements for x in layer_tensors(arch) if len(x.shape) == 2 and not x.name.startswith("moe.experts."))
+    return {"layers": [2 * cast] * arch.num_hidden_layers, "head": 2 * arch.vocab_size * arch.hidden_size}
+
+
 def measure(case: Case) -> dict[str, object]:
-    return measured_parts(lambda: GptOssForCausalLM(case.config()), dtype=DTYPES[case.precision], vocab=VOCAB, batch=case.batch,
-                          seq=case.seq)
+    return measured_parts(lambda: GptOssForCausalLM(case.config()), dtype=DTYPES[case.precision], vocab=VOCAB,
+                          batch=case.batch, seq=case.seq, autocast=case.autocast)
 
 
 def predict(case: Case) -> dict[str, object]:
@@ -102,7 +125,8 @@ def predict(case: Case) -> dict[str, object]:
                                 precision=core.precision_preset(case.precision))
     layer = act.total_bytes(act.layer_activations(arch, setup))
     window = act.total_bytes(act.sliding_window_activations(arch, setup))
-    return predicted_parts(arch, setup, [layer + (window if kind == SLIDING else 0) for kind in case.layer_types])
+    return predicted_parts(arch, setup, [layer + (window if kind == SLIDING else 0) for kind in case.layer_types],
+                           weight_copies=weight_copies(arch) if case.autocast else None)
 
 
 def published_counts() -> dict[str, tuple[int, int]]:
@@ -126,7 +150,11 @@ def peak_cases() -> tuple:
 
     size = Size(hidden=256, layers=4, heads=4, kv_heads=2, intermediate=256, vocab=2048, head_dim=64)
     return (tl.TimelineCase("gpt_oss", precision="bf16", seq=256, batch=2, size=size, attention="eager"),
-            tl.TimelineCase("gpt_oss", precision="fp32", seq=128, batch=2, size=size, attention="eager"))
+            tl.TimelineCase("gpt_oss", precision="fp32", seq=128, batch=2, size=size, attention="eager"),
+            # Under autocast (fp32 weights, bf16 activations).
+            tl.TimelineCase("gpt_oss", precision="autocast-bf16", seq=256, batch=2, size=size, attention="eager"),
+            tl.TimelineCase("gpt_oss", precision="autocast-bf16", seq=128, batch=2, size=size, attention="eager",
+                            implementation="for-loop", loop="hf-trainer"))
 
 
 def recompute_cases() -> tuple:
@@ -152,16 +180,31 @@ def section(rows: list[tuple[Case, dict, dict]], peaks: list, counts: dict[str, 
              "where Mixtral's keeps two. RMSNorm keeps its normalised tensor in fp32 (the weight multiplies it "
              "before the cast), and the rotary cos and sin are d/2 wide. Sliding-window layers keep what full ones "
              "do under eager attention (the mask is added, not kept). Compared to the byte with the parameter count "
-             f"and each layer's, the embedding's and the head's saved tensors. **{exact} of {len(rows)} cases "
-             "exact.**", "",
-             "| case | params | active params | layer B (each) | embedding B | head B | |",
-             "| --- | ---: | ---: | --- | ---: | ---: | --- |"]
+             "and each layer's, the embedding's and the head's saved tensors, and under autocast the bf16 weight "
+             f"copies autograd keeps. **{exact} of {len(rows)} cases exact.**", "",
+             "| case | params | active params | layer B (each) | embedding B | head B | weight copies B (layer / head) "
+             "| |",
+             "| --- | ---: | ---: | --- | ---: | ---: | ---: | --- |"]
     for case, measured, predicted in rows:
         arch = core.architecture_from_hf_config(case.config().to_dict())
         layers = " / ".join(f"{value:,}" for value in measured["layers"])  # type: ignore[attr-defined]
+        copies = measured.get("weight_copies")
+        copies_text = f"{copies['layers'][0]:,} / {copies['head']:,}" if isinstance(copies, dict) else "–"
         lines.append(f"| {case.label} | {measured['params']:,} | {active_param_count(arch):,} | {layers} | "
-                     f"{measured['embedding']:,} | {measured['head']:,} | "
+                     f"{measured['embedding']:,} | {measured['head']:,} | {copies_text} | "
                      f"{'exact' if measured == predicted else 'differs'} |")
+    lines += ["", "Under autocast (`autocast-bf16`: fp32 weights, the forward in "
+              "`torch.autocast(\"cpu\", dtype=torch.bfloat16)`) the sinks are fp32 parameters, and torch.cat (on "
+              "autocast's promote list) joins the bf16 scores to them in fp32: the softmax over s + 1 columns is fp32, "
+              "and on CPU so is the dropout's mask. The probabilities' cast to V's dtype (bf16, v_proj's output) is a "
+              "copy the product with V keeps beside it. Q and K come out of the rotary multiply in fp32 (cos and sin "
+              "follow the fp32 residual stream) and the first matmul keeps its own bf16 casts of them, as many bytes "
+              "as a bf16 model keeps. The router keeps its own bf16 cast of the fp32 norm output and returns bf16 "
+              "logits, so its top-k softmax and the routing weights are bf16; the experts run the grouped_mm path in "
+              "fp32 (as Mixtral's do, \"Mixture of experts\"), all their n·k-row tensors fp32. The weight copies are "
+              "one bf16 cast of each 2-D weight an F.linear reads (the attention's four projections and the router's); "
+              "the biases' casts are not kept (addmm keeps no bias), and the sinks and the experts' weights are not "
+              "cast."]
     if peaks:
         lines += ["", "The peak of two training steps (the timeline harness):", "",
                   "| case | predicted peak B | measured peak B | error | event (predicted / measured) |",
@@ -196,9 +239,8 @@ def section(rows: list[tuple[Case, dict, dict]], peaks: list, counts: dict[str, 
               "dequantized (transformers' `Mxfp4Config(dequantize=True)`) to the training dtype, so the count and the "
               "bytes follow the estimate's precision, not the checkpoint's format. The rotary scaling (YaRN) and "
               "`rope_theta` change no tensor kept. Not measured: the flash path (kernels from the Hub, CUDA only), "
-              "modelled as a fused kernel's Q, K, V, output and log-sum-exp. gpt-oss is refused under autocast (its "
-              "fp32 sink logits make the attention's softmax fp32, not modelled), Megatron-LM, Liger and "
-              "fine-tuning.", ""]
+              "modelled as a fused kernel's Q, K, V, output and log-sum-exp. gpt-oss is refused under Megatron-LM, "
+              "Liger and fine-tuning.", ""]
     return lines
 
 

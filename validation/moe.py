@@ -205,8 +205,8 @@ def section(rows: list[tuple[Case, dict, dict]], peaks: list) -> list[str]:
               "LoRA on the attention of Mixtral and Qwen3-MoE, with the router and the experts frozen, is measured in "
               "\"Fine-tuning\". Not modelled yet: MoE under Megatron-LM, peft's "
               "all-linear on a mixture (it adapts the stacked expert parameters), fine-tuning with shared experts or "
-              "dense layers; under autocast gpt-oss (the fp32 sink logits make its attention's softmax fp32) and "
-              "DeepSeek (multi-head latent attention, routers that cast to fp32 themselves), frozen parts of a mixture "
+              "dense layers; under autocast DeepSeek (multi-head latent attention, routers that cast to fp32 "
+              "themselves; gpt-oss is measured in its own section), frozen parts of a mixture "
               "and expert parallelism (its send buffer would hold fp32 tokens): trainmem refuses those rather than "
               "guess.", ""]
     return lines

@@ -594,7 +594,15 @@ def _hf_sink_eager_attention(saved: _Saved, arch: Architecture, setup: Activatio
     the second matmul the view of it without the sink column, the same storage (it folds to b·a × s × s without a
     copy). The scaling, the mask, the concatenation and the subtraction keep nothing; the sink's gradient is the
     sum of its column's. With attention dropout, the dropout keeps its mask and the second matmul the dropped
-    probabilities. Measured on CPU: docs/VALIDATION.md, "gpt-oss".
+    probabilities.
+
+    Under autocast the sinks are a parameter in the weights' dtype (fp32), and torch.cat, on autocast's promote
+    list (aten/src/ATen/autocast_mode.cpp), joins the half-precision scores to them in fp32: the row maximum, the
+    softmax (``dtype=combined_logits.dtype``) and its output b·a·s·(s + 1) are fp32 (`ActivationSetup.stream_bytes`),
+    and on CPU so is the dropout's mask. ``.to(value_states.dtype)`` casts the b·a·s·s probabilities to V's half
+    precision (v_proj's output), a copy the second matmul keeps beside the fp32 softmax. Q and K arrive in fp32 from
+    the rotary multiply (cos and sin at the stream's width) and the first matmul keeps its own half casts of them,
+    the bytes a half-precision model keeps. Measured on CPU: docs/VALIDATION.md, "gpt-oss".
     """
     q_grad, k_grad, v_grad = grads
     b, s, n = setup.micro_batch_size, setup.seq_len, setup.tokens
@@ -606,11 +614,15 @@ def _hf_sink_eager_attention(saved: _Saved, arch: Architecture, setup: Activatio
     if q_grad:
         saved.add("attn.key", n * key_heads * d, wa, "tensor")
     saved.add("attn.value", n * value_heads * d, wa, "tensor")
+    softmax_bytes = setup.stream_bytes  # the sinks' dtype: the activations', or fp32 under autocast
     saved.add("attn.row_max_index", b * a * s, INDEX_BYTES, "tensor", core=True)
-    saved.add("attn.softmax_with_sink", b * a * s * (s + 1), wa, "tensor", core=True)
+    saved.add("attn.softmax_with_sink", b * a * s * (s + 1), softmax_bytes, "tensor", core=True)
     if arch.attn_dropout > 0:
-        saved.mask("attn.softmax_dropout_mask", b * a * s * s, wa, "tensor", core=True)
+        saved.mask("attn.softmax_dropout_mask", b * a * s * s, softmax_bytes, "tensor", core=True)
+        # The dropped probabilities, or under autocast their half cast, which the matmul with V keeps.
         saved.add("attn.softmax_dropout_output", b * a * s * s, wa, "tensor", core=True)
+    elif softmax_bytes != wa:
+        saved.add("attn.probs_half", b * a * s * s, wa, "tensor", core=True)
     if out_proj_input:
         saved.add("attn.out_proj_input", n * a * d, wa, "tensor")
 

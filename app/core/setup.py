@@ -605,13 +605,14 @@ def validate_setup(training: Training, parallelism: Parallelism, arch: Architect
         if training.finetuning != Finetuning():
             _check_moe_finetuning(arch, parallelism)
         if autocast:
-            # Measured exact on CPU under torch.autocast (docs/VALIDATION.md, "Mixture of experts"): Mixtral,
-            # Qwen3-MoE and Qwen2-MoE, their routed experts on transformers' default grouped_mm path (fp32 under
-            # autocast, act._hf_moe); a custom mixture is modelled as Mixtral. gpt-oss's attention with sinks and
-            # DeepSeek's multi-head latent attention are not modelled under autocast, nor DeepSeek's routers and
-            # shared experts; frozen parts and expert parallelism's send buffer (fp32 tokens) are not measured.
+            # Measured exact on CPU under torch.autocast (docs/VALIDATION.md, "Mixture of experts" and "gpt-oss"):
+            # Mixtral, Qwen3-MoE, Qwen2-MoE and gpt-oss (eager attention with sinks, whose fp32 sinks make the
+            # softmax fp32, act._hf_sink_eager_attention), their routed experts on transformers' default grouped_mm
+            # path (fp32 under autocast, act._hf_moe); a custom mixture is modelled as Mixtral. DeepSeek's
+            # multi-head latent attention is not modelled under autocast, nor DeepSeek's routers and shared
+            # experts; frozen parts and expert parallelism's send buffer (fp32 tokens) are not measured.
             why = None
-            if arch.model_type not in ("mixtral", "qwen3_moe", "qwen2_moe", None) or arch.n_shared_experts:
+            if arch.model_type not in ("mixtral", "qwen3_moe", "qwen2_moe", "gpt_oss", None) or arch.n_shared_experts:
                 why = f"of model type {arch.model_type}" if arch.model_type else "with DeepSeek-style shared experts"
             elif training.finetuning != Finetuning():
                 why = "with frozen parts"
@@ -620,7 +621,7 @@ def validate_setup(training: Training, parallelism: Parallelism, arch: Architect
             if why is not None:
                 raise DomainError("training.precision", f"mixture-of-experts models {why} are modelled in their "
                                                         "training dtype (bf16, fp16 or fp32), not under autocast "
-                                                        "(Mixtral, Qwen2-MoE and Qwen3-MoE are)")
+                                                        "(Mixtral, Qwen2-MoE, Qwen3-MoE and gpt-oss are)")
     t, p = parallelism.tensor, parallelism.pipeline
     if arch.num_attention_heads % t:
         raise DomainError(

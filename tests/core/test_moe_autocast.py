@@ -115,8 +115,13 @@ DEEPSEEK_V3 = {"model_type": "deepseek_v3", "intermediate_size": 96, "moe_interm
                "qk_rope_head_dim": 8, "v_head_dim": 16, **{**SHAPE, "num_key_value_heads": 4}}
 
 
+def test_gpt_oss_is_accepted_under_autocast():
+    # Measured exact under autocast too (docs/VALIDATION.md, "gpt-oss"; tests/core/test_gpt_oss_autocast.py).
+    validate_setup(Training(micro_batch_size=2, seq_len=32, precision=AUTOCAST), Parallelism(),
+                   architecture_from_hf_config(GPT_OSS))
+
+
 @pytest.mark.parametrize(("config", "training", "parallelism"), [
-    (GPT_OSS, Training(micro_batch_size=2, seq_len=32, precision=AUTOCAST), Parallelism()),
     (DEEPSEEK_V3, Training(micro_batch_size=2, seq_len=32, precision=AUTOCAST), Parallelism()),
     (MIXTRAL, Training(micro_batch_size=2, seq_len=32, precision=AUTOCAST, finetuning=Finetuning(frozen_layers=1)),
      Parallelism()),
