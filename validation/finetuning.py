@@ -28,10 +28,14 @@ from peft import LoraConfig, get_peft_model
 from transformers import (
     GPT2Config,
     GPT2LMHeadModel,
+    GptOssConfig,
+    GptOssForCausalLM,
     LlamaConfig,
     LlamaForCausalLM,
     MixtralConfig,
     MixtralForCausalLM,
+    Qwen2MoeConfig,
+    Qwen2MoeForCausalLM,
     Qwen3MoeConfig,
     Qwen3MoeForCausalLM,
 )
@@ -49,7 +53,7 @@ LAYERS = 3
 
 @dataclass(frozen=True)
 class Case:
-    family: str  # llama, gpt2, mixtral or qwen3_moe
+    family: str  # llama, gpt2, mixtral, qwen3_moe, qwen2_moe or gpt_oss
     precision: str  # bf16 or fp32 (the base's dtype; peft keeps the adapters in fp32)
     targets: tuple[str, ...]
     dropout: float = 0.0
@@ -95,6 +99,23 @@ def _model(case: Case) -> tuple[torch.nn.Module, dict]:
                               max_position_embeddings=256, num_experts=6, num_experts_per_tok=3, norm_topk_prob=True,
                               attn_implementation=case.attention)
         return Qwen3MoeForCausalLM(qwen), qwen.to_dict()
+    if case.family == "qwen2_moe":
+        # A gated shared expert beside the routed ones (nn.Linear modules, frozen here).
+        qwen2 = Qwen2MoeConfig(hidden_size=64, intermediate_size=160, moe_intermediate_size=48,
+                               shared_expert_intermediate_size=96, num_experts=6, num_experts_per_tok=2,
+                               num_hidden_layers=LAYERS, num_attention_heads=4, num_key_value_heads=2, vocab_size=300,
+                               max_position_embeddings=256, decoder_sparse_step=1, mlp_only_layers=[],
+                               attn_implementation=case.attention)
+        return Qwen2MoeForCausalLM(qwen2), qwen2.to_dict()
+    if case.family == "gpt_oss":
+        # Attention with sinks (eager), a biased router and experts with biases, sliding and full layers.
+        oss = GptOssConfig(vocab_size=300, hidden_size=64, intermediate_size=48, num_hidden_layers=LAYERS,
+                           num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_local_experts=4,
+                           num_experts_per_tok=2, sliding_window=16,
+                           layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                           max_position_embeddings=256, rope_parameters={"rope_type": "default", "rope_theta": 150000.0},
+                           attn_implementation="eager")
+        return GptOssForCausalLM(oss), oss.to_dict()
     # GPT-2 without dropout in the base and eager attention: CPU sdpa keeps the fused QKV projection's whole
     # output for its views, which the base model's accounting of GPT-2 does not follow (the same with or without
     # adapters), so the adapters are measured where the base is exact.
@@ -163,6 +184,14 @@ CASES = (
       for targets, dropout in ((("q_proj", "v_proj"), 0.0), (("q_proj", "k_proj", "v_proj", "o_proj"), 0.1))
       for attention in ("sdpa", "eager")),
     Case("mixtral", "bf16", ("q_proj", "v_proj"), modules_to_save=("lm_head",), batch=1, seq=48),
+    # Qwen2-MoE's shared expert frozen beside the routed ones; gpt-oss's biased router and experts frozen.
+    *(Case("qwen2_moe", precision, targets, dropout, attention)
+      for precision in ("bf16", "fp32")
+      for targets, dropout in ((("q_proj", "v_proj"), 0.0), (("q_proj", "k_proj", "v_proj", "o_proj"), 0.1))
+      for attention in ("sdpa", "eager")),
+    *(Case("gpt_oss", precision, targets, dropout, "eager")
+      for precision in ("bf16", "fp32")
+      for targets, dropout in ((("q_proj", "v_proj"), 0.0), (("q_proj", "k_proj", "v_proj", "o_proj"), 0.1))),
 )
 
 
@@ -172,6 +201,7 @@ def peak_cases() -> tuple:
 
     size = Size(hidden=256, layers=4, heads=4, kv_heads=2, intermediate=704, vocab=2048)
     moe = Size(hidden=256, layers=4, heads=4, kv_heads=2, intermediate=512, vocab=2048)
+    oss = Size(hidden=256, layers=4, heads=4, kv_heads=2, intermediate=256, vocab=2048, head_dim=64)
     return (
         tl.TimelineCase("llama", precision="bf16", seq=256, batch=2, size=size, lora_rank=8,
                         lora_targets=("q_proj", "v_proj")),
@@ -186,6 +216,9 @@ def peak_cases() -> tuple:
                         lora_targets=("q_proj", "k_proj", "v_proj", "o_proj"), lora_dropout=0.1, loop="hf-trainer"),
         tl.TimelineCase("mixtral", precision="bf16", seq=256, batch=2, size=moe, lora_rank=8,
                         lora_targets=("q_proj", "v_proj"), checkpointing="full"),
+        # gpt-oss with the attention adapted: the biased router and experts frozen.
+        tl.TimelineCase("gpt_oss", precision="bf16", seq=256, batch=2, size=oss, attention="eager", lora_rank=8,
+                        lora_targets=("q_proj", "v_proj")),
     )
 
 
@@ -196,14 +229,17 @@ def section(results: list[Result], peaks: list) -> list[str]:
     exact = sum(result.passed for result in results)
     lines = [
         SECTION, "",
-        "LoRA with peft 0.21.2 on small Llama, GPT-2, Mixtral and Qwen3-MoE models built from a config, on CPU "
+        "LoRA with peft 0.21.2 on small Llama, GPT-2, Mixtral, Qwen3-MoE, Qwen2-MoE and gpt-oss models built from a "
+        "config, on CPU "
         "(`python -m validation.finetuning`). Each case compares, to the byte, peft's own trainable and total "
         "parameter counts, the bytes of every parameter (the frozen base in its dtype, the adapters in fp32 as "
         "peft's `autocast_adapter_dtype` leaves them, the copies `modules_to_save` makes) and the tensors "
         "autograd keeps for backward in each layer, the embedding and the head (frozen linear layers keep no "
         f"input; each adapter keeps an fp32 copy of its input, or its dropout's output and mask). In a mixture of "
         "experts the frozen router and experts keep neither the router's input, nor the gathered tokens, nor the "
-        "down matmul's input; a Q or K norm whose projection needs no gradient keeps nothing (Qwen3-MoE's first "
+        "down matmul's input (nor Qwen2-MoE's frozen shared expert its down projection's, nor gpt-oss's frozen "
+        "biased router its input or the experts' biases their ids); a Q or K norm whose projection needs no "
+        "gradient keeps nothing (Qwen3-MoE's first "
         "layer with K not adapted). peft 0.21's `all-linear` adapts a mixture's router and stacked expert "
         "parameters too (`target_parameters`, ParamWrapper), which trainmem refuses rather than guess. "
         f"**{exact} of {len(results)} cases exact.**", "",

@@ -239,8 +239,8 @@ def section(rows: list[tuple[Case, dict, dict]], peaks: list, counts: dict[str, 
               "dequantized (transformers' `Mxfp4Config(dequantize=True)`) to the training dtype, so the count and the "
               "bytes follow the estimate's precision, not the checkpoint's format. The rotary scaling (YaRN) and "
               "`rope_theta` change no tensor kept. Not measured: the flash path (kernels from the Hub, CUDA only), "
-              "modelled as a fused kernel's Q, K, V, output and log-sum-exp. gpt-oss is refused under Megatron-LM, "
-              "Liger and fine-tuning.", ""]
+              "modelled as a fused kernel's Q, K, V, output and log-sum-exp. LoRA on its attention, the router and "
+              "the experts frozen, is measured in \"Fine-tuning\". gpt-oss is refused under Megatron-LM and Liger.", ""]
     return lines
 
 

@@ -772,7 +772,7 @@ def _hf_moe(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, weight
     elif arch.model_type == "deepseek_v2":
         _hf_deepseek_v2_router(saved, arch, setup)
     elif gpt_oss:
-        _hf_gpt_oss_router(saved, arch, setup)
+        _hf_gpt_oss_router(saved, arch, setup, weights=weights)
     else:
         if weights:
             saved.add("moe.router_input", n * h, wa, "sequence")
@@ -785,14 +785,14 @@ def _hf_moe(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, weight
     # What the experts keep per token copy follows the copies this GPU's experts take (ActivationSetup.received_on_rank),
     # their intermediate tensors at each expert's width over the expert-tensor GPUs.
     received = setup.received_on_rank(routed)
-    if arch.mlp_bias:  # gate_up_proj_bias[expert_ids] and down_proj_bias[expert_ids] keep the ids (one storage)
+    if arch.mlp_bias and weights:  # the biases' gathers by expert id keep the ids (one storage) for the biases' grads
         saved.add("moe.sorted_expert_ids", received, INDEX_BYTES, "none")
     saved.add("moe.tokens_per_expert", e, 4, "none")
     if weights:
         saved.add("moe.gathered_tokens", received * h, we, "none")
     saved.add("moe.gate_up", received * 2 * width, we, "expert")
     if gpt_oss:
-        _hf_clamped_swiglu(saved, received * width, we)
+        _hf_clamped_swiglu(saved, received * width, we, down_input=weights)
     else:
         saved.add("moe.act_output", received * width, we, "expert")
         if weights:
@@ -805,31 +805,33 @@ def _hf_moe(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, weight
     if arch.n_shared_experts or arch.model_type in DEEPSEEK_MODELS:
         _hf_shared_experts(saved, arch, setup)
     elif arch.shared_expert_gate:
-        _hf_gated_shared_expert(saved, arch, setup)
+        _hf_gated_shared_expert(saved, arch, setup, weights=weights)
 
 
-def _hf_gpt_oss_router(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
+def _hf_gpt_oss_router(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, weights: bool = True) -> None:
     """GptOssTopKRouter (modeling_gpt_oss.py, transformers 5.24): a linear with a bias over the E experts, top-k of
     its logits, and a softmax over those k logits alone, in the activations' dtype. The linear keeps its input
     (n × h), top-k its int64 indices (n × k; the experts route by the same tensor) and the softmax its output
     (n × k), the routing weights before they are gathered. No n × E probabilities are kept, and the k weights
     already sum to one (nothing to renormalise)."""
     n, h, k, wa = setup.tokens, arch.hidden_size, arch.num_experts_per_tok, setup.half_bytes
-    saved.add("moe.router_input", n * h, wa, "sequence")
+    if weights:  # a frozen router's linear keeps no input
+        saved.add("moe.router_input", n * h, wa, "sequence")
     saved.add("moe.topk_indices", n * k, INDEX_BYTES, "none")
     saved.add("moe.router_topk_softmax", n * k, wa, "none")
 
 
-def _hf_clamped_swiglu(saved: _Saved, elements: int, element_bytes: int) -> None:
+def _hf_clamped_swiglu(saved: _Saved, elements: int, element_bytes: int, *, down_input: bool = True) -> None:
     """gpt-oss's clamped SwiGLU over the routed tokens (GptOssExperts._apply_gate, transformers 5.24), for
     `elements` = n·k·I: ``g = clamp(gate, max=limit)``, ``u = clamp(up, -limit, limit)``, then
     ``(u + 1) · (g · sigmoid(alpha · g))``. Both clamps keep their input, views of the gate-and-up output (kept
     already, `_hf_moe`'s moe.gate_up); the product g · sigmoid keeps g and the sigmoid's output (which sigmoid's
     backward needs too); the last product keeps u + 1 and g · sigmoid; the down projection keeps the result. The
     clamped u itself is kept by nothing (the + 1 needs no operand): five n·k·I tensors where Mixtral's SwiGLU
-    keeps two."""
+    keeps two; with frozen experts (`down_input` False) the down projection's input is not kept."""
     for name in ("gate_clamped", "gate_sigmoid", "up_plus_one", "glu", "product"):
-        saved.add(f"moe.{name}", elements, element_bytes, "expert")
+        if down_input or name != "product":
+            saved.add(f"moe.{name}", elements, element_bytes, "expert")
 
 
 def _hf_deepseek_v3_router(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
@@ -887,7 +889,8 @@ def _hf_shared_experts(saved: _Saved, arch: Architecture, setup: ActivationSetup
         saved.add(f"moe.shared.{name}", n * width, wa, "tensor")
 
 
-def _hf_gated_shared_expert(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
+def _hf_gated_shared_expert(saved: _Saved, arch: Architecture, setup: ActivationSetup, *,
+                            weights: bool = True) -> None:
     """Qwen2-MoE's shared expert and its gate (Qwen2MoeSparseMoeBlock, modeling_qwen2_moe.py, transformers 5.24):
     ``sigmoid(shared_expert_gate(x)) * shared_expert(x)`` with the shared expert a gated MLP of width
     I_s = shared_expert_intermediate_size. Its linears and the gate's read the router's input (one tensor, kept
@@ -898,12 +901,14 @@ def _hf_gated_shared_expert(saved: _Saved, arch: Architecture, setup: Activation
     Under autocast the router, the shared expert's gate and up projections and the shared expert gate are four
     F.linear calls on the fp32 input, each casting it to half precision itself and keeping its own cast (autocast
     caches casts of leaf weights only, `_hf_linear_input`): three n × h half casts beyond the router's. The shared
-    expert's outputs are half precision, as in a half-precision model."""
+    expert's outputs are half precision, as in a half-precision model. With its weights frozen (`weights` False)
+    the down projection keeps no input (the product)."""
     n, wa, width = setup.tokens, setup.half_bytes, arch.shared_expert_size
     if setup.autocast:
         saved.add("moe.shared.input (half cast x3)", 3 * n * arch.hidden_size, wa, "sequence")
     for name in ("gate", "act_output", "up", "product"):
-        saved.add(f"moe.shared.{name}", n * width, wa, "tensor")
+        if weights or name != "product":
+            saved.add(f"moe.shared.{name}", n * width, wa, "tensor")
     saved.add("moe.shared_gate_sigmoid", n, wa, "none")
     saved.add("moe.shared.output", n * arch.hidden_size, wa, "sequence")
 

@@ -127,6 +127,10 @@ def validate_finetuning(finetuning: Finetuning, arch: Architecture | None, *, au
         names = module_names(arch)
         known = {names[_module_of(x)] for x in linear_modules(arch) if _module_of(x) in names}
         for name in f.target_modules:
+            if arch.has_shared_expert and name in ("gate_proj", "up_proj", "down_proj", "shared_expert_gate"):
+                raise DomainError("finetuning.target_modules", f"{name!r} names the shared expert's modules, whose "
+                                                               "adapters are not modelled (it is frozen): name the "
+                                                               f"attention's modules ({', '.join(sorted(known))})")
             if name != ALL_LINEAR and name not in known:
                 raise DomainError("finetuning.target_modules", f"{name!r} is not a linear module of this model; "
                                                                f"it has {', '.join(sorted(known))} (or all-linear)")

@@ -366,18 +366,18 @@ def check_choice(field_name: str, value: str, choices: Collection[str]) -> None:
 
 
 def _check_moe_finetuning(arch: Architecture, parallelism: Parallelism) -> None:
-    """Fine-tuning a mixture of experts is modelled for routed experts alone behind a softmax router (Mixtral,
-    Qwen3-MoE; measured with peft on CPU, docs/VALIDATION.md "Fine-tuning"), on one expert layout."""
+    """Fine-tuning a mixture of experts is modelled for Mixtral, Qwen3-MoE, Qwen2-MoE (its gated shared expert
+    frozen) and gpt-oss, measured with peft on CPU (docs/VALIDATION.md "Fine-tuning"), on one expert layout."""
     why = None
-    if arch.has_shared_expert or arch.shared_expert_gate:
-        why = "with shared experts"
+    if arch.is_mla or (arch.model_type or "").startswith("deepseek"):
+        why = f"of model type {arch.model_type}"
     elif arch.dense_layers:
         why = "with dense layers among the sparse ones"
-    elif arch.is_mla or arch.model_type in ("gpt_oss", "deepseek_v3"):
-        why = f"of model type {arch.model_type}"
+    elif arch.has_shared_expert and not arch.shared_expert_gate:
+        why = "with ungated shared experts"
     if why is not None:
         raise DomainError("finetuning.method", f"fine-tuning mixture-of-experts models {why} is not modelled yet "
-                                               "(Mixtral and Qwen3-MoE are)")
+                                               "(Mixtral, Qwen3-MoE, Qwen2-MoE and gpt-oss are)")
     if parallelism.experts_apart:
         raise DomainError("parallelism.expert" if parallelism.expert > 1 else "parallelism.expert_tensor",
                           "fine-tuning a mixture of experts is modelled with the experts split like the rest of the "

@@ -78,15 +78,40 @@ def test_refused_by_name(finetuning: Finetuning, layout: dict, field: str, messa
     assert message in caught.value.message
 
 
-def test_shared_experts_refused() -> None:
-    # Qwen1.5-MoE-A2.7B's shape (https://huggingface.co/Qwen/Qwen1.5-MoE-A2.7B/blob/main/config.json): 60 routed
-    # experts and a shared one with its gate.
-    arch = core.architecture_from_hf_config({
+def test_ungated_shared_experts_refused() -> None:
+    """DeepSeek's mixtures (multi-head latent attention, ungated shared experts) stay refused."""
+    with pytest.raises(core.DomainError) as caught:
+        core.estimate(architecture=core.get_preset("deepseek-v2-lite").architecture,
+                      training=training(Finetuning(method="lora")))
+    assert caught.value.field in ("finetuning.method", "finetuning.target_modules")
+
+
+def _qwen2_moe() -> core.Architecture:
+    # Qwen1.5-MoE-A2.7B's shape (https://huggingface.co/Qwen/Qwen1.5-MoE-A2.7B/blob/main/config.json).
+    return core.architecture_from_hf_config({
         "model_type": "qwen2_moe", "hidden_size": 2048, "num_hidden_layers": 24, "num_attention_heads": 16,
         "num_key_value_heads": 16, "intermediate_size": 5632, "moe_intermediate_size": 1408,
         "shared_expert_intermediate_size": 5632, "num_experts": 60, "num_experts_per_tok": 4, "vocab_size": 151936,
         "tie_word_embeddings": False})
+
+
+def test_frozen_gated_shared_expert_keeps_no_down_input() -> None:
+    """Qwen2-MoE with its shared expert frozen: the shared down projection keeps no input (measured with peft:
+    docs/VALIDATION.md, "Fine-tuning"); gpt-oss's frozen biased router keeps no input either."""
+    arch = _qwen2_moe()
+    tuned = act.ActivationSetup(micro_batch_size=1, seq_len=64, precision=BF16, attention="flash",
+                                finetuning=Finetuning(method="lora", target_modules=("q_proj", "v_proj")))
+    names = {item.name for item in act.layer_activations(arch, tuned, "full")}
+    assert "moe.shared.product" not in names and "moe.router_input" not in names
+    assert {"moe.shared.gate", "moe.shared.up", "moe.shared_gate_sigmoid"} <= names
+    oss = core.get_preset("gpt-oss-20b").architecture
+    oss_names = {item.name for item in act.layer_activations(oss, tuned, "full")}
+    assert not {"moe.router_input", "moe.product", "moe.sorted_expert_ids"} & oss_names
+
+
+def test_shared_expert_targets_refused_with_the_reason() -> None:
     with pytest.raises(core.DomainError) as caught:
-        core.estimate(architecture=arch, training=training(Finetuning(method="lora")))
-    assert caught.value.field == "finetuning.method"
-    assert "shared experts" in caught.value.message
+        core.estimate(architecture=_qwen2_moe(),
+                      training=training(Finetuning(method="lora", target_modules=("q_proj", "gate_proj"))))
+    assert caught.value.field == "finetuning.target_modules"
+    assert "shared expert" in caught.value.message
