@@ -241,44 +241,52 @@ def _deepseek_v3(reader: _Reader) -> Architecture:
     group and makes every layer after the first k sparse. ``q_lora_rank`` null means a plain q_proj.
     """
     d = DEEPSEEK_V3_DEFAULTS
+    return Architecture(
+        **_deepseek_common(reader, d, DEEPSEEK_V3_ROUTED_SCALING),
+        num_local_experts=reader.int("n_routed_experts" if reader.config.get("n_routed_experts") is not None
+                                     else "num_local_experts", d["n_routed_experts"]),
+        num_experts_per_tok=reader.int("num_experts_per_tok", d["num_experts_per_tok"]),
+        norm_topk_prob=reader.bool("norm_topk_prob", True),
+        n_group=reader.int("n_group", d["n_group"]),
+        topk_group=reader.int("topk_group", d["topk_group"]),
+        model_type="deepseek_v3",
+    )
+
+
+def _deepseek_common(reader: _Reader, d: dict[str, int], routed_scaling: float) -> dict[str, Any]:
+    """The fields DeepSeek-V2's and V3's configs read alike (defaults `d`): the layers, multi-head latent attention
+    (``q_lora_rank`` null meaning a plain q_proj), the dense and expert MLP widths, the shared experts and the dense
+    first layers."""
     heads = reader.int("num_attention_heads", d["num_attention_heads"])
     act = reader.str("hidden_act", "silu")
     if act not in ("silu", "swish"):
         raise DomainError(reader._field("hidden_act"), f"unsupported activation {act!r}")
     q_lora = None if "q_lora_rank" in reader.config and reader.config["q_lora_rank"] is None \
         else reader.int("q_lora_rank", d["q_lora_rank"])
-    extras = (("routed_scaling_factor", reader.float("routed_scaling_factor", DEEPSEEK_V3_ROUTED_SCALING)),)
-    return Architecture(
-        num_hidden_layers=reader.int("num_hidden_layers", d["num_hidden_layers"]),
-        hidden_size=reader.int("hidden_size", d["hidden_size"]),
-        num_attention_heads=heads,
-        # MLA expands keys and values to every head; DeepseekV3Config's None falls back to the query heads.
-        num_key_value_heads=reader.int("num_key_value_heads", heads),
-        intermediate_size=reader.int("intermediate_size", d["intermediate_size"]),
-        vocab_size=reader.int("vocab_size", d["vocab_size"]),
-        max_position_embeddings=reader.int("max_position_embeddings", d["max_position_embeddings"]),
-        tie_word_embeddings=reader.bool("tie_word_embeddings", False),
-        attention_bias=reader.bool("attention_bias", False),
-        mlp="swiglu",
-        attention_dropout=reader.float("attention_dropout", 0.0),
-        num_local_experts=reader.int("n_routed_experts" if reader.config.get("n_routed_experts") is not None
-                                     else "num_local_experts", d["n_routed_experts"]),
-        num_experts_per_tok=reader.int("num_experts_per_tok", d["num_experts_per_tok"]),
-        moe_intermediate_size=reader.int("moe_intermediate_size", d["moe_intermediate_size"]),
-        norm_topk_prob=reader.bool("norm_topk_prob", True),
-        n_shared_experts=reader.int("n_shared_experts", d["n_shared_experts"]),
-        first_k_dense_replace=reader.int("first_k_dense_replace", d["first_k_dense_replace"]),
-        n_group=reader.int("n_group", d["n_group"]),
-        topk_group=reader.int("topk_group", d["topk_group"]),
-        q_lora_rank=q_lora,
-        kv_lora_rank=reader.int("kv_lora_rank", d["kv_lora_rank"]),
-        qk_nope_head_dim=reader.int("qk_nope_head_dim", d["qk_nope_head_dim"]),
-        qk_rope_head_dim=reader.int("qk_rope_head_dim", d["qk_rope_head_dim"]),
-        v_head_dim=reader.int("v_head_dim", d["v_head_dim"]),
-        model_type="deepseek_v3",
-        hidden_act=act,
-        extras=extras,
-    )
+    return {
+        "num_hidden_layers": reader.int("num_hidden_layers", d["num_hidden_layers"]),
+        "hidden_size": reader.int("hidden_size", d["hidden_size"]),
+        "num_attention_heads": heads,
+        # MLA expands keys and values to every head; the configs' None falls back to the query heads.
+        "num_key_value_heads": reader.int("num_key_value_heads", heads),
+        "intermediate_size": reader.int("intermediate_size", d["intermediate_size"]),
+        "vocab_size": reader.int("vocab_size", d["vocab_size"]),
+        "max_position_embeddings": reader.int("max_position_embeddings", d["max_position_embeddings"]),
+        "tie_word_embeddings": reader.bool("tie_word_embeddings", False),
+        "attention_bias": reader.bool("attention_bias", False),
+        "mlp": "swiglu",
+        "attention_dropout": reader.float("attention_dropout", 0.0),
+        "moe_intermediate_size": reader.int("moe_intermediate_size", d["moe_intermediate_size"]),
+        "n_shared_experts": reader.int("n_shared_experts", d["n_shared_experts"]),
+        "first_k_dense_replace": reader.int("first_k_dense_replace", d["first_k_dense_replace"]),
+        "q_lora_rank": q_lora,
+        "kv_lora_rank": reader.int("kv_lora_rank", d["kv_lora_rank"]),
+        "qk_nope_head_dim": reader.int("qk_nope_head_dim", d["qk_nope_head_dim"]),
+        "qk_rope_head_dim": reader.int("qk_rope_head_dim", d["qk_rope_head_dim"]),
+        "v_head_dim": reader.int("v_head_dim", d["v_head_dim"]),
+        "hidden_act": act,
+        "extras": (("routed_scaling_factor", reader.float("routed_scaling_factor", routed_scaling)),),
+    }
 
 
 def _deepseek_v2(reader: _Reader) -> Architecture:
@@ -301,10 +309,6 @@ def _deepseek_v2(reader: _Reader) -> Architecture:
     for backward.
     """
     d = DEEPSEEK_V2_DEFAULTS
-    heads = reader.int("num_attention_heads", d["num_attention_heads"])
-    act = reader.str("hidden_act", "silu")
-    if act not in ("silu", "swish"):
-        raise DomainError(reader._field("hidden_act"), f"unsupported activation {act!r}")
     if reader.bool("mlp_bias", False):
         raise DomainError(reader._field("mlp_bias"), "biases on DeepSeek-V2's dense and shared MLPs are not modelled")
     method = reader.str("topk_method", "greedy")
@@ -312,41 +316,17 @@ def _deepseek_v2(reader: _Reader) -> Architecture:
         raise DomainError(reader._field("topk_method"), f"must be one of {', '.join(TOPK_METHODS)} "
                                                         f"(DeepseekV2TopkRouter's), got {method!r}")
     grouped = method == "group_limited_greedy"
-    q_lora = None if "q_lora_rank" in reader.config and reader.config["q_lora_rank"] is None \
-        else reader.int("q_lora_rank", d["q_lora_rank"])
-    extras = (("routed_scaling_factor", reader.float("routed_scaling_factor", DEEPSEEK_V2_ROUTED_SCALING)),)
     return Architecture(
-        num_hidden_layers=reader.int("num_hidden_layers", d["num_hidden_layers"]),
-        hidden_size=reader.int("hidden_size", d["hidden_size"]),
-        num_attention_heads=heads,
-        # DeepseekV2Config's None falls back to the query heads, which MLA expands keys and values to.
-        num_key_value_heads=reader.int("num_key_value_heads", heads),
-        intermediate_size=reader.int("intermediate_size", d["intermediate_size"]),
-        vocab_size=reader.int("vocab_size", d["vocab_size"]),
-        max_position_embeddings=reader.int("max_position_embeddings", d["max_position_embeddings"]),
-        tie_word_embeddings=reader.bool("tie_word_embeddings", False),
-        attention_bias=reader.bool("attention_bias", False),
-        mlp="swiglu",
-        attention_dropout=reader.float("attention_dropout", 0.0),
+        **_deepseek_common(reader, d, DEEPSEEK_V2_ROUTED_SCALING),
         # DeepseekV2Config maps num_experts to n_routed_experts.
         num_local_experts=reader.int("n_routed_experts" if reader.config.get("num_experts") is None
                                      else "num_experts", d["n_routed_experts"]),
         num_experts_per_tok=reader.int("num_experts_per_tok"),
-        moe_intermediate_size=reader.int("moe_intermediate_size", d["moe_intermediate_size"]),
         norm_topk_prob=False,
-        n_shared_experts=reader.int("n_shared_experts", d["n_shared_experts"]),
-        first_k_dense_replace=reader.int("first_k_dense_replace", d["first_k_dense_replace"]),
         n_group=reader.int("n_group") if grouped else 1,
         topk_group=reader.int("topk_group") if grouped else 1,
         topk_method=method,
-        q_lora_rank=q_lora,
-        kv_lora_rank=reader.int("kv_lora_rank", d["kv_lora_rank"]),
-        qk_nope_head_dim=reader.int("qk_nope_head_dim", d["qk_nope_head_dim"]),
-        qk_rope_head_dim=reader.int("qk_rope_head_dim", d["qk_rope_head_dim"]),
-        v_head_dim=reader.int("v_head_dim", d["v_head_dim"]),
         model_type="deepseek_v2",
-        hidden_act=act,
-        extras=extras,
     )
 
 
