@@ -25,7 +25,7 @@ from transformers import Gemma3ForCausalLM, Gemma3TextConfig, Olmo2Config, Olmo2
 from app import core
 from app.core import activations as act
 from validation.measure import measured_parts, predicted_parts
-from validation.sections import write_section
+from validation.sections import compared, peak_table, run_peaks, write_section
 
 DTYPES: Final = {"bf16": torch.bfloat16, "fp32": torch.float32}
 SECTION: Final = "## Gemma 3 and OLMo 2"
@@ -122,12 +122,7 @@ def section(rows: list[tuple[Case, dict, dict]], peaks: list) -> list[str]:
         lines.append(f"| {case.label} | {measured['params']:,} | {shown} | {measured['embedding']:,} | "
                      f"{measured['head']:,} | {'exact' if measured == predicted else 'differs'} |")
     lines += ["", "The peak of two training steps (the timeline harness):", "",
-              "| case | predicted peak B | measured peak B | error | event (predicted / measured) |",
-              "| --- | ---: | ---: | ---: | --- |"]
-    for row in peaks:
-        lines.append(f"| {row.label} | {row.predicted:,} | {row.measured:,} | {row.error_pct:+.4f}% | "
-                     f"{row.predicted_event}, step {row.predicted_step} / {row.measured_event}, step "
-                     f"{row.measured_step} |")
+              *peak_table(peaks)]
     lines += ["",
               "A sliding-window layer keeps what a full-attention layer keeps under eager attention (the mask is "
               "added to the scores, and an add keeps nothing) and under sdpa while the sequence fits in the window. "
@@ -145,15 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        rows = [(case, measure(case), predict(case)) for case in CASES]
-        for case, measured, predicted in rows:
-            print(f"{'ok  ' if measured == predicted else 'DIFF'} {case.label}: {measured} / {predicted}")
+        rows = compared(CASES, measure, predict)
         if "--write" in argv:
-            from validation import peak
-
-            peaks = [peak.run(case) for case in peak_cases()]
-            for row in peaks:
-                print(f"peak {row.label}: predicted {row.predicted:,} measured {row.measured:,} ({row.error_pct:+.4f}%)")
+            peaks = run_peaks(peak_cases())
             write_section(section(rows, peaks))
     return 0 if all(measured == predicted for _, measured, predicted in rows) else 1
 

@@ -20,7 +20,6 @@ import dataclasses
 import sys
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Final
 
 import torch
@@ -45,9 +44,9 @@ from app.core import activations as act
 from app.core import states
 from app.core.finetuning import Finetuning, layer_role
 from validation.measure import SavedTensorRecorder
+from validation.sections import peak_table, run_peaks, write_section
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
-REPORT: Final = Path(__file__).resolve().parent.parent / "docs" / "VALIDATION.md"
 LAYERS = 3
 
 
@@ -254,12 +253,7 @@ def section(results: list[Result], peaks: list) -> list[str]:
                      f"{'exact' if result.passed else 'differs'} |")
     lines += ["", "The peak of two training steps with LoRA (the timeline harness, as for full training; "
               "`tests/validation/test_finetuning.py`):", "",
-              "| case | predicted peak B | measured peak B | error | event (predicted / measured) |",
-              "| --- | ---: | ---: | ---: | --- |"]
-    for row in peaks:
-        lines.append(f"| {row.label} | {row.predicted:,} | {row.measured:,} | {row.error_pct:+.4f}% | "
-                     f"{row.predicted_event}, step {row.predicted_step} / {row.measured_event}, step "
-                     f"{row.measured_step} |")
+              *peak_table(peaks)]
     lines += ["", "QLoRA's 4-bit and 8-bit storage is not measured here: bitsandbytes' quantized kernels need a GPU. "
               "trainmem counts it from bitsandbytes' source: `quantize_4bit` packs two 4-bit weights a byte with "
               "one fp32 absmax per block of 64 (`blocksize=64`), `compress_statistics` quantizes the absmax to 8 "
@@ -269,19 +263,6 @@ def section(results: list[Result], peaks: list) -> list[str]:
               "compute dtype for each matmul (bitsandbytes/autograd/_functions.py). Adapters under autocast are "
               "not modelled (trainmem refuses them): LoRA runs load the base in its training dtype.", ""]
     return lines
-
-
-def write(path: Path, results: list[Result], peaks: list) -> None:
-    """Replaces (or appends) the Fine-tuning section of the report."""
-    text = path.read_text(encoding="utf-8")
-    lines = text.splitlines()
-    if SECTION in lines:
-        start = lines.index(SECTION)
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-        lines[start:end] = section(results, peaks)
-    else:
-        lines += ["", *section(results, peaks)]
-    path.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
 
 
 def run(cases: tuple[Case, ...] = CASES) -> list[Result]:
@@ -299,14 +280,10 @@ def main(argv: list[str] | None = None) -> int:
     failed = sum(not result.passed for result in results)
     print(f"{len(results) - failed} of {len(results)} cases exact")
     if "--write" in argv:
-        from validation import peak
-
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            peaks = [peak.run(case) for case in peak_cases()]
-        for row in peaks:
-            print(f"peak {row.label}: predicted {row.predicted:,} measured {row.measured:,} ({row.error_pct:+.4f}%)")
-        write(REPORT, results, peaks)
+            peaks = run_peaks(peak_cases())
+        write_section(section(results, peaks))
     return 1 if failed else 0
 
 

@@ -29,7 +29,7 @@ from app import core
 from app.core import activations as act
 from app.core.architecture import Architecture, active_param_count, layer_tensors
 from validation.measure import measured_parts, predicted_parts
-from validation.sections import write_section
+from validation.sections import compared, peak_table, run_peaks, write_section
 
 DTYPES: Final = {"bf16": torch.bfloat16, "fp32": torch.float32, "autocast-bf16": torch.float32}
 SECTION: Final = "## gpt-oss"
@@ -207,21 +207,11 @@ def section(rows: list[tuple[Case, dict, dict]], peaks: list, counts: dict[str, 
               "cast."]
     if peaks:
         lines += ["", "The peak of two training steps (the timeline harness):", "",
-                  "| case | predicted peak B | measured peak B | error | event (predicted / measured) |",
-                  "| --- | ---: | ---: | ---: | --- |"]
-        for row in peaks:
-            lines.append(f"| {row.label} | {row.predicted:,} | {row.measured:,} | {row.error_pct:+.4f}% | "
-                         f"{row.predicted_event}, step {row.predicted_step} / {row.measured_event}, step "
-                         f"{row.measured_step} |")
+                  *peak_table(peaks)]
     if recomputed:
         lines += ["", "Under full recomputation (`recompute_cases`, not yet within 2%: the estimate counts the recomputed "
                   "layer's gradients as allocated during its rerun forward, before its backward allocates them):", "",
-                  "| case | predicted peak B | measured peak B | error | event (predicted / measured) |",
-                  "| --- | ---: | ---: | ---: | --- |"]
-        for row in recomputed:
-            lines.append(f"| {row.label} | {row.predicted:,} | {row.measured:,} | {row.error_pct:+.4f}% | "
-                         f"{row.predicted_event}, step {row.predicted_step} / {row.measured_event}, step "
-                         f"{row.measured_step} |")
+                  *peak_table(recomputed)]
     lines += ["", "gpt-oss-20b and gpt-oss-120b from their config.json numbers "
               "(https://huggingface.co/openai/gpt-oss-20b/blob/main/config.json, "
               "https://huggingface.co/openai/gpt-oss-120b/blob/main/config.json), GptOssForCausalLM on the meta device "
@@ -248,19 +238,13 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        rows = [(case, measure(case), predict(case)) for case in CASES]
-        for case, measured, predicted in rows:
-            print(f"{'ok  ' if measured == predicted else 'DIFF'} {case.label}: {measured} / {predicted}")
+        rows = compared(CASES, measure, predict)
         counts = published_counts()
         for name, (measured, predicted) in counts.items():
             print(f"{'ok  ' if measured == predicted else 'DIFF'} {name}: transformers {measured:,} trainmem {predicted:,}")
         if "--write" in argv:
-            from validation import peak
-
-            peaks = [peak.run(case) for case in peak_cases()]
-            recomputed = [peak.run(case) for case in recompute_cases()]
-            for row in peaks + recomputed:
-                print(f"peak {row.label}: predicted {row.predicted:,} measured {row.measured:,} ({row.error_pct:+.4f}%)")
+            peaks = run_peaks(peak_cases())
+            recomputed = run_peaks(recompute_cases())
             write_section(section(rows, peaks, counts, recomputed))
     ok = all(measured == predicted for _, measured, predicted in rows)
     return 0 if ok and all(measured == predicted for measured, predicted in counts.values()) else 1

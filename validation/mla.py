@@ -25,7 +25,7 @@ from app import core
 from app.core import activations as act
 from app.core.architecture import active_param_count
 from validation.measure import measured_parts, predicted_parts
-from validation.sections import write_section
+from validation.sections import compared, peak_table, run_peaks, write_section
 
 DTYPES: Final = {"bf16": torch.bfloat16, "fp32": torch.float32}
 SECTION: Final = "## Multi-head latent attention (DeepSeek-V3)"
@@ -125,12 +125,7 @@ def section(rows: list[tuple[Case, dict, dict]], peaks: list) -> list[str]:
                      f"{'exact' if measured == predicted else 'differs'} |")
     if peaks:
         lines += ["", "The peak of two training steps (the timeline harness):", "",
-                  "| case | predicted peak B | measured peak B | error | event (predicted / measured) |",
-                  "| --- | ---: | ---: | ---: | --- |"]
-        for row in peaks:
-            lines.append(f"| {row.label} | {row.predicted:,} | {row.measured:,} | {row.error_pct:+.4f}% | "
-                         f"{row.predicted_event}, step {row.predicted_step} / {row.measured_event}, step "
-                         f"{row.measured_step} |")
+                  *peak_table(peaks)]
     lines += ["", "DeepSeek-V3 itself (config.json, https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json, "
               "whose numbers are DeepseekV3Config's defaults): DeepseekV3ForCausalLM on the meta device has "
               "671,026,404,352 parameters and trainmem counts the same; 37,552,282,624 are used per token (8 of "
@@ -152,15 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        rows = [(case, measure(case), predict(case)) for case in CASES]
-        for case, measured, predicted in rows:
-            print(f"{'ok  ' if measured == predicted else 'DIFF'} {case.label}: {measured} / {predicted}")
+        rows = compared(CASES, measure, predict)
         if "--write" in argv:
-            from validation import peak
-
-            peaks = [peak.run(case) for case in peak_cases()]
-            for row in peaks:
-                print(f"peak {row.label}: predicted {row.predicted:,} measured {row.measured:,} ({row.error_pct:+.4f}%)")
+            peaks = run_peaks(peak_cases())
             write_section(section(rows, peaks))
     return 0 if all(measured == predicted for _, measured, predicted in rows) else 1
 

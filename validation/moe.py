@@ -35,7 +35,7 @@ from app import core
 from app.core import activations as act
 from app.core.architecture import Architecture, active_param_count, layer_tensors
 from validation.measure import measured_parts, predicted_parts
-from validation.sections import write_section
+from validation.sections import compared, peak_table, run_peaks, write_section
 
 DTYPES: Final = {"bf16": torch.bfloat16, "fp32": torch.float32, "autocast-bf16": torch.float32}
 SECTION: Final = "## Mixture of experts and Qwen3"
@@ -187,12 +187,7 @@ def section(rows: list[tuple[Case, dict, dict]], peaks: list) -> list[str]:
               "tensor of theirs is fp32. The weight copies are one bf16 cast of each 2-D weight an F.linear reads "
               "(attention, router, shared expert), none of the routed experts'.", "",
               "The peak of two training steps (the timeline harness):", "",
-              "| case | predicted peak B | measured peak B | error | event (predicted / measured) |",
-              "| --- | ---: | ---: | ---: | --- |"]
-    for row in peaks:
-        lines.append(f"| {row.label} | {row.predicted:,} | {row.measured:,} | {row.error_pct:+.4f}% | "
-                     f"{row.predicted_event}, step {row.predicted_step} / {row.measured_event}, step "
-                     f"{row.measured_step} |")
+              *peak_table(peaks)]
     lines += ["", "With `output_router_logits` the head keeps, for the load-balancing loss, each sparse layer's "
               "softmax over its router logits (n × E, the activations' dtype, bf16 under CPU autocast; CUDA autocast runs "
               "a softmax given no dtype in fp32) and its top-k's int64 indices (n × k), "
@@ -217,15 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        rows = [(case, measure(case), predict(case)) for case in CASES]
-        for case, measured, predicted in rows:
-            print(f"{'ok  ' if measured == predicted else 'DIFF'} {case.label}: {measured} / {predicted}")
+        rows = compared(CASES, measure, predict)
         if "--write" in argv:
-            from validation import peak
-
-            peaks = [peak.run(case) for case in peak_cases()]
-            for row in peaks:
-                print(f"peak {row.label}: predicted {row.predicted:,} measured {row.measured:,} ({row.error_pct:+.4f}%)")
+            peaks = run_peaks(peak_cases())
             write_section(section(rows, peaks))
     return 0 if all(measured == predicted for _, measured, predicted in rows) else 1
 

@@ -24,7 +24,7 @@ from app import core
 from app.core import activations as act
 from app.core.architecture import active_param_count
 from validation.measure import measured_parts, predicted_parts
-from validation.sections import write_section
+from validation.sections import compared, write_section
 
 DTYPES: Final = {"bf16": torch.bfloat16, "fp32": torch.float32}
 SECTION: Final = "## Qwen2-MoE"
@@ -150,9 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        rows = [(case, measure(case), predict(case)) for case in CASES]
-        for case, measured, predicted in rows:
-            print(f"{'ok  ' if measured == predicted else 'DIFF'} {case.label}: {measured} / {predicted}")
+        rows = compared(CASES, measure, predict)
         counts = published_counts()
         for name, (measured_count, counted) in counts.items():
             print(f"{'ok  ' if measured_count == counted else 'DIFF'} {name}: {measured_count:,} / {counted:,}")

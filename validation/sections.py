@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 REPORT = Path(__file__).resolve().parent.parent / "docs" / "VALIDATION.md"
 
@@ -18,3 +20,30 @@ def write_section(lines: list[str], path: Path = REPORT) -> None:
     else:
         text += ["", *lines]
     path.write_text("\n".join(text).rstrip() + "\n", encoding="utf-8")
+
+
+def peak_table(rows: Iterable[Any]) -> list[str]:
+    """Two-step peaks (validation.peak's rows) as a table: predicted against measured, the error and each one's
+    event."""
+    return ["| case | predicted peak B | measured peak B | error | event (predicted / measured) |",
+            "| --- | ---: | ---: | ---: | --- |",
+            *(f"| {row.label} | {row.predicted:,} | {row.measured:,} | {row.error_pct:+.4f}% | {row.predicted_event}, "
+              f"step {row.predicted_step} / {row.measured_event}, step {row.measured_step} |" for row in rows)]
+
+
+def compared(cases: Iterable[Any], measure: Callable[[Any], Any], predict: Callable[[Any], Any]) -> list[tuple]:
+    """(case, measured, predicted) for each case, a line printed for each."""
+    rows = [(case, measure(case), predict(case)) for case in cases]
+    for case, measured, predicted in rows:
+        print(f"{'ok  ' if measured == predicted else 'DIFF'} {case.label}: {measured} / {predicted}")
+    return rows
+
+
+def run_peaks(cases: Iterable[Any]) -> list[Any]:
+    """The timeline harness's two-step peak of each case (validation.peak.run), a line printed for each."""
+    from validation import peak
+
+    rows = [peak.run(case) for case in cases]
+    for row in rows:
+        print(f"peak {row.label}: predicted {row.predicted:,} measured {row.measured:,} ({row.error_pct:+.4f}%)")
+    return rows
