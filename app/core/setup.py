@@ -399,16 +399,16 @@ def _check_uneven_stages(arch: Architecture, parallelism: Parallelism) -> None:
     if parallelism.virtual_stages > 1:
         raise DomainError(field_name, "uneven first and last stages are modelled with the plain 1F1B schedule, not "
                                       "with virtual stages")
+    # The split the stages would get (Parallelism.stage_layers) must hold every layer, at least one a stage.
+    first, between, last = parallelism.stage_layers(layers)
     given = (parallelism.first_stage_layers or 0) + (parallelism.last_stage_layers or 0)
-    others = p - (parallelism.first_stage_layers is not None) - (parallelism.last_stage_layers is not None)
-    left = layers - given
-    if not others and left:
+    if p == 2 and first + last != layers:
         raise DomainError(field_name, f"with two stages, the first's and the last's layers must add up to "
-                                      f"num_hidden_layers ({layers}), got {given}")
-    if left < others or (others and left % others):
-        raise DomainError(field_name, f"of num_hidden_layers ({layers}), the stages given take {given}: the {left} "
-                                      f"layers left must split evenly over the other {others} stages, at least one "
-                                      "each")
+                                      f"num_hidden_layers ({layers}), got {first + last}")
+    if min(first, last, between if p > 2 else 1) < 1 or first + (p - 2) * between + last != layers:
+        raise DomainError(field_name, f"of num_hidden_layers ({layers}), the stages given take {given}: the "
+                                      f"{layers - given} layers left must split evenly over the other stages, at "
+                                      "least one each")
 
 
 def _check_expert_load(arch: Architecture, parallelism: Parallelism) -> None:
