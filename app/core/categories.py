@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, cast
+from typing import Final
 
 
 @dataclass(frozen=True)
@@ -62,9 +62,7 @@ class Breakdown(Mapping[str, int | None]):
         """From one value per category, in table order (the mapping is built when first read)."""
         if len(values) != len(CATEGORIES):
             raise ValueError(f"expected {len(CATEGORIES)} values, got {len(values)}")
-        breakdown = cls.__new__(cls)
-        breakdown._listed, breakdown._mapped = cast(list[int | None], values), None  # the caller hands it over
-        return breakdown
+        return cls.of_trusted(values)  # the caller hands the list over
 
     @classmethod
     def of_trusted(cls, values: Sequence[int]) -> Breakdown:
