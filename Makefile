@@ -80,9 +80,12 @@ $(DEEPSPEED_ENV)/.installed: validation/deepspeed-peer.txt
 
 # The full measurement sweep against PyTorch (CPU build): live memory through two steps at real size
 # (docs/timeline.json), then saved tensors on small models; writes docs/VALIDATION.md and docs/validation.json.
+# The GPU section compares trainmem with the runs kept in validation/gpu-runs/ (made on a CUDA machine with
+# `python -m validation.gpu run FILE`; see validation/gpu.py).
 validate: $(VENV)/.validate $(DEEPSPEED_ENV)/.installed
 	HF_HUB_OFFLINE=1 $(BIN)/python -m validation.timeline
 	HF_HUB_OFFLINE=1 $(BIN)/python -m validation --full
+	HF_HUB_OFFLINE=1 $(BIN)/python -m validation.gpu write validation/gpu-runs/*.json
 	HF_HUB_OFFLINE=1 $(BIN)/python -m validation.finetuning --write
 	HF_HUB_OFFLINE=1 $(BIN)/python -m validation.moe --write
 	HF_HUB_OFFLINE=1 $(BIN)/python -m validation.fsdp2 --write

@@ -5,7 +5,7 @@ model class has, and the tensors autograd keeps in each layer, the embedding and
 (validation/measure.py's recorder). Gemma 3's layers alternate between sliding-window and full attention,
 two of each, so that each kind's rotary cos and sin are shared (model-level, as trainmem counts them); the
 sequences longer than the window show what sdpa keeps for a sliding-window layer
-(`app.core.activations.sliding_window_activations`). The peak of two training steps is measured by the
+(`app.core.activations.sliding_window_layer`). The peak of two training steps is measured by the
 timeline harness (`peak_cases`) as for the other families.
 
     python -m validation.dense           # prints one line per case
@@ -67,7 +67,7 @@ CASES: Final = (
       for precision in ("bf16", "fp32") for attention in ("sdpa", "eager")
       for batch, seq, kv in ((2, 32, 2), (1, 48, 4), (3, 16, 1))),
     *(Case("gemma3", precision, attention, 2, 32, kv, window=16)
-      for precision in ("bf16", "fp32") for attention in ("sdpa", "eager") for kv in (2, 4)),
+      for precision in ("bf16", "fp32") for attention in ("sdpa", "eager") for kv in (1, 2, 4)),
     Case("gemma3", "bf16", "sdpa", 2, 32, softcap=30.0),
     *(Case("olmo2", precision, attention, batch, seq, kv)
       for precision in ("bf16", "fp32") for attention in ("sdpa", "eager")
@@ -86,9 +86,9 @@ def predict(case: Case) -> dict[str, object]:
     setup = act.ActivationSetup(micro_batch_size=case.batch, seq_len=case.seq, attention=case.attention, device="cpu",
                                 precision=core.precision_preset(case.precision))
     layer = act.total_bytes(act.layer_activations(arch, setup))
-    sliding = act.total_bytes(act.sliding_window_activations(arch, setup))
+    sliding = act.total_bytes(act.sliding_window_layer(arch, setup))
     kinds = config.get("layer_types") or ["full_attention"] * arch.num_hidden_layers
-    return predicted_parts(arch, setup, [layer + (sliding if kind == "sliding_attention" else 0) for kind in kinds])
+    return predicted_parts(arch, setup, [sliding if kind == "sliding_attention" else layer for kind in kinds])
 
 
 def peak_cases() -> tuple:
@@ -127,9 +127,10 @@ def section(rows: list[tuple[Case, dict, dict]], peaks: list) -> list[str]:
               "A sliding-window layer keeps what a full-attention layer keeps under eager attention (the mask is "
               "added to the scores, and an add keeps nothing) and under sdpa while the sequence fits in the window. "
               "Past the window, sdpa is given the window as a mask: each sliding-window layer then keeps the mask "
-              "converted to the activations' dtype (b·s² elements) and K and V repeated to all heads, the rows "
-              "with \"window\" above (`sliding_window_activations`, which the estimate adds to the stage's "
-              "sliding-window layers). For a `gemma3` config.json (the multimodal checkpoints) the language model is counted, as "
+              "converted to the activations' dtype (b·s² elements) and K and V repeated to all heads (with one K/V "
+              "head the repeat is a view of it, and nothing more is kept), the rows with \"window\" above "
+              "(`sliding_window_layer`, which the estimate counts for the stage's sliding-window layers). "
+              "For a `gemma3` config.json (the multimodal checkpoints) the language model is counted, as "
               "Gemma3ForCausalLM counts it: the SigLIP vision tower and the projector are not (419,816,304 "
               "parameters for gemma-3-4b, 423,060,336 for gemma-3-27b, measured on the meta device), nor are image "
               "tokens.", ""]

@@ -124,8 +124,8 @@ def predict(case: Case) -> dict[str, object]:
     setup = act.ActivationSetup(micro_batch_size=case.batch, seq_len=case.seq, attention="eager", device="cpu",
                                 precision=core.precision_preset(case.precision))
     layer = act.total_bytes(act.layer_activations(arch, setup))
-    window = act.total_bytes(act.sliding_window_activations(arch, setup))
-    return predicted_parts(arch, setup, [layer + (window if kind == SLIDING else 0) for kind in case.layer_types],
+    window = act.total_bytes(act.sliding_window_layer(arch, setup))
+    return predicted_parts(arch, setup, [window if kind == SLIDING else layer for kind in case.layer_types],
                            weight_copies=weight_copies(arch) if case.autocast else None)
 
 

@@ -122,7 +122,8 @@ def _states_table(rows: list[Row]) -> list[str]:
 
 
 METHOD = """\
-trainmem's numbers are checked against real PyTorch training steps on CPU. The harness
+trainmem's numbers are checked against real PyTorch training steps on CPU, and the real-size peaks
+of two training steps on a GPU too ("On a GPU"). The harness
 (`validation/`, run with `make validate`) builds small, randomly initialised Hugging Face models
 from a config object, with no downloads (`HF_HUB_OFFLINE=1`), hands the very same
 `config.to_dict()` to `app.core.architecture_from_hf_config`, and compares what the model

@@ -455,7 +455,59 @@ def _gpt2_xl() -> transformers.PretrainedConfig:
                                    bos_token_id=50256, eos_token_id=50256)
 
 
-REAL_SIZE = {"llama-3-8b": _llama_3_8b, "qwen2.5-7b": _qwen2_5_7b, "gpt2-xl": _gpt2_xl}
+def _qwen3_8b() -> transformers.PretrainedConfig:
+    # Qwen/Qwen3-8B config.json (app/core/data/models.json: qwen3-8b): RMSNorm over each head of Q and K
+    return transformers.Qwen3Config(
+        hidden_size=4096, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+        intermediate_size=12288, vocab_size=151936, max_position_embeddings=40960, rope_theta=1000000.0,
+        rms_norm_eps=1e-6, tie_word_embeddings=False,
+    )
+
+
+def _olmo_2_7b() -> transformers.PretrainedConfig:
+    # allenai/OLMo-2-1124-7B config.json (app/core/data/models.json: olmo-2-7b)
+    return transformers.Olmo2Config(
+        hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32,
+        intermediate_size=11008, vocab_size=100352, max_position_embeddings=4096, rope_theta=500000.0,
+        rms_norm_eps=1e-6, tie_word_embeddings=False,
+    )
+
+
+def _gemma_3_1b() -> transformers.PretrainedConfig:
+    # google/gemma-3-1b-pt config.json (app/core/data/models.json: gemma-3-1b): a 512-token window in five
+    # layers of every six (sliding_window_pattern 6), tied embeddings
+    return transformers.Gemma3TextConfig(
+        hidden_size=1152, num_hidden_layers=26, num_attention_heads=4, num_key_value_heads=1, head_dim=256,
+        intermediate_size=6912, vocab_size=262144, max_position_embeddings=32768, query_pre_attn_scalar=256,
+        rms_norm_eps=1e-6, sliding_window=512,
+        layer_types=["full_attention" if (index + 1) % 6 == 0 else "sliding_attention" for index in range(26)],
+    )
+
+
+def _mixtral_8x7b() -> transformers.PretrainedConfig:
+    # mistralai/Mixtral-8x7B-v0.1 config.json (app/core/data/models.json: mixtral-8x7b)
+    return transformers.MixtralConfig(
+        hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+        intermediate_size=14336, vocab_size=32000, max_position_embeddings=32768, rope_theta=1000000.0,
+        num_local_experts=8, num_experts_per_tok=2, rms_norm_eps=1e-5, tie_word_embeddings=False,
+    )
+
+
+def _qwen3_30b_a3b() -> transformers.PretrainedConfig:
+    # Qwen/Qwen3-30B-A3B config.json (app/core/data/models.json: qwen3-30b-a3b): 128 experts, 8 per token
+    return transformers.Qwen3MoeConfig(
+        hidden_size=2048, num_hidden_layers=48, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
+        intermediate_size=6144, moe_intermediate_size=768, num_experts=128, num_experts_per_tok=8,
+        norm_topk_prob=True, vocab_size=151936, max_position_embeddings=40960, rope_theta=1000000.0,
+        rms_norm_eps=1e-6, tie_word_embeddings=False,
+    )
+
+
+# The CPU sweep's families (`real_size_cases`); the others are measured on a GPU only (validation.gpu).
+SWEEP_FAMILIES = ("llama-3-8b", "qwen2.5-7b", "gpt2-xl")
+REAL_SIZE = {"llama-3-8b": _llama_3_8b, "qwen2.5-7b": _qwen2_5_7b, "gpt2-xl": _gpt2_xl, "qwen3-8b": _qwen3_8b,
+             "olmo-2-7b": _olmo_2_7b, "gemma-3-1b": _gemma_3_1b, "mixtral-8x7b": _mixtral_8x7b,
+             "qwen3-30b-a3b": _qwen3_30b_a3b}
 
 PARAM_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "autocast-bf16": torch.float32}
 
@@ -566,11 +618,14 @@ def _real_tensor_paths(fake: bool) -> Iterator[None]:
         masking_utils.find_packed_sequence_indices = original
 
 
-def build_model(case: TimelineCase) -> tuple[nn.Module, dict]:
-    """The model in training mode, and the config dict it was built from (for the prediction)."""
+def build_model(case: TimelineCase, *, in_dtype: bool = False) -> tuple[nn.Module, dict]:
+    """The model in training mode, and the config dict it was built from (for the prediction).
+    `in_dtype`: built in the parameters' dtype rather than in fp32 and cast (the same parameters and
+    buffers, without the fp32 copy: on a GPU, Mixtral's 46.7 billion would not fit in fp32)."""
     config = case.config()
     torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=case.attention)
+    dtype = {"dtype": PARAM_DTYPES[case.precision]} if in_dtype else {}
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=case.attention, **dtype)
     dtype = PARAM_DTYPES[case.precision]
     if dtype != torch.float32:
         if case.fake:
@@ -590,9 +645,9 @@ def build_model(case: TimelineCase) -> tuple[nn.Module, dict]:
     return model, config.to_dict()
 
 
-def _autocast(precision: str):
+def _autocast(precision: str, device_type: str = "cpu"):
     if precision.startswith("autocast"):
-        return torch.autocast("cpu", dtype=torch.bfloat16)
+        return torch.autocast(device_type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
 
 
@@ -619,7 +674,7 @@ def train_two_steps(model: nn.Module, optimizer: torch.optim.Optimizer, timeline
         for _ in range(case.accumulation):
             ids = torch.randint(0, vocab, (case.batch, case.seq), generator=generator)
             timeline.tracker.set_role(ids, INPUTS)
-            with _autocast(case.precision):
+            with _autocast(case.precision, ids.device.type):
                 if case.loop == "plain":
                     outputs = model(input_ids=ids, labels=ids, use_cache=False)
                     loss = outputs.loss
@@ -923,7 +978,7 @@ def real_size_cases(seq: int = 4096) -> list[TimelineCase]:
     and its implementation (with fp32 weights too, where the optimizer step is the peak), eager
     attention, the loop, full recomputation and gradient accumulation."""
     cases: list[TimelineCase] = []
-    for family in REAL_SIZE:
+    for family in SWEEP_FAMILIES:
         family_seq = min(seq, 1024) if family == "gpt2-xl" else seq  # GPT-2 has 1,024 positions
         base = TimelineCase(family, seq=family_seq)
         fp32 = replace(base, precision="fp32")
@@ -971,7 +1026,7 @@ def _memtracker_case(case: TimelineCase) -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m validation.timeline", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seq", type=int, default=4096, help="tokens per micro-batch (GPT-2 XL: at most 1,024)")
-    parser.add_argument("--family", action="append", choices=sorted(REAL_SIZE), help="only these families")
+    parser.add_argument("--family", action="append", choices=sorted(SWEEP_FAMILIES), help="only these families")
     parser.add_argument("--out", type=Path, default=DOCS,
                         help="where timeline.json and the charts go, and whose VALIDATION.md and validation.json "
                              "get the peak section (default: docs/)")

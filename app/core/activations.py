@@ -32,7 +32,7 @@ measurements: dropout keeps its mask at the width of the tensor it drops).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Final, Literal, NamedTuple
 
@@ -652,14 +652,17 @@ def _cpu_sdpa_falls_back_to_math(arch: Architecture, setup: ActivationSetup) -> 
 
 def _hf_sdpa_math_attention(saved: _Saved, arch: Architecture, setup: ActivationSetup, *,
                             out_proj_input: bool = True) -> None:
-    """CPU sdpa with attention dropout: torch's _scaled_dot_product_attention_math, op by op.
+    """torch's _scaled_dot_product_attention_math, op by op: CPU sdpa with attention dropout, and CUDA sdpa
+    where neither fused kernel takes the inputs (fp32 with grouped K/V heads, `attention_kernel`).
 
     The math path upcasts fp16/bf16 Q, K and V to fp32, repeats grouped K and V to all a heads
     (enable_gqa), and multiplies Q and K each by sqrt(scale), making scaled copies that the first
-    batched matmul keeps; V is kept by the second. Softmax keeps its fp32 output, dropout its fp32
-    mask (CPU) and the second matmul the fp32 dropped probabilities: three b*a*s*s fp32 tensors,
-    the s-squared term a fused kernel avoids. The output is cast back to the input dtype before the
-    output projection, which keeps it in the activation dtype.
+    batched matmul keeps; V is kept by the second. Softmax keeps its fp32 output (a b*a*s*s fp32
+    tensor, the s-squared term a fused kernel avoids), which the second matmul keeps too; with attention
+    dropout, the dropout keeps its mask (the dropped tensor's width on CPU, one byte on CUDA) and the
+    second matmul the fp32 dropped probabilities instead. Without dropout only the softmax's output is
+    kept: measured on an H200 with fp32 Gemma 3 1B (docs/VALIDATION.md, "On a GPU"). The output is cast
+    back to the input dtype before the output projection, which keeps it in the activation dtype.
     """
     b, s, n = setup.micro_batch_size, setup.seq_len, setup.tokens
     a, d = arch.num_attention_heads, arch.head_size
@@ -673,8 +676,9 @@ def _hf_sdpa_math_attention(saved: _Saved, arch: Architecture, setup: Activation
         value_heads = a + 2 * arch.kv_heads
     saved.add("attn.value_fp32", n * value_heads * d, FP32_BYTES, "tensor")
     saved.add("attn.softmax", scores, FP32_BYTES, "tensor", core=True)
-    saved.mask("attn.softmax_dropout_mask", scores, FP32_BYTES, "tensor", core=True)
-    saved.add("attn.softmax_dropout_output", scores, FP32_BYTES, "tensor", core=True)
+    if arch.attn_dropout > 0:
+        saved.mask("attn.softmax_dropout_mask", scores, FP32_BYTES, "tensor", core=True)
+        saved.add("attn.softmax_dropout_output", scores, FP32_BYTES, "tensor", core=True)
     if out_proj_input:
         saved.add("attn.out_proj_input", n * a * d, setup.half_bytes, "tensor")
 
@@ -1247,35 +1251,42 @@ def layer_activations(arch: Architecture, setup: ActivationSetup, role: Role = "
     return tuple(_hf_layer(arch, setup, role, dense=dense))
 
 
-def sliding_window_activations(arch: Architecture, setup: ActivationSetup) -> tuple[SavedTensor, ...]:
-    """What each of the ``sliding_window_layers`` keeps beyond `layer_activations`, for one micro-batch.
+def _window_masked(arch: Architecture, setup: ActivationSetup) -> bool:
+    """Whether transformers hands sdpa the sliding window as a mask: sdpa with sliding-window layers and a
+    sequence longer than the window (shorter ones need no mask beyond the causal one sdpa applies itself)."""
+    return bool(arch.sliding_window_layers and arch.sliding_window is not None and setup.seq_len > arch.sliding_window
+                and setup.implementation != "megatron" and setup.attention == "sdpa")
+
+
+def sliding_window_layer(arch: Architecture, setup: ActivationSetup, role: Role = "full") -> tuple[SavedTensor, ...]:
+    """Every tensor one of the ``sliding_window_layers`` keeps for backward, for one micro-batch.
 
     A sliding-window layer computes the same tensors as a full-attention one; only the mask differs. Eager
-    attention adds the mask to the scores (an add keeps nothing) and a fused kernel given the window (flash
-    attention) needs no mask, so they keep the same. sdpa is the exception once the sequence is longer than
-    the window (Gemma 3 in transformers 5.24, measured on CPU: docs/VALIDATION.md): transformers then passes
-    the window as a b x 1 x s x s boolean mask, which sdpa converts to the query's dtype and the kernel keeps
-    for its backward (one per layer), and, because a mask rules out sdpa's grouped-query path
-    (integrations/sdpa_attention.py, use_gqa_in_sdpa), repeats K and V to all a heads first, which the kernel
-    keeps in place of the g-head ones. On CUDA a mask also rules out the flash kernel, so the memory-efficient
-    one runs, whose log-sum-exp is padded to 32 queries (`MEM_EFFICIENT_LSE_ALIGN`).
+    attention adds the mask to the scores (an add keeps nothing) and a fused kernel given the window needs no
+    mask, so they keep the same (`layer_activations`). sdpa is the exception once the sequence is longer than
+    the window (Gemma 3 in transformers 5.24; measured on CPU and on a GPU: docs/VALIDATION.md): transformers
+    then passes the window as a b x 1 x s x s boolean mask, which sdpa converts to the query's dtype and the
+    kernel keeps for its backward (one per layer). A mask rules out sdpa's grouped-query path
+    (integrations/sdpa_attention.py, use_gqa_in_sdpa), so K and V are repeated to all a heads first
+    (repeat_kv) and the kernel keeps the repeated ones: (a - g) heads more, except with one K/V head, where the
+    repeat is a view of it (expand, then a reshape that merges a dimension of one). On CUDA a mask rules out
+    the flash kernel, and the repeated K/V leave nothing grouped, so the memory-efficient kernel runs in every
+    dtype (its log-sum-exp padded to 32 queries): in fp32, in place of the math path the grouped full-attention
+    layers take. On CPU the math path (attention dropout) adds the mask to its scores and repeats K/V anyway.
     """
-    if (not arch.sliding_window_layers or arch.sliding_window is None or setup.seq_len <= arch.sliding_window
-            or setup.implementation == "megatron" or setup.attention != "sdpa"):
-        return ()
+    if not _window_masked(arch, setup):
+        return layer_activations(arch, setup, role)
     kernel = attention_kernel(arch, setup)
-    if kernel not in ("flash", "memory-efficient"):  # the math path adds the mask to its scores and repeats K/V anyway
-        return ()
-    saved = _Saved(setup)
+    if kernel == "eager" or (setup.device == "cpu" and kernel == "math"):
+        return layer_activations(arch, setup, role)
+    masked = setup if setup.device == "cpu" else replace(setup, attention="memory-efficient")
+    saved = _Saved(masked)
     b, s, n = setup.micro_batch_size, setup.seq_len, setup.tokens
     a, g, d = arch.num_attention_heads, arch.kv_heads, arch.head_size
     saved.add("attn.sliding_window_mask", b * s * s, setup.half_bytes, "none", core=True)
-    if g < a:
+    if 1 < g < a:
         saved.add("attn.key_value_repeated", 2 * n * (a - g) * d, setup.half_bytes, "tensor")
-    if setup.device == "cuda" and kernel == "flash":
-        padded = ceil_div(s, MEM_EFFICIENT_LSE_ALIGN) * MEM_EFFICIENT_LSE_ALIGN
-        saved.add("attn.logsumexp_padding", b * a * (padded - s), FP32_BYTES, "tensor", core=True)
-    return tuple(saved.items)
+    return layer_activations(arch, masked, role) + tuple(saved.items)
 
 
 def checkpointed_layer_activations(

@@ -579,7 +579,8 @@ class _Stage:
         window_layers, window_each = self._sliding_window_extra()
         if window_each:
             layers_bytes += window_layers * window_each
-            layers_text += f" + {window_layers} sliding-window layers × {window_each:,} B (their mask and repeated K/V)"
+            layers_text += (f" {'+' if window_each > 0 else '−'} {window_layers} sliding-window layers × "
+                            f"{abs(window_each):,} B (what sdpa keeps once the window is passed as a mask)")
         self.add("activations.layers", "activations", f"{n} layers' saved tensors ({policy}), b={b}, s={s:,}, h={h:,}",
                  layers_text, layers_bytes, layers_bytes * self.ranks * current,
                  Life("micro-batch", FWD_LAYER_FIRST, self.bwd_end, ramp=ACTS))
@@ -624,15 +625,17 @@ class _Stage:
 
     def _sliding_window_extra(self) -> tuple[int, int]:
         """The stage's sliding-window layers (at most their share of the model's, rounded up) and what each keeps
-        beyond a full-attention layer (`act.sliding_window_activations`): under full recomputation a layer keeps
-        only its input; selective recomputation drops what belongs to core attention."""
+        beyond a full-attention layer, which may be less (`act.sliding_window_layer`): under full recomputation a
+        layer keeps only its input; selective recomputation drops what belongs to core attention."""
         arch, checkpointing = self.arch, self.training.activation_checkpointing
         if not arch.sliding_window_layers or checkpointing == "full":
             return 0, 0
-        extra = act.sliding_window_activations(arch, self.setup)
-        if checkpointing == "selective":
-            extra = tuple(item for item in extra if not item.core_attention)
-        each = act.total_bytes(extra)
+        sliding = act.sliding_window_layer(arch, self.setup)
+        if sliding == self.layer_saved:
+            return 0, 0
+        each = (act.total_bytes(act.checkpointed_layer_activations(arch, self.setup, checkpointing, full=sliding))
+                - act.total_bytes(act.checkpointed_layer_activations(arch, self.setup, checkpointing,
+                                                                     full=self.layer_saved)))
         if not each:
             return 0, 0
         layers = min(self.kind.layers, ceil_div(self.kind.layers * arch.sliding_window_layers, arch.num_hidden_layers))

@@ -10,7 +10,20 @@ from typing import Final
 
 DOCS_DIR: Final = Path(__file__).resolve().parent.parent.parent / "docs"
 SUMMARY_FILE: Final = DOCS_DIR / "validation.json"
+GPU_FILE: Final = DOCS_DIR / "gpu.json"
 REPORT_FILE: Final = DOCS_DIR / "VALIDATION.md"
+
+
+@dataclass(frozen=True)
+class GpuCheck:
+    """The real-size two-step peaks measured on a GPU (docs/gpu.json, from `python -m validation.gpu`)."""
+
+    gpu: str
+    cases: int
+    same_event: int
+    worst_peak_error_pct: float
+    torch: str
+    transformers: str
 
 
 @dataclass(frozen=True)
@@ -23,6 +36,7 @@ class Accuracy:
     families: tuple[str, ...]
     torch: str
     transformers: str
+    gpu: GpuCheck | None = None
 
 
 @cache
@@ -39,7 +53,19 @@ def accuracy() -> Accuracy | None:
             families=tuple(sorted({family.split("-")[0] for family in summary["families"]})),
             torch=str(summary["torch"]),
             transformers=str(summary["transformers"]),
+            gpu=gpu_check(),
         )
+    except (OSError, KeyError, TypeError, ValueError):
+        return None
+
+
+def gpu_check() -> GpuCheck | None:
+    """The GPU measurement's summary, or None when there is none (the page then leaves it out)."""
+    try:
+        summary = json.loads(GPU_FILE.read_text(encoding="utf-8"))["summary"]
+        return GpuCheck(gpu=str(summary["gpu"]), cases=int(summary["cases"]), same_event=int(summary["same_event"]),
+                        worst_peak_error_pct=float(summary["worst_peak_error_pct"]), torch=str(summary["torch"]),
+                        transformers=str(summary["transformers"]))
     except (OSError, KeyError, TypeError, ValueError):
         return None
 

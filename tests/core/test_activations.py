@@ -139,15 +139,30 @@ def _cpu(attention, s=32):
 
 
 def test_sliding_window_layer_under_sdpa_keeps_its_mask_and_full_width_key_value():
-    from app.core.activations import sliding_window_activations
+    from app.core.activations import sliding_window_layer
 
     gemma3 = _small("gemma3_text", sliding_window=16)
     b, s, a, g, d = 2, 32, 4, 2, 32
-    # the mask converted to bf16 (b x 1 x s x s), K and V repeated from g to a heads: measured 369,408 - 348,928 B
-    assert total_bytes(sliding_window_activations(gemma3, _cpu("sdpa"))) == b * s * s * 2 + 2 * b * s * (a - g) * d * 2
-    assert total_bytes(sliding_window_activations(gemma3, _cpu("sdpa"))) == 369_408 - 348_928
-    assert sliding_window_activations(gemma3, _cpu("eager")) == ()  # the mask is added to the scores: kept by none
-    assert sliding_window_activations(_small("gemma3_text", sliding_window=32), _cpu("sdpa")) == ()  # s fits
+    # the mask converted to bf16 (b x 1 x s x s), K and V repeated from g to a heads: measured 369,408 B a layer
+    assert per_layer(gemma3, _cpu("sdpa")) == 348_928
+    assert total_bytes(sliding_window_layer(gemma3, _cpu("sdpa"))) == 348_928 + b * s * s * 2 + 2 * b * s * (a - g) * d * 2
+    assert total_bytes(sliding_window_layer(gemma3, _cpu("sdpa"))) == 369_408
+    # the mask is added to the scores: kept by none
+    assert sliding_window_layer(gemma3, _cpu("eager")) == layer_activations(gemma3, _cpu("eager"))
+    fits = _small("gemma3_text", sliding_window=32)
+    assert sliding_window_layer(fits, _cpu("sdpa")) == layer_activations(fits, _cpu("sdpa"))
+
+
+def test_sliding_window_repeat_of_one_key_value_head_is_a_view():
+    from app.core.activations import sliding_window_layer
+
+    # Gemma 3 1B has one K/V head: repeat_kv's reshape of the expanded head is a view, so only the mask is
+    # added. Gemma-3-1b at 4,096 tokens, traced on CPU and on a GPU (docs/VALIDATION.md), keeps 22 × 33,554,432 B
+    # beyond its full-attention layers: 22 sliding-window layers' bf16 masks (4,096² × 2 B), no repeated K/V.
+    mqa = _small("gemma3_text", sliding_window=16, num_key_value_heads=1)
+    b, s = 2, 32
+    assert (total_bytes(sliding_window_layer(mqa, _cpu("sdpa"))) - total_bytes(layer_activations(mqa, _cpu("sdpa")))
+            == b * s * s * 2)
 
 
 def test_gemma3_and_olmo2_layers_as_measured():
@@ -162,3 +177,21 @@ def test_olmo2_normalises_q_and_k_over_the_projection():
     rstd = {item.name: item.bytes for item in layer_activations(_small("olmo2"), _cpu("sdpa")) if "rstd" in item.name}
     assert rstd["attn.q_norm.rstd"] == rstd["attn.k_norm.rstd"] == 64 * 4
     assert "attn_norm.rstd" not in rstd and rstd["attn_post_norm.rstd"] == rstd["mlp_post_norm.rstd"] == 64 * 4
+
+
+def test_math_path_without_dropout_keeps_one_s_squared_tensor():
+    # CUDA sdpa runs torch's math path for fp32 with grouped K/V (Llama-3-8B): without attention dropout only the
+    # softmax's fp32 output is b·a·s² (the second matmul keeps that same tensor). Measured on an H200 at 1,024
+    # tokens, each forward event within 0.06% (docs/VALIDATION.md, "On a GPU"); with three such tensors a layer,
+    # as with dropout, the last forward layer was predicted 10.8% high.
+    from app import core
+
+    llama = core.get_preset("llama-3-8b").architecture
+    setup = ActivationSetup(micro_batch_size=1, seq_len=1024, precision=precision_preset("fp32"), attention="sdpa")
+    squared = [item.name for item in layer_activations(llama, setup) if item.bytes == 32 * 1024 * 1024 * 4]
+    assert squared == ["attn.softmax"]
+    gpt2 = core.get_preset("gpt2").architecture  # attention dropout 0.1: CPU sdpa takes the math path
+    cpu = ActivationSetup(micro_batch_size=1, seq_len=1024, precision=precision_preset("fp32"), attention="sdpa",
+                          device="cpu")
+    squared = [item.name for item in layer_activations(gpt2, cpu) if item.bytes == 12 * 1024 * 1024 * 4]
+    assert squared == ["attn.softmax", "attn.softmax_dropout_mask", "attn.softmax_dropout_output"]

@@ -12,7 +12,7 @@ from app.core.activations import (
     attention_kernel,
     embedding_activations,
     layer_activations,
-    sliding_window_activations,
+    sliding_window_layer,
     total_bytes,
 )
 from app.core.architecture import Architecture, active_param_count, layer_tensors, parameter_tensors
@@ -99,7 +99,7 @@ def test_saved_tensors_as_measured(precision, batch, seq, layer, embedding):
     setup = ActivationSetup(micro_batch_size=batch, seq_len=seq, precision=precision_preset(precision),
                             attention="eager", device="cpu")
     assert total_bytes(layer_activations(arch, setup)) == layer
-    assert sliding_window_activations(arch, setup) == ()
+    assert sliding_window_layer(arch, setup) == layer_activations(arch, setup)
     assert total_bytes(embedding_activations(arch, setup)) == embedding
 
 

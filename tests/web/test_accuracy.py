@@ -5,7 +5,7 @@ import json
 from fastapi.testclient import TestClient
 
 from app.main import app
-from app.web.accuracy import SUMMARY_FILE, accuracy
+from app.web.accuracy import GPU_FILE, SUMMARY_FILE, accuracy
 
 client = TestClient(app)
 
@@ -18,6 +18,14 @@ def test_page_shows_the_published_summary():
     assert f"{summary['worst_activation_error_pct']:.2f}%" in html
     shown = accuracy()
     assert shown is not None and shown.model_states_max_error_bytes == summary["model_states_max_error_bytes"]
+
+
+def test_page_shows_the_gpu_measurement():
+    summary = json.loads(GPU_FILE.read_text(encoding="utf-8"))["summary"]
+    html = client.get("/").text
+    assert f"checked on an {summary['gpu']}" in html
+    assert f"within {summary['worst_peak_error_pct']:.2f}%" in html
+    assert f"in {summary['same_event']} of {summary['cases']} real-size setups" in html
 
 
 def test_validation_report_is_an_html_page_with_its_tables_and_charts():
