@@ -503,11 +503,36 @@ def _qwen3_30b_a3b() -> transformers.PretrainedConfig:
     )
 
 
+def _gpt_oss_20b() -> transformers.PretrainedConfig:
+    # openai/gpt-oss-20b config.json (app/core/data/models.json: gpt-oss-20b): 32 experts, 4 per token, attention
+    # sinks, a 128-token window in every other layer; the default rotary parameters (YaRN's scaling keeps no tensor)
+    return transformers.GptOssConfig(
+        hidden_size=2880, num_hidden_layers=24, num_attention_heads=64, num_key_value_heads=8, head_dim=64,
+        intermediate_size=2880, vocab_size=201088, max_position_embeddings=131072, num_local_experts=32,
+        num_experts_per_tok=4, sliding_window=128, rms_norm_eps=1e-5, tie_word_embeddings=False,
+        layer_types=["sliding_attention", "full_attention"] * 12,
+        rope_parameters={"rope_type": "default", "rope_theta": 150000.0},
+    )
+
+
+def _deepseek_v2_lite_real() -> transformers.PretrainedConfig:
+    # deepseek-ai/DeepSeek-V2-Lite config.json (app/core/data/models.json: deepseek-v2-lite): multi-head latent
+    # attention without a query compression, 64 routed experts (6 per token, greedy) and 2 shared, the first layer dense
+    return transformers.DeepseekV2Config(
+        hidden_size=2048, num_hidden_layers=27, num_attention_heads=16, num_key_value_heads=16,
+        intermediate_size=10944, vocab_size=102400, max_position_embeddings=163840, first_k_dense_replace=1,
+        n_routed_experts=64, num_experts_per_tok=6, topk_method="greedy", n_group=1, topk_group=1,
+        n_shared_experts=2, moe_intermediate_size=1408, q_lora_rank=None, kv_lora_rank=512, qk_nope_head_dim=128,
+        qk_rope_head_dim=64, v_head_dim=128, norm_topk_prob=False, routed_scaling_factor=1.0, rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+    )
+
+
 # The CPU sweep's families (`real_size_cases`); the others are measured on a GPU only (validation.gpu).
 SWEEP_FAMILIES = ("llama-3-8b", "qwen2.5-7b", "gpt2-xl")
 REAL_SIZE = {"llama-3-8b": _llama_3_8b, "qwen2.5-7b": _qwen2_5_7b, "gpt2-xl": _gpt2_xl, "qwen3-8b": _qwen3_8b,
              "olmo-2-7b": _olmo_2_7b, "gemma-3-1b": _gemma_3_1b, "mixtral-8x7b": _mixtral_8x7b,
-             "qwen3-30b-a3b": _qwen3_30b_a3b}
+             "qwen3-30b-a3b": _qwen3_30b_a3b, "gpt-oss-20b": _gpt_oss_20b, "deepseek-v2-lite": _deepseek_v2_lite_real}
 
 PARAM_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "autocast-bf16": torch.float32}
 
