@@ -20,6 +20,7 @@ import gc
 import json
 import os
 import platform
+import re
 import sys
 import time
 from dataclasses import replace
@@ -285,6 +286,15 @@ def _peak(result: dict) -> int:
     return max((point["peak_bytes"] for point in result["points"]), default=0)
 
 
+def _unallocated_gib(message: str) -> float:
+    """From torch's out-of-memory message: the process's memory in use less what PyTorch allocated, in GiB."""
+    in_use = re.search(r"this process has ([0-9.]+) GiB memory in use", message)
+    allocated = re.search(r"Of the allocated memory ([0-9.]+) GiB is allocated by PyTorch", message)
+    if in_use is None or allocated is None:
+        raise ValueError(f"an out-of-memory message of another form: {message[:120]!r}")
+    return float(in_use.group(1)) - float(allocated.group(1))
+
+
 def _oom_event(result: dict) -> str:
     """The event a case ran out of memory in. Results that do not name it (`during`, recorded since) name the
     event before it: after the last micro-batch's "backward: embedding" comes the step's optimizer.step."""
@@ -312,6 +322,7 @@ def section(results: dict) -> tuple[list[str], dict]:
     same = sum(row.same_event for row in rows)
     packages = ", ".join(f"{name} {version}" for name, version in env["packages"].items())
     held = [(result, _peak(result)) for result in ran if "max_reserved_bytes" in result]
+    pressure = sorted(_unallocated_gib(result["out_of_memory"]["message"]) for result in over)
     context = capacity - env["free_bytes_at_start"]
     beyond = sorted(context + result["max_reserved_bytes"] - peak_bytes for result, peak_bytes in held)
     lines = [
@@ -335,19 +346,22 @@ def section(results: dict) -> tuple[list[str], dict]:
         f"{capacity - env['free_bytes_at_start']:,} B before any tensor) with Python {env['python']}, {packages}. "
         f"Before the first case, a warm-up left {results['workspace_bytes']:,} B allocated (cuBLAS's workspaces, "
         "kept for the process); each case is measured above what was allocated when it began, and trainmem counts "
-        "such buffers, with the CUDA context, in its framework overhead (1 GiB unless set). "
+        "such buffers, with the CUDA context, in its framework overhead. "
         f"{len(rows)} cases ran. Worst peak error: **{worst.error_pct:+.4f}%** ({worst.error_bytes:+,} B, "
         f"{worst.label}); the predicted peak is in the measured peak's event in **{same} of {len(rows)}** cases.",
         *(["", " ".join(
             f"{label}, run again on a fresh machine: {first:,} B then {again:,} B "
             f"({'the same to the byte' if first == again else f'{again - first:+,} B'})."
             for label, first, again in results["repeats"])] if results.get("repeats") else []),
-        *(["", f"What the GPU itself had to give beyond the peak of the tensors, in the {len(held)} cases that "
-               "recorded the allocator's most reserved bytes: the CUDA context and what the caching allocator "
-               f"held but did not hand out (with expandable segments) came to {beyond[0]:,} B to {beyond[-1]:,} B "
-               "(median " f"{beyond[len(beyond) // 2]:,} B); trainmem's default framework overhead is "
-               f"{DEFAULT_FRAMEWORK_OVERHEAD_BYTES:,} B, so set it higher to judge the fit this closely."]
-           if held else []),
+        *(["", "What the GPU needs beyond the tensors (trainmem's framework overhead, "
+               f"{DEFAULT_FRAMEWORK_OVERHEAD_BYTES / 2**30:g} GiB unless set): at the {len(pressure)} out-of-memory "
+               "errors, PyTorch's own message put the process's memory in use "
+               f"{min(pressure):.2f} to {max(pressure):.2f} GiB above what was allocated to tensors (the CUDA "
+               "context and the caching allocator's unallocated reserve). With room to spare the allocator keeps "
+               "freed blocks cached instead, and gives them back before it fails: in the "
+               f"{len(held)} cases that recorded it, the context and the most reserved came to {beyond[0]:,} B to "
+               f"{beyond[-1]:,} B beyond the peak (median {beyond[len(beyond) // 2]:,} B; the most with long "
+               "sequences under recomputation)."] if held and pressure else []),
         "",
         "| Case | Predicted (B) | GPU peak (B) | Error | Predicted event | Measured event | Worst listed event |",
         "| --- | ---: | ---: | ---: | --- | --- | --- |",

@@ -19,7 +19,9 @@ GIB: Final = 1 << 30
 # CUDA context plus the caching allocator's reserve beyond live tensors. An empty PyTorch process
 # holds about 0.5 GiB on recent data-centre GPUs (CUDA context and kernels, as nvidia-smi shows for
 # a process that has only called torch.cuda.init()); fragmentation in the caching allocator adds a
-# few hundred MiB more in a training loop. 1 GiB is a round default; set it to your measurement.
+# few hundred MiB more in a training loop. 1 GiB is a round default; set it to your measurement. On an H200
+# (torch 2.11), six out-of-memory errors left the process 0.78 to 1.16 GiB above what tensors held
+# (docs/VALIDATION.md, "On a GPU").
 DEFAULT_FRAMEWORK_OVERHEAD_BYTES: Final = 1 * GIB
 # DeepSpeed 0.19.8's DeepSpeedZeroConfig.reduce_bucket_size default (deepspeed/runtime/zero/config.py:113), and the
 # most this calculator takes (elements).
