@@ -136,7 +136,16 @@ def larger_cases() -> list[tl.TimelineCase]:
     ]
 
 
-CASE_SETS = {"sweep": gpu_cases, "newer": newer_cases, "larger": larger_cases}
+def fp8_cases() -> list[tl.TimelineCase]:
+    """torchao's float8 training (torchtitan's recipe) on Llama-3-8B and Qwen3-8B in bf16: the peak, and events
+    around the layers where the float8 copies live."""
+    llama = tl.TimelineCase("llama-3-8b", fp8="torchao")
+    return [llama, replace(llama, loop="hf-trainer"), replace(llama, checkpointing="full"),
+            replace(llama, implementation="fused"), tl.TimelineCase("qwen3-8b", fp8="torchao"),
+            replace(llama, seq=16384, checkpointing="full")]
+
+
+CASE_SETS = {"sweep": gpu_cases, "newer": newer_cases, "larger": larger_cases, "fp8": fp8_cases}
 
 
 def predict(case: tl.TimelineCase, config: dict) -> Estimate:
@@ -203,6 +212,15 @@ def environment() -> dict:
             "python": platform.python_version(), "packages": packages}
 
 
+def extra_packages() -> dict[str, str]:
+    """Packages some cases need beyond the image's (torchao for float8), where present."""
+    try:
+        import torchao
+    except ImportError:
+        return {}
+    return {"torchao": torchao.__version__}
+
+
 def warm_up() -> int:
     """Runs the kernels every case uses once (matrix products in both dtypes, attention forward and
     backward) so that the libraries' workspaces, which stay allocated for the process, are in place
@@ -220,13 +238,19 @@ def warm_up() -> int:
 def run(path: Path, seconds: float, case_set: str = "sweep") -> int:
     transformers.logging.set_verbosity_error()
     started = time.monotonic()
-    results: dict = {"environment": environment(), "workspace_bytes": warm_up(), "cases": [], "not_run": []}
+    results: dict = {"environment": environment(), "extra_packages": extra_packages(), "workspace_bytes": warm_up(),
+                     "cases": [], "not_run": []}
     capacity = results["environment"]["total_bytes"]
     for case, predicted in planned(CASE_SETS[case_set](), capacity):
         if time.monotonic() - started > seconds:
             results["not_run"].append(case.label)
             continue
-        row = measure(case)
+        try:
+            row = measure(case)
+        except Exception as error:  # a case the packages there cannot run: say so, go on with the others
+            results["not_run"].append(f"{case.label}: {type(error).__name__}: {str(error)[:300]}")
+            print(f"{case.label}: not run: {type(error).__name__}: {error}", flush=True)
+            continue
         row["predicted_on_device_bytes"] = predicted
         results["cases"].append(row)
         measured = max((p["peak_bytes"] for p in row["points"]), default=0)
@@ -278,7 +302,8 @@ def merged(runs: list[dict]) -> dict:
                 repeats.append((result["label"], _peak(cases[result["label"]]), _peak(result)))
             else:
                 cases[result["label"]] = result
-    return first | {"cases": list(cases.values()), "repeats": repeats,
+    extra = {name: version for run_results in runs for name, version in run_results.get("extra_packages", {}).items()}
+    return first | {"cases": list(cases.values()), "repeats": repeats, "extra_packages": extra,
                     "not_run": [label for run_results in runs for label in run_results["not_run"]]}
 
 
@@ -320,7 +345,7 @@ def section(results: dict) -> tuple[list[str], dict]:
     over = [result for result in results["cases"] if "out_of_memory" in result]
     worst = max(rows, key=lambda row: abs(row.error_pct))
     same = sum(row.same_event for row in rows)
-    packages = ", ".join(f"{name} {version}" for name, version in env["packages"].items())
+    packages = ", ".join(f"{name} {version}" for name, version in (env["packages"] | results.get("extra_packages", {})).items())
     held = [(result, _peak(result)) for result in ran if "max_reserved_bytes" in result]
     pressure = sorted(_unallocated_gib(result["out_of_memory"]["message"]) for result in over)
     context = capacity - env["free_bytes_at_start"]
@@ -340,7 +365,8 @@ def section(results: dict) -> tuple[list[str], dict]:
         "attention to the math kernel (1,024 tokens, so that it fits), and LoRA on Llama-3-8B; and families "
         "validated on CPU at small size only, at their real size: Qwen3-8B, OLMo 2 7B and Gemma 3 1B (whose "
         "512-token window makes transformers give sdpa a mask at 4,096 tokens), and LoRA on the attention of "
-        "Mixtral-8x7B and Qwen3-30B-A3B (`--cases newer`).",
+        "Mixtral-8x7B and Qwen3-30B-A3B (`--cases newer`); larger mixtures and longer sequences (`--cases larger`); "
+        "and torchao's float8 training, torchtitan's recipe, on the H200's FP8 matmuls (`--cases fp8`).",
         "",
         f"Measured on one {env['gpu']} ({capacity:,} B; the CUDA context took "
         f"{capacity - env['free_bytes_at_start']:,} B before any tensor) with Python {env['python']}, {packages}. "
@@ -420,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
     measure_parser.add_argument("results", type=Path)
     measure_parser.add_argument("--cases", choices=sorted(CASE_SETS), default="sweep",
                                 help="sweep: the CPU sweep's cases and GPU-only ones (default); newer: other families; "
-                                     "larger: larger mixtures, longer sequences")
+                                     "larger: larger mixtures, longer sequences; fp8: torchao float8")
     measure_parser.add_argument("--seconds", type=float, default=300.0,
                                 help="start no case after this many seconds (default: 300)")
     write_parser = commands.add_parser("write", help="compare saved results with trainmem and write the section")

@@ -565,6 +565,7 @@ class TimelineCase:
     lora_rank: int = 0  # above 0: peft's LoRA of this rank on lora_targets, the base frozen
     lora_targets: tuple[str, ...] = ()
     lora_dropout: float = 0.0
+    fp8: str = "none"  # "torchao": torchao's float8 training on every decoder layer's linear layers (a CUDA GPU)
 
     @property
     def fake(self) -> bool:
@@ -582,6 +583,8 @@ class TimelineCase:
         if self.lora_rank:
             parts.append(f"lora r{self.lora_rank} {','.join(self.lora_targets)}"
                          + (f" dropout {self.lora_dropout}" if self.lora_dropout else ""))
+        if self.fp8 != "none":
+            parts.append(f"fp8 {self.fp8}")
         return " ".join(parts)
 
     def as_dict(self) -> dict:
@@ -663,6 +666,11 @@ def build_model(case: TimelineCase, *, in_dtype: bool = False) -> tuple[nn.Modul
         targets = "all-linear" if case.lora_targets == ("all-linear",) else list(case.lora_targets)
         model = get_peft_model(model, LoraConfig(r=case.lora_rank, lora_alpha=2 * case.lora_rank,
                                                  target_modules=targets, lora_dropout=case.lora_dropout))
+    if case.fp8 == "torchao":
+        from torchao.float8 import convert_to_float8_training
+
+        # torchtitan's recipe: every linear layer of the decoder layers, the output layer left in 16 bits
+        convert_to_float8_training(model, module_filter_fn=lambda module, fqn: fqn != "lm_head")
     model.train()
     if case.checkpointing == "full":
         enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
