@@ -11,6 +11,7 @@ import torch
 import transformers
 
 from validation.cases import Row
+from validation.sections import write_section
 
 ACTIVATION_TARGET_PCT = 5.0
 
@@ -474,11 +475,12 @@ def peak_section(data: dict) -> list[str]:
 
 def write_peak_report(data: dict, docs: Path) -> None:
     """Updates docs/VALIDATION.md's peak section and docs/validation.json's ``peak_through_two_steps``
-    in place, leaving the rest of both as the full sweep wrote them."""
+    in place, leaving the rest of both as the full sweep and the other sections' modules wrote them."""
     markdown = docs / "VALIDATION.md"
-    text = markdown.read_text(encoding="utf-8") if markdown.exists() else ""
-    head = text.split("\n" + PEAK_HEADING, 1)[0].rstrip("\n")
-    markdown.write_text((head + "\n\n" if head else "") + "\n".join(peak_section(data)))
+    if markdown.exists():
+        write_section(peak_section(data), markdown)
+    else:
+        markdown.write_text("\n".join(peak_section(data)) + "\n", encoding="utf-8")
     summary_file = docs / "validation.json"
     if summary_file.exists():
         current = summary_file.read_text(encoding="utf-8").rstrip()

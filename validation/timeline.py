@@ -528,11 +528,23 @@ def _deepseek_v2_lite_real() -> transformers.PretrainedConfig:
     )
 
 
+def _mistral_7b() -> transformers.PretrainedConfig:
+    # mistralai/Mistral-7B-v0.1 config.json (app/core/data/models.json: mistral-7b): a 32,000-token vocabulary, so
+    # at long sequences a layer's backward, not the loss, can decide the peak; sliding_window 4096 left out
+    # (transformers 5 masks nothing more for sdpa within it, and the cases here use no window)
+    return transformers.MistralConfig(
+        hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+        intermediate_size=14336, vocab_size=32000, max_position_embeddings=32768, rope_theta=10000.0,
+        rms_norm_eps=1e-5, tie_word_embeddings=False, sliding_window=None,
+    )
+
+
 # The CPU sweep's families (`real_size_cases`); the others are measured on a GPU only (validation.gpu).
 SWEEP_FAMILIES = ("llama-3-8b", "qwen2.5-7b", "gpt2-xl")
 REAL_SIZE = {"llama-3-8b": _llama_3_8b, "qwen2.5-7b": _qwen2_5_7b, "gpt2-xl": _gpt2_xl, "qwen3-8b": _qwen3_8b,
              "olmo-2-7b": _olmo_2_7b, "gemma-3-1b": _gemma_3_1b, "mixtral-8x7b": _mixtral_8x7b,
-             "qwen3-30b-a3b": _qwen3_30b_a3b, "gpt-oss-20b": _gpt_oss_20b, "deepseek-v2-lite": _deepseek_v2_lite_real}
+             "qwen3-30b-a3b": _qwen3_30b_a3b, "gpt-oss-20b": _gpt_oss_20b, "deepseek-v2-lite": _deepseek_v2_lite_real,
+             "mistral-7b": _mistral_7b}
 
 PARAM_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "autocast-bf16": torch.float32}
 

@@ -145,6 +145,11 @@ def validate_finetuning(finetuning: Finetuning, arch: Architecture | None, *, au
             raise DomainError("finetuning.target_modules", "no linear module of this model matches")
 
 
+def targets_mlp(arch: Architecture, finetuning: Finetuning) -> bool:
+    """Whether an adapter sits on one of the MLP's linear layers."""
+    return any(tensor.name.startswith("mlp.") for tensor in targeted(arch, finetuning))
+
+
 def targeted(arch: Architecture, finetuning: Finetuning) -> tuple[ParamTensor, ...]:
     """The layer weights that get an adapter (peft matches module names by suffix, so GPT-2's `c_proj`
     names both the attention output and the MLP output)."""

@@ -32,7 +32,7 @@ from app.core import activations as act
 from app.core import states
 from app.core.architecture import Architecture, layer_tensors
 from app.core.categories import MODEL_STATE_CATEGORIES
-from app.core.finetuning import head_trains, layer_roles, linear_modules
+from app.core.finetuning import head_trains, layer_roles, linear_modules, targets_mlp
 from app.core.optimizers import FP32_BITS, OPTIMIZER_INFO, optimizer_formula, optimizer_label
 from app.core.setup import (
     FP8_RECIPES,
@@ -670,6 +670,7 @@ class _Stage:
         self._dequantized()
         self._loss_buffers()
         self._attention_backward()
+        self._mlp_backward()
         self._recomputation()
         self._autocast_copies()
         self._zero_buffers()
@@ -798,7 +799,12 @@ class _Stage:
         one layer at a time. Measured at real size: docs/VALIDATION.md, "Peak through two steps".
         """
         arch, setup = self.arch, self.setup
-        if setup.implementation == "megatron" or act.attention_kernel(arch, setup) != "eager":
+        kernel = act.attention_kernel(arch, setup)
+        if setup.implementation != "megatron" and kernel == "math":
+            if not arch.attn_dropout:  # with dropout (CPU's math path) the measured tensors are the saved ones
+                self._math_attention_backward()
+            return
+        if setup.implementation == "megatron" or kernel != "eager":
             return
         if arch.model_type == "gpt2":  # softmax in the scores' own dtype, no cast to take a gradient of
             return
@@ -808,6 +814,86 @@ class _Stage:
         self.add("attention.grad_probs", "temporary", "fp32 gradient of one layer's attention probabilities "
                  "in backward (eager)", f"4 B × {setup.micro_batch_size} × {arch.num_attention_heads} × "
                  f"{setup.seq_len:,}²", size, self.per_stage(size), Life("micro-batch", BWD_LAYER_LAST, self.bwd_end))
+
+    def _math_attention_backward(self) -> None:
+        """sdpa's math path (torch's _scaled_dot_product_attention_math, as CUDA runs it for fp32 with grouped K/V
+        heads), one layer at a time. Forward: the scores (a batched matmul), the scores plus the causal mask (an
+        s × s fp32 tensor made from is_causal) and softmax's output, with _safe_softmax's boolean of fully masked
+        rows: two fp32 b·a·s² tensors beside the probabilities at once. Backward: the gradients of the
+        probabilities and of the scores, two fp32 b·a·s² tensors beside the attention's kept tensors, once the
+        MLP's are freed. Each line is what the event holds beyond its other lines: under recomputation the forward
+        keeps nothing of the layer, so the attention's tensors count there too (measured on CPU with the math
+        backend forced, and on an H200: docs/VALIDATION.md)."""
+        arch, setup, t = self.arch, self.setup, self.parallelism.tensor
+        b, s, a = setup.micro_batch_size, setup.seq_len, arch.num_attention_heads
+        squares = ceil_div(b * a * s * s, t)
+        scores = squares * act.FP32_BYTES
+        extras = s * s * act.FP32_BYTES + squares  # the causal mask, and the boolean of fully masked rows
+        saved = self.layer_saved
+        attention = sum(x.bytes for x in saved if x.name.startswith(("attn.", "attn_norm."))
+                        and x.name != "attn.out_proj_input")
+        later = act.total_bytes(saved) - attention
+        if self.training.activation_checkpointing == "full":
+            forward = attention + scores + extras
+        else:
+            forward = scores + extras - later
+        backward = 2 * scores - later
+        dims = f"{b} × {a} × {s:,}²" + (f" ÷ {t}" if t > 1 else "")
+        layers = tuple(x for x in (FWD_LAYER_FIRST, FWD_LAYER_LAST) if x in self.names)
+        if forward > 0:
+            self.add("attention.math_forward", "temporary", "One layer's attention scores, masked scores and mask "
+                     "while softmax runs (sdpa's math path), beyond what the event keeps",
+                     f"fp32 scores and mask ({dims}) and the causal mask ({s:,}² × 4 B), less the layer's later tensors",
+                     forward, self.per_stage(forward), Life("micro-batch", layers[0], only=layers))
+        if backward > 0:
+            self.add("attention.math_backward", "temporary", "fp32 gradients of one layer's attention probabilities "
+                     "and scores in backward (sdpa's math path)", f"2 × 4 B × {dims}, less the MLP's freed tensors "
+                     f"({later:,} B)", backward, self.per_stage(backward),
+                     Life("micro-batch", BWD_LAYER_LAST, self.bwd_end))
+
+    def _mlp_backward(self) -> None:
+        """A gated MLP's backward working set, at each layer's backward (Hugging Face modules, no autocast).
+
+        The output projection's backward gives the gradient of the product act(gate) · up (n × I); the product's
+        backward then makes the gradients of both factors from it, and the activation's backward the gate's: three
+        n × I tensors at once, beside the n × h gradient of the layer's output, in the activations' dtype (in fp32
+        under full recomputation that last one is no extra tensor). Trained in full, the down projection's backward has freed the product it
+        kept (n × I) and written its weight gradient, and the layer's other gradients come after; with adapters
+        on attention only, the frozen MLP keeps no product and the adapters' gradients come after too. So the
+        event holds this much beyond what its other lines count (which have the layer's gradients written):
+        measured on CPU (docs/VALIDATION.md, "Peak through two steps") and on an H200, where LoRA on Llama-3-8B at
+        32,768 tokens under recomputation held 3,086,486,528 B beyond them against 3,087,007,744 B here ("On a
+        GPU"). Left out where the layer's backward differs: autocast, a mixture of experts, eager attention (its
+        own transient comes later in the layer), fused or Megatron/Liger modules, sharded gradients, accumulated
+        micro-batches of full training, and adapters on the MLP."""
+        arch, setup, training, p = self.arch, self.setup, self.training, self.parallelism
+        ft = training.finetuning
+        full = not finetunes(training)
+        if (setup.implementation != "transformers" or setup.autocast or arch.is_moe or arch.is_mla
+                or not arch.is_gated or arch.fused_gate_up or training.fp8 != "none"
+                or act.attention_kernel(arch, setup) in ("eager", "math")
+                or p.tensor > 1 or p.context > 1 or p.zero_stage >= 2 or self.fsdp2 or self.deepspeed
+                or (full and training.gradient_accumulation_steps > 1)
+                or (not full and (ft.method != "lora" or targets_mlp(arch, ft)))):
+            return
+        n, h, inter, w = setup.tokens, arch.hidden_size, arch.ffn_size, setup.half_bytes
+        factors = 2 if full else 3
+        recomputed = training.activation_checkpointing == "full"
+        output_grad = 0 if w >= act.FP32_BYTES and recomputed else n * h * w
+        working = factors * n * inter * w + output_grad
+        grads = next((b.bytes for b in self.buffers if b.key == "gradients.layers"), 0) // max(1, self.kind.layers)
+        written = tensor_bytes(inter * h, training.precision.bits("gradients")) if full else 0
+        size = working - (grads - written)
+        if size <= 0:
+            return
+        terms = f"{factors} × {n:,} × {inter:,} × {w} B" + (f" + {n:,} × {h:,} × {w} B" if output_grad else "")
+        # With adapters, the lowest layer's backward holds less than this (measured below it on CPU and on the H200
+        # by about n × h): counted where the backward starts, which under adapters always holds more.
+        life = (Life("micro-batch", BWD_LAYER_LAST, self.bwd_end) if full
+                else Life("micro-batch", BWD_LAYER_LAST, only=(BWD_LAYER_LAST,)))
+        self.add("mlp.backward", "temporary", "One layer's MLP backward: the gradients of its n × I tensors, less "
+                 "the layer's gradients not yet written", f"{terms} − {grads - written:,} B of gradients written later",
+                 size, self.per_stage(size), life)
 
     def _router_logits(self, keeps_output: bool) -> None:
         """With ``output_router_logits`` the model returns every routed layer's router logits (n × E, in the

@@ -9,6 +9,8 @@ import pytest
 
 from app import core
 from app.core import activations as act
+from app.core.architecture import layer_tensors
+from app.core.finetuning import Finetuning
 
 ARCH = core.get_preset("gemma-3-1b").architecture  # 26 layers, 22 of them sliding, window 512; a=4, g=1, d=256
 
@@ -60,3 +62,31 @@ def test_within_the_window_no_extra_and_full_recomputation_keeps_inputs_only() -
     setup = core.activation_setup(core.Training(seq_len=512, attention="sdpa"), core.Parallelism())
     assert layers_bytes(512) == 26 * act.total_bytes(act.layer_activations(ARCH, setup))
     assert layers_bytes(8192, "full") == 26 * 8192 * 1152 * 2  # each layer's bf16 input, h = 1,152
+
+
+def _mlp_backward(training: Any, arch: Any = None) -> int:
+    estimate = core.estimate(architecture=arch or core.get_preset("llama-3-8b").architecture, training=training)
+    return next((buffer.bytes for buffer in estimate.ledger if buffer.key == "mlp.backward"), 0)
+
+
+def test_gated_mlp_backward_working_set() -> None:
+    # Three n × I gradients and the n × h gradient of the layer's output in bf16, less the adapters' gradients
+    # that come later (measured on CPU and on an H200: docs/VALIDATION.md).
+    n, h, inter = 32768, 4096, 14336
+    lora = Finetuning(method="lora", rank=16, target_modules=("q_proj", "v_proj"))
+    training = core.Training(seq_len=n, attention="sdpa", precision=core.precision_preset("bf16"),
+                             activation_checkpointing="full", finetuning=lora)
+    adapters = 16 * (4096 + 4096) + 16 * (4096 + 1024)  # q_proj and v_proj's A and B, one layer, fp32
+    assert _mlp_backward(training) == 3 * n * inter * 2 + n * h * 2 - adapters * 4
+    # trained in full, the product is freed and only the down projection's gradient is written by then
+    full = replace(training, finetuning=Finetuning())
+    layer = sum(t.elements for t in layer_tensors(core.get_preset("llama-3-8b").architecture))
+    expected = 2 * n * inter * 2 + n * h * 2 - (layer - inter * h) * 2
+    assert _mlp_backward(full) == expected > 0
+    # left out: autocast, eager attention, adapters on the MLP, a mixture of experts
+    assert _mlp_backward(replace(full, precision=core.precision_preset("autocast-bf16"))) == 0
+    assert _mlp_backward(replace(training, attention="eager")) == 0
+    all_linear = Finetuning(method="lora", rank=16, target_modules=("all-linear",))
+    assert _mlp_backward(replace(training, finetuning=all_linear)) == 0
+    assert _mlp_backward(replace(training, finetuning=Finetuning()),
+                         core.get_preset("mixtral-8x7b").architecture) == 0

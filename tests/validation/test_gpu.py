@@ -78,3 +78,14 @@ def test_gpu_harness_records_every_event_of_the_cpu_timeline(case: tl.TimelineCa
     assert [(p["step"], p["event"]) for p in result["points"]] == [(p.step, p.event) for p in cpu.points]
     assert all(p["peak_bytes"] > 0 and p["live_bytes"] > 0 for p in result["points"])
     assert result["case"] == case.as_dict()
+
+
+def test_rebuilt_layer_backward_under_lora_at_long_context() -> None:
+    """LoRA on Llama-3-8B at 32,768 tokens under full recomputation: the first rebuilt layer's backward holds the
+    MLP's backward working set (three n × I gradients and the layer output's), measured on the H200."""
+    label = "llama-3-8b b1 s32768 bf16 adamw(foreach) sdpa ckpt plain lora r16 q_proj,v_proj"
+    result = next(result for result in RAN if result["label"] == label)
+    event = next(row for row in gpu.compared(result).events if (row.step, row.event) == (2, "backward: layer 32"))
+    assert event.predicted is not None
+    assert abs(event.predicted - event.measured_peak) <= 0.0001 * event.measured_peak, (event.predicted,
+                                                                                          event.measured_peak)
