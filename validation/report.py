@@ -197,6 +197,9 @@ between the CPU build of torch and CUDA are formulas, not tolerances:
   one. trainmem models `gelu_new` as written.
 * **KV cache.** Recent transformers versions build a KV cache in training unless
   `use_cache=False`; the harness passes `use_cache=False`, as training code should.
+* **Measured on a GPU too.** The CUDA side of these formulas (one-byte dropout masks, the flash
+  and memory-efficient kernels, the math path CUDA takes for fp32 with grouped K/V heads, a mask
+  that rules out flash) is measured on an H200 through two real training steps: "On a GPU".
 
 ## Reading the results
 
