@@ -201,6 +201,7 @@ def peak_cases() -> tuple:
     size = Size(hidden=256, layers=4, heads=4, kv_heads=2, intermediate=704, vocab=2048)
     moe = Size(hidden=256, layers=4, heads=4, kv_heads=2, intermediate=512, vocab=2048)
     oss = Size(hidden=256, layers=4, heads=4, kv_heads=2, intermediate=256, vocab=2048, head_dim=64)
+    long = Size(hidden=256, layers=4, heads=4, kv_heads=2, intermediate=1536, vocab=512, head_dim=64)
     return (
         tl.TimelineCase("llama", precision="bf16", seq=256, batch=2, size=size, lora_rank=8,
                         lora_targets=("q_proj", "v_proj")),
@@ -218,6 +219,14 @@ def peak_cases() -> tuple:
         # gpt-oss with the attention adapted: the biased router and experts frozen.
         tl.TimelineCase("gpt_oss", precision="bf16", seq=256, batch=2, size=oss, attention="eager", lora_rank=8,
                         lora_targets=("q_proj", "v_proj")),
+        # Long sequences under recomputation with a small vocabulary, where a layer's backward decides the peak:
+        # the MLP's working set (Llama), and the fp32 norm after the MLP before it (OLMo 2, Gemma 3).
+        tl.TimelineCase("llama", precision="bf16", seq=1024, batch=1, size=long, lora_rank=8,
+                        lora_targets=("q_proj", "v_proj"), checkpointing="full"),
+        tl.TimelineCase("olmo2", precision="bf16", seq=1024, batch=1, size=long, lora_rank=8,
+                        lora_targets=("q_proj", "v_proj"), checkpointing="full"),
+        tl.TimelineCase("gemma3", precision="fp32", seq=1024, batch=1, size=long, lora_rank=8,
+                        lora_targets=("q_proj", "v_proj"), checkpointing="full"),
     )
 
 

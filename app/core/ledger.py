@@ -865,12 +865,15 @@ class _Stage:
         32,768 tokens under recomputation held 3,086,486,528 B beyond them against 3,087,007,744 B here ("On a
         GPU"). Left out where the layer's backward differs: autocast, a mixture of experts, eager attention (its
         own transient comes later in the layer), fused or Megatron/Liger modules, sharded gradients, accumulated
-        micro-batches of full training, and adapters on the MLP."""
+        micro-batches of full training, adapters on the MLP, and full training with a norm after the MLP (OLMo 2,
+        Gemma 3), whose fp32 backward runs before the MLP's with a working set of its own (measured on CPU, not yet
+        modelled; with adapters it is, below)."""
         arch, setup, training, p = self.arch, self.setup, self.training, self.parallelism
         ft = training.finetuning
         full = not finetunes(training)
+        post_norm = arch.norm_placement != "pre" or arch.norms_per_layer != 2
         if (setup.implementation != "transformers" or setup.autocast or arch.is_moe or arch.is_mla
-                or not arch.is_gated or arch.fused_gate_up or training.fp8 != "none"
+                or not arch.is_gated or arch.fused_gate_up or training.fp8 != "none" or (post_norm and full)
                 or act.attention_kernel(arch, setup) in ("eager", "math")
                 or p.tensor > 1 or p.context > 1 or p.zero_stage >= 2 or self.fsdp2 or self.deepspeed
                 or (full and training.gradient_accumulation_steps > 1)
@@ -881,6 +884,14 @@ class _Stage:
         recomputed = training.activation_checkpointing == "full"
         output_grad = 0 if w >= act.FP32_BYTES and recomputed else n * h * w
         working = factors * n * inter * w + output_grad
+        if post_norm:
+            # With adapters, a norm after the MLP (OLMo 2, Gemma 3): its backward, which computes in fp32, runs
+            # first, five fp32 n × h tensors and the output's gradient; then the MLP's, 3 × n × I less n × h (in
+            # fp32 without recomputation, less nothing). Measured on CPU in bf16 and fp32, with and without
+            # recomputation, I/h from 2 to 10.
+            fp32_plain = w >= act.FP32_BYTES and not recomputed
+            working = max(5 * n * h * act.FP32_BYTES + output_grad,
+                          3 * n * inter * w - (0 if fp32_plain else n * h * w))
         grads = next((b.bytes for b in self.buffers if b.key == "gradients.layers"), 0) // max(1, self.kind.layers)
         written = tensor_bytes(inter * h, training.precision.bits("gradients")) if full else 0
         size = working - (grads - written)
