@@ -154,7 +154,16 @@ def mlp_cases() -> list[tl.TimelineCase]:
             replace(sgd, precision="fp32")]
 
 
-CASE_SETS = {"sweep": gpu_cases, "newer": newer_cases, "larger": larger_cases, "fp8": fp8_cases, "mlp": mlp_cases}
+def norm_cases() -> list[tl.TimelineCase]:
+    """LoRA under recomputation at 32,768 tokens on the families whose layer backward differs: a norm after the
+    MLP (OLMo 2, Gemma 3) and RMSNorm over each head of Q and K (Qwen3)."""
+    lora = {"lora_rank": 16, "lora_targets": ("q_proj", "v_proj"), "seq": 32768, "checkpointing": "full"}
+    return [tl.TimelineCase("olmo-2-7b", **lora), tl.TimelineCase("gemma-3-1b", **lora),
+            tl.TimelineCase("qwen3-8b", **lora)]
+
+
+CASE_SETS = {"sweep": gpu_cases, "newer": newer_cases, "larger": larger_cases, "fp8": fp8_cases, "mlp": mlp_cases,
+             "norms": norm_cases}
 
 
 def predict(case: tl.TimelineCase, config: dict) -> Estimate:
@@ -376,7 +385,8 @@ def section(results: dict) -> tuple[list[str], dict]:
         "512-token window makes transformers give sdpa a mask at 4,096 tokens), and LoRA on the attention of "
         "Mixtral-8x7B and Qwen3-30B-A3B (`--cases newer`); larger mixtures and longer sequences (`--cases larger`); "
         "torchao's float8 training, torchtitan's recipe, on the H200's FP8 matmuls (`--cases fp8`); and Mistral-7B, "
-        "whose small vocabulary lets a layer's backward decide the peak at long sequences (`--cases mlp`).",
+        "whose small vocabulary lets a layer's backward decide the peak at long sequences (`--cases mlp`); LoRA at "
+        "32,768 tokens under recomputation on OLMo 2, Gemma 3 and Qwen3 (`--cases norms`).",
         "",
         f"Measured on one {env['gpu']} ({capacity:,} B; the CUDA context took "
         f"{capacity - env['free_bytes_at_start']:,} B before any tensor) with Python {env['python']}, {packages}. "
@@ -463,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
     measure_parser.add_argument("--cases", choices=sorted(CASE_SETS), default="sweep",
                                 help="sweep: the CPU sweep's cases and GPU-only ones (default); newer: other families; "
                                      "larger: larger mixtures, longer sequences; fp8: torchao float8; mlp: where a "
-                                     "layer's backward decides the peak")
+                                     "layer's backward decides the peak; norms: LoRA at long sequences, other layer kinds")
     measure_parser.add_argument("--seconds", type=float, default=300.0,
                                 help="start no case after this many seconds (default: 300)")
     write_parser = commands.add_parser("write", help="compare saved results with trainmem and write the section")

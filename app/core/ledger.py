@@ -586,12 +586,20 @@ class _Stage:
                  Life("micro-batch", FWD_LAYER_FIRST, self.bwd_end, ramp=ACTS))
         embedding = 0
         if kind.first:
-            first = act.embedding_activations(arch, setup) + act.checkpoint_held_activations(arch, setup, checkpointing)
+            first = act.embedding_activations(arch, setup)
             embedding = act.total_bytes(first)
             self.add("activations.embedding", "activations",
-                     "Embedding: token ids, positions or rotary cos/sin, dropout mask, tensors recomputation keeps",
+                     "Embedding: token ids, positions or rotary cos/sin, dropout mask",
                      _listed(first), embedding, embedding * self.ranks,
                      Life("micro-batch", FWD_EMBEDDING, BWD_EMBEDDING))
+            kwargs = act.checkpoint_held_activations(arch, setup, checkpointing)
+            if kwargs:
+                # kept by each layer's recomputation closure: freed with the first layer's backward
+                held_bytes = act.total_bytes(kwargs)
+                embedding += held_bytes
+                self.add("activations.checkpoint_held", "activations", "Keyword arguments recomputation keeps for "
+                         "every layer until its backward (position ids, masks)", _listed(kwargs), held_bytes,
+                         held_bytes * self.ranks, Life("micro-batch", FWD_EMBEDDING, self.bwd_end))
         others = kind.in_flight - 1
         if others > 0:
             held = layers_bytes + embedding
