@@ -882,30 +882,35 @@ class _Stage:
         post_norm = arch.norm_placement != "pre" or arch.norms_per_layer != 2
         if (setup.implementation != "transformers" or setup.autocast or arch.is_moe or arch.is_mla
                 or not arch.is_gated or arch.fused_gate_up or training.fp8 != "none" or (post_norm and full)
-                or act.attention_kernel(arch, setup) in ("eager", "math")
                 or p.tensor > 1 or p.context > 1 or p.zero_stage >= 2 or self.fsdp2 or self.deepspeed
                 or (full and training.gradient_accumulation_steps > 1)
-                or (not full and (ft.method != "lora" or targets_mlp(arch, ft)))):
+                or (not full and (ft.method != "lora" or targets_mlp(arch, ft)))
+                or act.attention_kernel(arch, setup) in ("eager", "math")):
             return
         n, h, inter, w = setup.tokens, arch.hidden_size, arch.ffn_size, setup.half_bytes
         factors = 2 if full else 3
         recomputed = training.activation_checkpointing == "full"
         output_grad = 0 if w >= act.FP32_BYTES and recomputed else n * h * w
         working = factors * n * inter * w + output_grad
+        terms = f"{factors} × {n:,} × {inter:,} × {w} B" + (f" + {n:,} × {h:,} × {w} B" if output_grad else "")
         if post_norm:
             # With adapters, a norm after the MLP (OLMo 2, Gemma 3): its backward, which computes in fp32, runs
             # first, five fp32 n × h tensors and the output's gradient; then the MLP's, 3 × n × I less n × h (in
             # fp32 without recomputation, less nothing). Measured on CPU in bf16 and fp32, with and without
-            # recomputation, I/h from 2 to 10.
-            fp32_plain = w >= act.FP32_BYTES and not recomputed
-            working = max(5 * n * h * act.FP32_BYTES + output_grad,
-                          3 * n * inter * w - (0 if fp32_plain else n * h * w))
+            # recomputation, I/h from 2 to 10, and on an H200 (OLMo 2 7B and Gemma 3 1B at 32,768 tokens).
+            less = 0 if w >= act.FP32_BYTES and not recomputed else n * h * w
+            norm, mlp = 5 * n * h * act.FP32_BYTES + output_grad, 3 * n * inter * w - less
+            working = max(norm, mlp)
+            if norm >= mlp:
+                terms = (f"5 × {n:,} × {h:,} × 4 B" + (f" + {n:,} × {h:,} × {w} B" if output_grad else "")
+                         + " (the norm after the MLP)")
+            else:
+                terms = f"3 × {n:,} × {inter:,} × {w} B" + (f" − {n:,} × {h:,} × {w} B" if less else "")
         grads = next((b.bytes for b in self.buffers if b.key == "gradients.layers"), 0) // max(1, self.kind.layers)
         written = tensor_bytes(inter * h, training.precision.bits("gradients")) if full else 0
         size = working - (grads - written)
         if size <= 0:
             return
-        terms = f"{factors} × {n:,} × {inter:,} × {w} B" + (f" + {n:,} × {h:,} × {w} B" if output_grad else "")
         # With adapters, the lowest layer's backward holds less than this (measured below it on CPU and on the H200
         # by about n × h): counted where the backward starts, which under adapters always holds more.
         life = (Life("micro-batch", BWD_LAYER_LAST, self.bwd_end) if full
