@@ -76,7 +76,8 @@ def estimate_warnings(arch: Architecture, training: Training, parallelism: Paral
     if kernel == "math":
         warnings.append("PyTorch's scaled_dot_product_attention runs its math kernel here (flash needs fp16 or bf16, "
                         "the memory-efficient kernel refuses grouped K/V heads), which stores the s × s "
-                        "probabilities as eager attention does.")
+                        "probabilities as eager attention does and makes two more s × s fp32 tensors while each "
+                        "layer runs, forward and backward.")
     if training.attention == "flash" and training.precision.activations == "fp32":
         warnings.append("Flash attention kernels need fp16 or bf16 activations; in fp32 PyTorch falls back to a "
                         "kernel that may store the score matrix (choose sdpa to model the fallback).")
