@@ -16,7 +16,6 @@ DeepSeek-V2's and DeepSeek-V2-Lite's own counts are measured on the meta device 
 from __future__ import annotations
 
 import sys
-import warnings
 from dataclasses import dataclass
 from typing import Final
 
@@ -27,7 +26,7 @@ from app import core
 from app.core import activations as act
 from app.core.architecture import active_param_count
 from validation.measure import measured_parts, predicted_parts
-from validation.sections import compared, peak_table, run_peaks, write_section
+from validation.sections import peak_table, run_module, run_peaks
 
 DTYPES: Final = {"bf16": torch.bfloat16, "fp32": torch.float32}
 SECTION: Final = "## DeepSeek-V2"
@@ -189,18 +188,8 @@ def section(rows: list[tuple[Case, dict, dict]], peaks: list, counts: dict[str, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        rows = compared(CASES, measure, predict)
-        counts = published_counts()
-        for name, (measured, predicted) in counts.items():
-            print(f"{'ok  ' if measured == predicted else 'DIFF'} {name}: transformers {measured:,} trainmem {predicted:,}")
-        if "--write" in argv:
-            peaks = run_peaks(peak_cases())
-            write_section(section(rows, peaks, counts))
-    ok = all(measured == predicted for _, measured, predicted in rows)
-    return 0 if ok and all(measured == predicted for measured, predicted in counts.values()) else 1
+    return run_module(argv, CASES, measure, predict,
+                      lambda rows, counts: section(rows, run_peaks(peak_cases()), counts), counts=published_counts)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ timeline harness (`peak_cases`) as for the other families.
 from __future__ import annotations
 
 import sys
-import warnings
 from dataclasses import dataclass
 from typing import Final
 
@@ -25,7 +24,7 @@ from transformers import Gemma3ForCausalLM, Gemma3TextConfig, Olmo2Config, Olmo2
 from app import core
 from app.core import activations as act
 from validation.measure import measured_parts, predicted_parts
-from validation.sections import compared, peak_table, run_peaks, write_section
+from validation.sections import peak_table, run_module, run_peaks
 
 DTYPES: Final = {"bf16": torch.bfloat16, "fp32": torch.float32}
 SECTION: Final = "## Gemma 3 and OLMo 2"
@@ -138,14 +137,7 @@ def section(rows: list[tuple[Case, dict, dict]], peaks: list) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        rows = compared(CASES, measure, predict)
-        if "--write" in argv:
-            peaks = run_peaks(peak_cases())
-            write_section(section(rows, peaks))
-    return 0 if all(measured == predicted for _, measured, predicted in rows) else 1
+    return run_module(argv, CASES, measure, predict, lambda rows, _: section(rows, run_peaks(peak_cases())))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ the head (validation/measure.py's recorder).
 from __future__ import annotations
 
 import sys
-import warnings
 from dataclasses import dataclass
 from typing import Final
 
@@ -24,7 +23,7 @@ from app import core
 from app.core import activations as act
 from app.core.architecture import active_param_count
 from validation.measure import measured_parts, predicted_parts
-from validation.sections import compared, write_section
+from validation.sections import run_module
 
 DTYPES: Final = {"bf16": torch.bfloat16, "fp32": torch.float32}
 SECTION: Final = "## Qwen2-MoE"
@@ -147,17 +146,7 @@ def section(rows: list[tuple[Case, dict, dict]], counts: dict[str, tuple[int, in
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        rows = compared(CASES, measure, predict)
-        counts = published_counts()
-        for name, (measured_count, counted) in counts.items():
-            print(f"{'ok  ' if measured_count == counted else 'DIFF'} {name}: {measured_count:,} / {counted:,}")
-        if "--write" in argv:
-            write_section(section(rows, counts))
-    exact = all(measured == predicted for _, measured, predicted in rows)
-    return 0 if exact and all(a == b for a, b in counts.values()) else 1
+    return run_module(argv, CASES, measure, predict, section, counts=published_counts)
 
 
 if __name__ == "__main__":

@@ -47,3 +47,26 @@ def run_peaks(cases: Iterable[Any]) -> list[Any]:
     for row in rows:
         print(f"peak {row.label}: predicted {row.predicted:,} measured {row.measured:,} ({row.error_pct:+.4f}%)")
     return rows
+
+
+def run_module(argv: list[str] | None, cases: Iterable[Any], measure: Callable[[Any], Any],
+               predict: Callable[[Any], Any], write: Callable[[list[tuple], dict], list[str]],
+               counts: Callable[[], dict[str, tuple[int, int]]] | None = None) -> int:
+    """A family module's command line: compare its cases (and its published parameter counts, if any), print a
+    line for each, and with ``--write`` publish its section (`write(rows, counts)`, which may run the peaks).
+    Returns 0 when every case and count agree."""
+    import sys
+    import warnings
+
+    argv = sys.argv[1:] if argv is None else argv
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rows = compared(cases, measure, predict)
+        published = counts() if counts is not None else {}
+        for name, (measured, predicted) in published.items():
+            print(f"{'ok  ' if measured == predicted else 'DIFF'} {name}: transformers {measured:,} "
+                  f"trainmem {predicted:,}")
+        if "--write" in argv:
+            write_section(write(rows, published))
+    exact = all(measured == predicted for _, measured, predicted in rows)
+    return 0 if exact and all(measured == predicted for measured, predicted in published.values()) else 1
