@@ -48,11 +48,11 @@ KNOWN_DIFFERENCES = {
         "the peak is in the backward of the last mixture-of-experts layer (layer 2), just before the dense first "
         "layer's; trainmem's timeline lists the first and the last layer of each pass, and its \"backward: layer 1\" "
         "holds the dense layer's backward, lighter than an expert layer's, so it names that event and comes out "
-        "250,004,329 B (0.26%) low.",
+        "low.",
     "mixtral-8x7b b1 s8192 bf16 adamw(foreach) sdpa ckpt plain lora r16 q_proj,v_proj":
         "under full recomputation the first rebuilt layer's backward (layer 32: the experts' gradients, "
-        "the routing's gathers and scatters) holds 1.34 GB more than trainmem counts for a rebuilt "
-        "mixture-of-experts layer, which moves the peak there from the loss gradients, 0.31% above the prediction.",
+        "the routing's gathers and scatters) holds more than trainmem counts for a rebuilt "
+        "mixture-of-experts layer, which moves the peak there from the loss gradients.",
 }
 
 
@@ -421,7 +421,8 @@ def section(results: dict) -> tuple[list[str], dict]:
     differing = [row for row in rows if not row.same_event]
     if differing:
         lines += ["", "**Where the peak's event differs:**", "",
-                  *(f"- {row.label}: {KNOWN_DIFFERENCES.get(row.label, 'not yet explained.')}" for row in differing)]
+                  *(f"- {row.label} ({row.error_bytes:+,} B, {row.error_pct:+.2f}%): "
+                    f"{KNOWN_DIFFERENCES.get(row.label, 'not yet explained.')}" for row in differing)]
     if over:
         lines += [
             "",

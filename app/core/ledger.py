@@ -810,7 +810,7 @@ class _Stage:
         kernel = act.attention_kernel(arch, setup)
         if setup.implementation != "megatron" and kernel == "math":
             if not arch.attn_dropout:  # with dropout (CPU's math path) the measured tensors are the saved ones
-                self._math_attention_backward()
+                self._math_attention()
             return
         if setup.implementation == "megatron" or kernel != "eager":
             return
@@ -823,7 +823,7 @@ class _Stage:
                  "in backward (eager)", f"4 B × {setup.micro_batch_size} × {arch.num_attention_heads} × "
                  f"{setup.seq_len:,}²", size, self.per_stage(size), Life("micro-batch", BWD_LAYER_LAST, self.bwd_end))
 
-    def _math_attention_backward(self) -> None:
+    def _math_attention(self) -> None:
         """sdpa's math path (torch's _scaled_dot_product_attention_math, as CUDA runs it for fp32 with grouped K/V
         heads), one layer at a time. Forward: the scores (a batched matmul), the scores plus the causal mask (an
         s × s fp32 tensor made from is_causal) and softmax's output, with _safe_softmax's boolean of fully masked
