@@ -57,8 +57,10 @@ UNPROCESSABLE: dict[int | str, dict[str, Any]] = {
 
 
 @router.post("/estimate", response_model=EstimateResponse, responses=UNPROCESSABLE)
-def post_estimate(request: EstimateRequest) -> AnswerJSON:
+async def post_estimate(request: EstimateRequest) -> AnswerJSON:
     """Memory for one training step: per GPU (the most-loaded rank) and for the whole cluster, in bytes."""
+    # Computed on the event loop: an estimate takes 0.05 to 2 ms (the largest layouts the schema allows), less than
+    # handing it to a worker thread and back costs (about 0.1 ms a request, measured with `make load`).
     return AnswerJSON(wire.estimate_json(run_estimate(request)))
 
 

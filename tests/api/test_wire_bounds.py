@@ -1,0 +1,55 @@
+"""`wire.loads_bounded` takes the parser's plain path only where no bound can be broken: on any JSON text it answers
+exactly what the checked parse answers (the same value, or a refusal at the same field)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app import core
+from app.api import wire
+
+NUMBERS = st.one_of(st.integers(min_value=-(10**45), max_value=10**45),
+                    st.floats(allow_nan=True, allow_infinity=True))
+SCALARS = st.one_of(st.none(), st.booleans(), NUMBERS, st.text(max_size=20))
+VALUES = st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                       st.dictionaries(st.text(max_size=8), inner, max_size=4)),
+                      max_leaves=40)
+ALWAYS = re.compile("")  # matches every text: the checked parse, always
+
+
+def answer(text: str) -> object:
+    try:
+        return ("value", wire.loads_bounded(text, "body"))
+    except core.DomainError as error:
+        return ("refused", error.field)
+
+
+def same(a: object, b: object) -> bool:
+    # NaN never equals itself, and only the checked parse could ever see one; compare by their JSON text
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+@settings(max_examples=300, deadline=None)
+@given(VALUES)
+def test_plain_and_checked_parses_agree(value: object) -> None:
+    text = json.dumps(value)
+    plain = answer(text)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(wire, "_NEEDS_CHECKS", ALWAYS)
+        checked = answer(text)
+    assert same(plain, checked)
+
+
+@pytest.mark.parametrize("text", ['{"a": 1e999}', '{"a": 1E5}', '{"a": NaN}', '{"a": -Infinity}',
+                                  '{"a": ' + "1" * 41 + "}", "[" * 33 + "]" * 33, '{"a": 1.5, "b": [1, 2]}',
+                                  '{"a": "1e999"}', '{"a": 1', "{\"a\": 1e-400}"])
+def test_edges_agree(text: str) -> None:
+    plain = answer(text)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(wire, "_NEEDS_CHECKS", ALWAYS)
+        assert same(plain, answer(text))
