@@ -36,8 +36,9 @@ def create_app() -> FastAPI:
     application.include_router(docs_router)
     application.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
+    # On the event loop, not a worker thread: it answers even while every thread runs a solve or a sweep.
     @application.get("/healthz", include_in_schema=False)
-    def healthz() -> dict[str, str]:
+    async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
     # Outermost last: headers on everything (refusals included), then compression, then the bounds.

@@ -5,7 +5,8 @@
 
 Two parts, both with `--concurrency` (32) connections kept alive:
 1. Throughput of one route at a time, `--throughput-requests` (3,000) each: GET /healthz (the bare endpoint: the
-   same app, middleware included, with no work of its own), POST /api/v1/estimate, GET / as htmx's fragment
+   same app, middleware included, with no work of its own; an `async def` route like the estimate's, so that
+   neither pays for a worker thread the other does not), POST /api/v1/estimate, GET / as htmx's fragment
    (HX-Request) and GET / as the whole page. The ratios estimate ÷ bare and fragment ÷ bare are printed against
    their targets (0.7 and 0.5), in requests per second and in the server's own CPU time per request (from
    /proc/<pid>/stat): the client shares the machine, so at the bare endpoint's rate it is part of what is

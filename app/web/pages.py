@@ -16,7 +16,9 @@ input is a 422 that shows the same messages. Nothing here lets an exception beco
 from __future__ import annotations
 
 import gzip
-from collections.abc import Mapping
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Final
@@ -175,18 +177,45 @@ def _swaps(form: ParsedForm) -> dict[str, Any]:
     return {"swap_arch": arch, "swap_dtypes": dtypes, "oob_error_slots": sorted(slots)}
 
 
-@lru_cache(maxsize=UPDATES_KEPT)
-def sent_update(query: str, shown: str | None) -> tuple[str, bytes | None]:
-    """What goes to a page showing the setup `shown` (a query string; None: unknown) for the setup in `query`, and
-    the same gzipped (None where it is too short to gain), kept for the last few pairs: a setup asked again from
-    the same one (the way back, a repeated keystroke, many pages showing one setup) is neither diffed nor
-    compressed again."""
+class _Kept:
+    """The answers of a function for its last `size` argument tuples, as `functools.lru_cache` keeps them, and
+    whether one is kept, asked without computing it (`args in kept`)."""
+
+    def __init__(self, function: Callable[..., Any], size: int) -> None:
+        self._function, self._size = function, size
+        self._answers: OrderedDict[tuple, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __contains__(self, args: tuple) -> bool:
+        return args in self._answers
+
+    def __call__(self, *args: Any) -> Any:
+        with self._lock:
+            if args in self._answers:
+                self._answers.move_to_end(args)
+                return self._answers[args]
+        answer = self._function(*args)
+        with self._lock:
+            self._answers[args] = answer
+            while len(self._answers) > self._size:
+                self._answers.popitem(last=False)
+        return answer
+
+
+def _sent_update(query: str, shown: str | None) -> tuple[str, bytes | None, bool]:
+    """What goes to a page showing the setup `shown` (a query string; None: unknown) for the setup in `query`, the
+    same gzipped (None where it is too short to gain), and whether htmx swaps it in. Kept for the last few pairs
+    (`sent_update`): a setup asked again from the same one (the way back, a repeated keystroke, many pages showing
+    one setup) is neither diffed nor compressed again."""
     current = rendered_update(query)
     before = rendered_update(shown) if shown is not None else None
     body = update.changes(current, before)
     encoded = body.encode()
     packed = gzip.compress(encoded, compresslevel=GZIP_LEVEL, mtime=0) if len(encoded) >= GZIP_MINIMUM_BYTES else None
-    return body, packed
+    return body, packed, current.swapped
+
+
+sent_update = _Kept(_sent_update, UPDATES_KEPT)
 
 
 @lru_cache(maxsize=UPDATES_KEPT)
@@ -204,34 +233,48 @@ def _hosts(request: Request) -> tuple[str, ...]:
     return tuple(host for host in (request.headers.get("host"), request.headers.get("x-forwarded-host")) if host)
 
 
-def _update_response(request: Request, hx_current_url: str | None) -> HTMLResponse:
+def _update_key(request: Request, hx_current_url: str | None) -> tuple[str, str | None]:
+    """The setup asked for and the setup the page shows (None: unknown), as `sent_update` keeps them."""
+    shown = update.shown_query(hx_current_url, path=request.url.path, hosts=_hosts(request))
+    return str(request.query_params), str(QueryParams(shown)) if shown is not None else None
+
+
+def _update_response(request: Request, key: tuple[str, str | None]) -> HTMLResponse:
     """htmx's update: what changed since the setup the page shows, gzipped once per pair of setups where the
     client takes gzip (the compression middleware passes a response that has its Content-Encoding through)."""
-    query = str(request.query_params)
-    shown = update.shown_query(hx_current_url, path=request.url.path, hosts=_hosts(request))
-    body, packed = sent_update(query, str(QueryParams(shown)) if shown is not None else None)
+    body, packed, swapped = sent_update(*key)
     if packed is not None and "gzip" in request.headers.get("accept-encoding", ""):
         response = HTMLResponse(packed, headers={"Content-Encoding": "gzip"})
     else:
         response = HTMLResponse(body)
-    if not rendered_update(query).swapped:
+    if not swapped:
         response.headers["HX-Reswap"] = "none"
     response.headers["Vary"] = f"{VARY}, Accept-Encoding"
     return response
 
 
 @router.get("/", response_class=HTMLResponse)
-def calculator(
+async def calculator(
     request: Request,
     hx_request: Annotated[str | None, Header()] = None,
     hx_history_restore_request: Annotated[str | None, Header()] = None,
     hx_target: Annotated[str | None, Header()] = None,
     hx_current_url: Annotated[str | None, Header()] = None,
 ) -> HTMLResponse:
-    """The calculator; htmx gets the changed fragments, everyone else (history restores, applied answers) the page."""
+    """The calculator; htmx gets the changed fragments, everyone else (history restores, applied answers) the page.
+
+    An update already kept (a repeated keystroke, the way back, many pages on one setup) is answered on the event
+    loop; rendering, which takes milliseconds, runs in a worker thread so that it holds up no other request."""
     from_htmx = hx_request == "true"
     if from_htmx and hx_history_restore_request != "true" and hx_target != FORM_ID:
-        return _update_response(request, hx_current_url)
+        key = _update_key(request, hx_current_url)
+        if key in sent_update:
+            return _update_response(request, key)
+        return await run_in_threadpool(_update_response, request, key)
+    return await run_in_threadpool(_page, request, from_htmx)
+
+
+def _page(request: Request, from_htmx: bool) -> HTMLResponse:
     form = parse_form(request.query_params)
     status = 200 if form.ok or from_htmx else 422
     response = templates.TemplateResponse(request, "page.html", page_context(form, request.query_params),
