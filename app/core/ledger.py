@@ -873,15 +873,18 @@ class _Stage:
         32,768 tokens under recomputation held 3,086,486,528 B beyond them against 3,087,007,744 B here ("On a
         GPU"). Left out where the layer's backward differs: autocast, a mixture of experts, eager attention (its
         own transient comes later in the layer), fused or Megatron/Liger modules, sharded gradients, accumulated
-        micro-batches of full training, adapters on the MLP, and full training with a norm after the MLP (OLMo 2,
-        Gemma 3), whose fp32 backward runs before the MLP's with a working set of its own (measured on CPU, not yet
-        modelled; with adapters it is, below)."""
+        micro-batches of full training, adapters on the MLP, and a norm after the MLP in other families than OLMo 2
+        and Gemma 3 (theirs, whose fp32 backward runs before the MLP's, are below and in
+        `_post_norm_full_backward`)."""
         arch, setup, training, p = self.arch, self.setup, self.training, self.parallelism
         ft = training.finetuning
         full = not finetunes(training)
         post_norm = arch.norm_placement != "pre" or arch.norms_per_layer != 2
+        olmo2 = arch.norm_placement == "post" and arch.norms_per_layer == 2  # a norm after each block, none before
+        gemma3 = arch.model_type == "gemma3_text"  # norms before and after each block
         if (setup.implementation != "transformers" or setup.autocast or arch.is_moe or arch.is_mla
-                or not arch.is_gated or arch.fused_gate_up or training.fp8 != "none" or (post_norm and full)
+                or not arch.is_gated or arch.fused_gate_up or training.fp8 != "none"
+                or (post_norm and full and not (olmo2 or gemma3))
                 or p.tensor > 1 or p.context > 1 or p.zero_stage >= 2 or self.fsdp2 or self.deepspeed
                 or (full and training.gradient_accumulation_steps > 1)
                 or (not full and (ft.method != "lora" or targets_mlp(arch, ft)))
@@ -909,6 +912,8 @@ class _Stage:
         grads = next((b.bytes for b in self.buffers if b.key == "gradients.layers"), 0) // max(1, self.kind.layers)
         written = tensor_bytes(inter * h, training.precision.bits("gradients")) if full else 0
         size = working - (grads - written)
+        if post_norm and full:
+            size, terms, written = self._post_norm_full_backward(grads, recomputed)
         if size <= 0:
             return
         # With adapters, the lowest layer's backward holds less than this (measured below it on CPU and on the H200
@@ -918,6 +923,32 @@ class _Stage:
         self.add("mlp.backward", "temporary", "One layer's MLP backward: the gradients of its n × I tensors, less "
                  "the layer's gradients not yet written", f"{terms} − {grads - written:,} B of gradients written later",
                  size, self.per_stage(size), life)
+
+    def _post_norm_full_backward(self, grads: int, recomputed: bool) -> tuple[int, str, int]:
+        """`_mlp_backward` trained in full with a norm after the MLP (OLMo 2; Gemma 3, which has one before it too):
+        (bytes beyond the event's other lines, the formula, the layer's gradients written by then).
+
+        Two moments, the larger counts. First the norm's backward, in fp32, before any of the layer's gradients
+        exists: four fp32 n × h tensors. Then the MLP's, once the down projection's weight gradient is written: the
+        gradients of two n × I tensors less two fp32 n × h freed by then. Without recomputation the layer's output
+        gradient (n × h) is beside both. Gemma 3 holds 2 n·h bytes more in fp32 and 3 n·h more in bf16 at both
+        moments, and its bf16 backward no output gradient beside them. Measured on CPU (docs/VALIDATION.md, "Gemma 3
+        and OLMo 2"): bf16 and fp32, with and without recomputation, I/h from 2 to 6, to within 0.01 n·h·w at the
+        layer's backward; not yet on a GPU."""
+        arch, setup, training = self.arch, self.setup, self.training
+        n, h, inter, w = setup.tokens, arch.hidden_size, arch.ffn_size, setup.half_bytes
+        fp32 = act.FP32_BYTES
+        gemma3 = arch.model_type == "gemma3_text"
+        extra = (2 if w >= fp32 else 3) * n * h if gemma3 else 0
+        output_grad = 0 if recomputed or (gemma3 and w < fp32) else n * h * w
+        norm = 4 * n * h * fp32 + extra + output_grad
+        mlp = 2 * n * inter * w - 2 * n * h * fp32 + extra + output_grad
+        written = tensor_bytes(inter * h, training.precision.bits("gradients"))
+        more = (f" + {extra // (n * h)} × {n:,} × {h:,} B" if extra else "") + \
+               (f" + {n:,} × {h:,} × {w} B" if output_grad else "")
+        if norm - grads >= mlp - (grads - written):
+            return norm - grads, f"4 × {n:,} × {h:,} × 4 B{more} (the norm after the MLP)", 0
+        return mlp - (grads - written), f"2 × {n:,} × {inter:,} × {w} B − 2 × {n:,} × {h:,} × 4 B{more}", written
 
     def _router_logits(self, keeps_output: bool) -> None:
         """With ``output_router_logits`` the model returns every routed layer's router logits (n × E, in the
