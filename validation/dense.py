@@ -107,13 +107,25 @@ def peak_cases() -> tuple:
             tl.TimelineCase("gemma3", precision="fp32", seq=1024, batch=1, size=_long(1536)))
 
 
+def unmodelled_cases() -> tuple:
+    """Where a layer's backward decides the peak but its working set is not modelled (an MLP without a gate,
+    dropout): published with the estimate's warning, not held to 2%."""
+    from validation import timeline as tl
+
+    size = _long(1024)
+    return (tl.TimelineCase("gpt2-no-dropout", precision="bf16", seq=1024, batch=1, size=size, checkpointing="full"),
+            tl.TimelineCase("gpt2", precision="bf16", seq=1024, batch=1, size=size, checkpointing="full"),
+            tl.TimelineCase("llama-attn-dropout", precision="bf16", seq=1024, batch=1, size=size,
+                            checkpointing="full"))
+
+
 def _long(intermediate: int):
     from validation.models import Size
 
     return Size(hidden=256, layers=4, heads=4, kv_heads=2, intermediate=intermediate, vocab=512, head_dim=64)
 
 
-def section(rows: list[tuple[Case, dict, dict]], peaks: list) -> list[str]:
+def section(rows: list[tuple[Case, dict, dict]], peaks: list, unmodelled: list | None = None) -> list[str]:
     exact = sum(measured == predicted for _, measured, predicted in rows)
     lines = [SECTION, "",
              "transformers 5.24's Gemma 3 (Gemma3ForCausalLM) and OLMo 2 on CPU (`python -m validation.dense`), four "
@@ -146,6 +158,11 @@ def section(rows: list[tuple[Case, dict, dict]], peaks: list) -> list[str]:
               "weight gradients outweigh its activations (h 512 at 512 tokens), over by 0.8% and 1.5%, as the "
               "estimate holds a layer's gradients and all its activations at once at its backward. Before this line, "
               "these setups were predicted 2.6% to 8.1% low."]
+    if unmodelled:
+        lines += ["", "Not modelled yet: the same working set with an MLP without a gate (GPT-2's, whose tanh "
+                  "GELU is a chain of elementwise operations) or with dropout. Where such a layer's backward decides "
+                  "the peak the estimate comes out low, and says so in a warning (`unmodelled_cases`):", "",
+                  *peak_table(unmodelled)]
     lines += ["",
               "A sliding-window layer keeps what a full-attention layer keeps under eager attention (the mask is "
               "added to the scores, and an add keeps nothing) and under sdpa while the sequence fits in the window. "
@@ -161,7 +178,8 @@ def section(rows: list[tuple[Case, dict, dict]], peaks: list) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_module(argv, CASES, measure, predict, lambda rows, _: section(rows, run_peaks(peak_cases())))
+    return run_module(argv, CASES, measure, predict,
+                      lambda rows, _: section(rows, run_peaks(peak_cases()), run_peaks(unmodelled_cases())))
 
 
 if __name__ == "__main__":

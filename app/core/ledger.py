@@ -185,6 +185,27 @@ def stage_plan(kind: StageKind, *, micro_batches: int) -> Plan:
     return found
 
 
+def mlp_backward_modelled(arch: Architecture, training: Training, parallelism: Parallelism,
+                          setup: act.ActivationSetup) -> bool:
+    """Whether a layer's backward working set beyond its saved tensors (`_Stage._mlp_backward`) is measured for this
+    setup: a gated MLP in Hugging Face's modules, pre-norm layers or OLMo 2's and Gemma 3's, no autocast, no mixture
+    of experts or latent attention, a fused attention kernel, gradients unsharded, and with adapters LoRA on the
+    attention only."""
+    ft, p = training.finetuning, parallelism
+    full = not finetunes(training)
+    post_norm = arch.norm_placement != "pre" or arch.norms_per_layer != 2
+    olmo2 = arch.norm_placement == "post" and arch.norms_per_layer == 2  # a norm after each block, none before
+    gemma3 = arch.model_type == "gemma3_text"  # norms before and after each block
+    deepspeed = training.framework == "deepspeed" and p.zero_stage >= 1
+    return not (setup.implementation != "transformers" or setup.autocast or arch.is_moe or arch.is_mla
+                or not arch.is_gated or arch.fused_gate_up or training.fp8 != "none"
+                or (post_norm and full and not (olmo2 or gemma3))
+                or p.tensor > 1 or p.context > 1 or p.zero_stage >= 2 or fsdp2_convention(training, p) or deepspeed
+                or (full and training.gradient_accumulation_steps > 1)
+                or (not full and (ft.method != "lora" or targets_mlp(arch, ft)))
+                or act.attention_kernel(arch, setup) in ("eager", "math"))
+
+
 class _Stage:
     """What one stage kind's buffers are computed from, and the ledger being written."""
 
@@ -876,20 +897,11 @@ class _Stage:
         micro-batches of full training, adapters on the MLP, and a norm after the MLP in other families than OLMo 2
         and Gemma 3 (theirs, whose fp32 backward runs before the MLP's, are below and in
         `_post_norm_full_backward`)."""
-        arch, setup, training, p = self.arch, self.setup, self.training, self.parallelism
-        ft = training.finetuning
+        arch, setup, training = self.arch, self.setup, self.training
+        if not mlp_backward_modelled(arch, training, self.parallelism, setup):
+            return
         full = not finetunes(training)
         post_norm = arch.norm_placement != "pre" or arch.norms_per_layer != 2
-        olmo2 = arch.norm_placement == "post" and arch.norms_per_layer == 2  # a norm after each block, none before
-        gemma3 = arch.model_type == "gemma3_text"  # norms before and after each block
-        if (setup.implementation != "transformers" or setup.autocast or arch.is_moe or arch.is_mla
-                or not arch.is_gated or arch.fused_gate_up or training.fp8 != "none"
-                or (post_norm and full and not (olmo2 or gemma3))
-                or p.tensor > 1 or p.context > 1 or p.zero_stage >= 2 or self.fsdp2 or self.deepspeed
-                or (full and training.gradient_accumulation_steps > 1)
-                or (not full and (ft.method != "lora" or targets_mlp(arch, ft)))
-                or act.attention_kernel(arch, setup) in ("eager", "math")):
-            return
         n, h, inter, w = setup.tokens, arch.hidden_size, arch.ffn_size, setup.half_bytes
         factors = 2 if full else 3
         recomputed = training.activation_checkpointing == "full"

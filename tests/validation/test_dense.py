@@ -30,3 +30,12 @@ def test_peak_of_two_steps_within_two_percent(case):
     row = peak.run(case)
     assert abs(row.error_pct) <= peak.PEAK_TARGET_PCT
     assert (row.predicted_event, row.predicted_step) == (row.measured_event, row.measured_step)
+
+
+@pytest.mark.parametrize("case", dense.unmodelled_cases(), ids=lambda case: case.label)
+def test_a_peak_in_an_unmodelled_layer_backward_carries_the_warning(case):
+    from validation import peak
+
+    estimate = peak.predict(case, case.config().to_dict())
+    assert estimate.peak.event.startswith("backward: layer")
+    assert any("layer's backward" in warning for warning in estimate.warnings)
