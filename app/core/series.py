@@ -10,7 +10,11 @@ polynomial by its forward differences,
     f(x0 + k) = f(x0) + Δf·k + Δ²f·k(k − 1)/2,
 
 which is exact in integers. The fit is checked against a full estimate at the largest value asked
-for; anything else (or a check that disagrees) falls back to one estimate per distinct value.
+for. Some buffers are polynomial only piecewise: a layer's backward working set is counted where it
+exceeds the gradients not yet written, sdpa's math-path transients where they exceed what the layer
+keeps, a sliding window's tensors once the sequence passes the window. Where the check disagrees,
+the last value the fit still gives exactly is found by bisection (each step a full estimate), and a
+new fit starts after it, up to `MAX_SEGMENTS` pieces; values left over get one estimate each.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from app.core.setup import activation_setup
 from app.core.timeline import Peak
 
 MAX_VALUES: Final = 1000
+MAX_SEGMENTS: Final = 8  # polynomial pieces a series is fitted in before the rest is estimated value by value
 
 # Fields whose memory is a polynomial in the value (module docstring): its degree, and the smallest
 # value from which it holds. At micro-batch 1 transformers' shifted labels stay a view of s + 1
@@ -66,11 +71,12 @@ def series(job: Job, path: str, values: Sequence[object]) -> tuple[SeriesPoint, 
             distinct.setdefault((type(value), value), index)
     if path == "gpu":
         return _over_gpus(job, values)
-    fitted = Fit.of(job, path, [value for _, value in distinct]) if path in POLYNOMIAL else None
+    pieces = Fit.pieces(job, path, [value for _, value in distinct]) if path in POLYNOMIAL else []
     points: dict[tuple[type, object], SeriesPoint] = {}
     for key, index in distinct.items():
         value = key[1]
-        if fitted is not None and value >= fitted.x0:  # type: ignore[operator]
+        fitted = next((fit for low, high, fit in pieces if low <= value <= high), None)  # type: ignore[operator]
+        if fitted is not None:
             points[key] = fitted.point(value)
         else:
             where = f"vary.values.{index}"
@@ -175,21 +181,42 @@ class Fit:
         return sizes.index(max(sizes))
 
     @classmethod
-    def of(cls, job: Job, path: str, values: list[object]) -> Fit | None:
+    def pieces(cls, job: Job, path: str, values: list[object]) -> list[tuple[int, int, Fit]]:
+        """(low, high, fit): fits exact for every value asked for from low to high (module docstring)."""
         if not polynomial(job, path):
-            return None
+            return []
         degree, x0 = POLYNOMIAL[path]
-        xs = [x0 + k for k in range(degree + 1)]
-        samples = [with_field(job, path, x).estimate() for x in xs]
+        ints = sorted(value for value in cast("list[int]", values) if value >= x0)  # integers, by check_value
+        out: list[tuple[int, int, Fit]] = []
+        while ints and len(out) < MAX_SEGMENTS:
+            start = ints[0]
+            fitted = cls.of(job, path, start, degree)
+            if fitted is None:
+                break
+            high = ints[-1]
+            if high > start + degree and not fitted.agrees(high, with_field(job, path, high).estimate()):
+                good, bad = start + degree, high  # the fit holds at `good` (a sample), not at `bad`
+                while bad - good > 1:
+                    middle = (good + bad) // 2
+                    if fitted.agrees(middle, with_field(job, path, middle).estimate()):
+                        good = middle
+                    else:
+                        bad = middle
+                high = good
+                if high == start + degree:
+                    break  # not even one value past its samples: not polynomial here, so one estimate a value
+            fitted.keep_candidates(0, high - start)
+            out.append((start, high, fitted))
+            ints = [value for value in ints if value > high]
+        return out
+
+    @classmethod
+    def of(cls, job: Job, path: str, x0: int, degree: int) -> Fit | None:
+        """The fit from full estimates at x0, x0 + 1, ..., x0 + degree; None where their events differ."""
+        samples = [with_field(job, path, x0 + k).estimate() for k in range(degree + 1)]
         if len({tuple((p.event, p.step) for p in sample.timeline) for sample in samples}) != 1:
             return None
-        fitted = cls(job, path, x0, samples)
-        ints = cast("list[int]", values)  # the polynomial fields are integers, checked by check_value
-        largest = max(ints)
-        fitted.keep_candidates(max(0, min(ints) - x0), max(0, largest - x0))
-        if largest > xs[-1] and not fitted.agrees(largest, with_field(job, path, largest).estimate()):
-            return None
-        return fitted
+        return cls(job, path, x0, samples)
 
     def agrees(self, x: int, result: Estimate) -> bool:
         """Whether the fit gives this full estimate's timeline and per-GPU sum exactly."""

@@ -138,7 +138,7 @@ def _polynomial_guess(job: Job, path: str, capacity: int, high: int) -> int | No
     if not polynomial(job, path):
         return None
     degree, x0 = POLYNOMIAL[path]
-    fitted = Fit.of(job, path, [x0 + degree])
+    fitted = Fit.of(job, path, x0, degree)
     if fitted is None:
         return None
     fitted.keep_candidates(0, high - x0)

@@ -8,10 +8,13 @@ import random
 import pytest
 
 from app import core
+from app.core.finetuning import Finetuning
 from app.core.job import Job, with_field
 from app.core.series import MAX_VALUES, polynomial, series
 
 LLAMA = core.get_preset("llama-3-8b").architecture
+OLMO2 = core.get_preset("olmo-2-7b").architecture
+GEMMA3 = core.get_preset("gemma-3-1b").architecture
 GPT2 = core.get_preset("gpt2").architecture
 H100 = core.get_gpu("h100-80gb")
 
@@ -37,6 +40,12 @@ JOBS = {
     "llama pipeline 4": _job(pipeline=4, gradient_accumulation_steps=8),
     "megatron selective": _job(implementation="megatron", activation_checkpointing="selective",
                                precision="megatron-bf16"),
+    # Buffers polynomial only piecewise: a layer's backward working set (counted where it exceeds the gradients
+    # not yet written), the fp32 norm after OLMo 2's MLP, the math path's transients, a sliding window passed.
+    "llama LoRA recompute": _job(activation_checkpointing="full", finetuning=Finetuning(method="lora")),
+    "olmo 2 full recompute": _job(OLMO2, activation_checkpointing="full"),
+    "llama fp32 (math path)": _job(precision="fp32"),
+    "gemma 3 sliding window": _job(GEMMA3, gpu=None),
 }
 
 
@@ -57,6 +66,21 @@ def test_every_point_is_what_an_estimate_says(name, path, low, high):
     assert [point.value for point in points] == values
     for point in points:
         _same(point, with_field(job, path, point.value).estimate())
+
+
+@pytest.mark.parametrize("name", ["llama bf16 sdpa", "llama LoRA recompute", "olmo 2 full recompute"])
+def test_a_thousand_lengths_cost_a_few_estimates(name, monkeypatch):
+    # The fit's pieces, their checks and the bisections between them: far fewer estimates than values (make bench
+    # holds the API's sweep to the time of 25 estimate calls).
+    calls = []
+    estimate = Job.estimate
+    monkeypatch.setattr(Job, "estimate", lambda job: calls.append(job) or estimate(job))
+    values = list(range(128, 128 * 1001, 128))
+    points = series(JOBS[name], "training.seq_len", values)
+    assert len(calls) <= 40
+    monkeypatch.undo()
+    for point in points[::97]:
+        _same(point, with_field(JOBS[name], "training.seq_len", point.value).estimate())
 
 
 def test_the_fit_applies_where_the_memory_is_polynomial():
