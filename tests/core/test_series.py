@@ -72,9 +72,14 @@ def test_every_point_is_what_an_estimate_says(name, path, low, high):
 def test_a_thousand_lengths_cost_a_few_estimates(name, monkeypatch):
     # The fit's pieces, their checks and the bisections between them: far fewer estimates than values (make bench
     # holds the API's sweep to the time of 25 estimate calls).
-    calls = []
+    calls: list[Job] = []
     estimate = Job.estimate
-    monkeypatch.setattr(Job, "estimate", lambda job: calls.append(job) or estimate(job))
+
+    def counted(job: Job) -> core.Estimate:
+        calls.append(job)
+        return estimate(job)
+
+    monkeypatch.setattr(Job, "estimate", counted)
     values = list(range(128, 128 * 1001, 128))
     points = series(JOBS[name], "training.seq_len", values)
     assert len(calls) <= 40
