@@ -54,8 +54,8 @@ def estimate_warnings(arch: Architecture, training: Training, parallelism: Paral
         warnings.append(
             f"The peak is in a layer's backward ('{peak.event}'), whose working set beyond the saved tensors (the "
             f"gradients the MLP's backward makes) is not modelled with {unmodelled}. Measured on CPU with a small "
-            "vocabulary and 1,024 tokens, where such a peak decides, GPT-2's and models with dropout were up to 8% "
-            "higher than predicted, mixtures of experts 1-2% lower."
+            "vocabulary and 256 to 2,048 tokens, where such a peak decides: GPT-2's and models with dropout up to 8% "
+            "above the prediction, mixtures of experts from 2% below it to 10% above."
         )
     if parallelism.expert > 1 and parallelism.expert_load == 1.0:
         warnings.append(
