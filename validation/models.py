@@ -171,6 +171,17 @@ def _gpt_oss(size: Size) -> PretrainedConfig:
     )
 
 
+def _qwen3_moe(size: Size) -> PretrainedConfig:
+    # Eight experts of the size's width, four per token, the top-k weights renormalised and cast to the activations'
+    # dtype (Qwen3MoeTopKRouter), Q and K normalised per head.
+    return transformers.Qwen3MoeConfig(
+        hidden_size=size.hidden, num_hidden_layers=size.layers, num_attention_heads=size.heads,
+        num_key_value_heads=size.kv_heads, intermediate_size=size.intermediate, moe_intermediate_size=size.intermediate,
+        vocab_size=size.vocab, max_position_embeddings=size.positions, head_dim=size.head_dim, num_experts=8,
+        num_experts_per_tok=4, norm_topk_prob=True,
+    )
+
+
 def _mixtral_router_logits(size: Size) -> PretrainedConfig:
     # Mixtral with the load-balancing loss on: the model returns its router logits and adds the auxiliary loss.
     config = _mixtral(size)
@@ -188,6 +199,7 @@ FAMILIES: dict[str, Callable[[Size], PretrainedConfig]] = {
     "gemma": _gemma,
     "mixtral": _mixtral,
     "mixtral-router-logits": _mixtral_router_logits,
+    "qwen3_moe": _qwen3_moe,
     "gemma3": _gemma3,
     "olmo2": _olmo2,
     "deepseek_v3": _deepseek_v3,

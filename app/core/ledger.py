@@ -206,6 +206,20 @@ def mlp_backward_modelled(arch: Architecture, training: Training, parallelism: P
                 or act.attention_kernel(arch, setup) in ("eager", "math"))
 
 
+def moe_backward_modelled(arch: Architecture, training: Training, parallelism: Parallelism,
+                          setup: act.ActivationSetup) -> bool:
+    """Whether a mixture-of-experts layer's backward working set (`_Stage._moe_backward`) is measured for this setup:
+    Mixtral's or Qwen3-MoE's block in Hugging Face's modules, trained in full in half precision without autocast,
+    a fused attention kernel, one GPU's worth of experts and unsharded gradients, one micro-batch a step."""
+    p = parallelism
+    return (arch.is_moe and arch.model_type in (None, "mixtral", "qwen3_moe") and not arch.is_mla
+            and not arch.n_shared_experts and not arch.shared_expert_gate
+            and setup.implementation == "transformers" and not setup.autocast and setup.half_bytes < act.FP32_BYTES
+            and not finetunes(training) and training.fp8 == "none" and training.gradient_accumulation_steps == 1
+            and p.tensor == 1 and p.context == 1 and p.expert == 1 and p.zero_stage < 2
+            and act.attention_kernel(arch, setup) not in ("eager", "math"))
+
+
 class _Stage:
     """What one stage kind's buffers are computed from, and the ledger being written."""
 
@@ -700,6 +714,7 @@ class _Stage:
         self._loss_buffers()
         self._attention_backward()
         self._mlp_backward()
+        self._moe_backward()
         self._recomputation()
         self._autocast_copies()
         self._zero_buffers()
@@ -935,6 +950,38 @@ class _Stage:
         self.add("mlp.backward", "temporary", "One layer's MLP backward: the gradients of its n × I tensors, less "
                  "the layer's gradients not yet written", f"{terms} − {grads - written:,} B of gradients written later",
                  size, self.per_stage(size), life)
+
+    def _moe_backward(self) -> None:
+        """A mixture-of-experts layer's backward working set, trained in full in half precision (Hugging Face's
+        Mixtral and Qwen3-MoE blocks, `act._hf_moe`), at each layer's backward.
+
+        Its peak comes first, before any of the layer's gradients is written: the gradients of the routed tokens'
+        weighted outputs and of the combine, three n·k × h tensors in the routing weights' dtype (fp32 for Mixtral,
+        the activations' for Qwen3-MoE, `act.FP32_ROUTING_MODELS`), beside the layer's output gradient (n × h);
+        without recomputation, where the fp32 routing weights widen the weighted output, n·k × h more of that
+        difference. So the event holds this much beyond its other lines, which count the layer's gradients written.
+        Measured on CPU (docs/VALIDATION.md, "Mixture of experts and Qwen3"): Mixtral with k from 1 to 3 and Qwen3-MoE
+        with k 4 and 8, 512 to 2,048 tokens, experts up to the hidden size wide, within 324 bytes. Wider experts
+        reach a later moment of their own, not modelled (the estimate's warning says so), as are fp32, autocast and
+        the other routers."""
+        arch, setup, training, p = self.arch, self.setup, self.training, self.parallelism
+        w = setup.half_bytes
+        if (not moe_backward_modelled(arch, training, p, setup) or self.fsdp2 or self.deepspeed):
+            return
+        n, h, k = setup.tokens, arch.hidden_size, arch.num_experts_per_tok
+        r = act.FP32_BYTES if arch.model_type in act.FP32_ROUTING_MODELS else w
+        recomputed = training.activation_checkpointing == "full"
+        widened = 0 if recomputed else n * k * h * (r - w)
+        working = 3 * n * k * h * r + n * h * w + widened
+        grads = next((b.bytes for b in self.buffers if b.key == "gradients.layers"), 0) // max(1, self.kind.layers)
+        size = working - grads
+        if size <= 0:
+            return
+        terms = f"3 × {n:,} × {k} × {h:,} × {r} B + {n:,} × {h:,} × {w} B" + (
+            f" + {n:,} × {k} × {h:,} × {r - w} B" if widened else "")
+        self.add("moe.backward", "temporary", "One mixture-of-experts layer's backward: the routed tokens' gradients "
+                 "before the layer's gradients are written", f"{terms} − {grads:,} B of gradients written later",
+                 size, self.per_stage(size), Life("micro-batch", BWD_LAYER_LAST, self.bwd_end))
 
     def _post_norm_full_backward(self, grads: int, recomputed: bool) -> tuple[int, str, int]:
         """`_mlp_backward` trained in full with a norm after the MLP (OLMo 2; Gemma 3, which has one before it too):

@@ -41,7 +41,7 @@ def count_warnings(training: Training, parallelism: Parallelism, *, scratch_know
 
 
 def estimate_warnings(arch: Architecture, training: Training, parallelism: Parallelism, *, kernel: str,
-                      peak: Peak, per_gpu: Breakdown) -> list[str]:
+                      peak: Peak, per_gpu: Breakdown, experts_backward_known: bool = False) -> list[str]:
     warnings = _state_warnings(training, parallelism)
     if per_gpu.total_bytes != peak.bytes:
         warnings.append(
@@ -49,7 +49,7 @@ def estimate_warnings(arch: Architecture, training: Training, parallelism: Paral
             "never happens, because gradients appear as backward frees the activations and the loss's buffers "
             "come and go."
         )
-    unmodelled = _layer_backward_unmodelled(arch, training)
+    unmodelled = _layer_backward_unmodelled(arch, training, experts_backward_known)
     if unmodelled and peak.event.startswith("backward: layer"):
         warnings.append(
             f"The peak is in a layer's backward ('{peak.event}'), whose working set beyond the saved tensors (the "
@@ -107,13 +107,14 @@ def estimate_warnings(arch: Architecture, training: Training, parallelism: Paral
     return warnings
 
 
-def _layer_backward_unmodelled(arch: Architecture, training: Training) -> str:
+def _layer_backward_unmodelled(arch: Architecture, training: Training, experts_backward_known: bool) -> str:
     """What keeps a layer's backward working set out of the estimate, in words ("" where it is counted or where its
-    absence was measured to matter little)."""
+    absence was measured to matter little). `experts_backward_known`: a mixture of experts whose backward working set
+    is counted (`ledger.moe_backward_modelled`, experts no wider than the hidden size)."""
     if training.implementation != "transformers":
         return ""
-    if arch.is_moe:
-        return "a mixture of experts"
+    if arch.is_moe and not experts_backward_known:
+        return "this mixture of experts"
     if arch.dropout > 0 or arch.attn_dropout > 0:
         return "dropout"
     if not arch.is_gated:
