@@ -168,7 +168,7 @@ def _from_architecture(arch: Architecture, training: Training, parallelism: Para
         gpu=fit(gpu, total_bytes=peak.bytes) if gpu else None,
         warnings=tuple(estimate_warnings(
             arch, training, parallelism, kernel=kernel, peak=peak, per_gpu=per_gpu,
-            experts_backward_known=arch.is_moe and arch.expert_size <= arch.hidden_size
+            experts_backward_known=arch.is_moe and arch.expert_size <= arch.hidden_size and not finetunes(training)
             and moe_backward_modelled(arch, training, parallelism, setup))),
         pipeline_stage=kind.index,
         ledger=ledger,
