@@ -185,25 +185,32 @@ def stage_plan(kind: StageKind, *, micro_batches: int) -> Plan:
     return found
 
 
+def _backward_measured_layout(training: Training, parallelism: Parallelism, setup: act.ActivationSetup) -> bool:
+    """What the layer-backward working sets below were measured under: Hugging Face's modules without autocast or
+    FP8, one tensor-parallel and one context-parallel rank, gradients unsharded and in PyTorch's own convention."""
+    p = parallelism
+    return (setup.implementation == "transformers" and not setup.autocast and training.fp8 == "none"
+            and p.tensor == 1 and p.context == 1 and p.zero_stage < 2 and not fsdp2_convention(training, p)
+            and not (training.framework == "deepspeed" and p.zero_stage >= 1))
+
+
 def mlp_backward_modelled(arch: Architecture, training: Training, parallelism: Parallelism,
                           setup: act.ActivationSetup) -> bool:
     """Whether a layer's backward working set beyond its saved tensors (`_Stage._mlp_backward`) is measured for this
     setup: a gated MLP in Hugging Face's modules, pre-norm layers or OLMo 2's and Gemma 3's, no autocast, no mixture
     of experts or latent attention, a fused attention kernel, gradients unsharded, and with adapters LoRA on the
     attention only."""
-    ft, p = training.finetuning, parallelism
+    ft = training.finetuning
     full = not finetunes(training)
     post_norm = arch.norm_placement != "pre" or arch.norms_per_layer != 2
     olmo2 = arch.norm_placement == "post" and arch.norms_per_layer == 2  # a norm after each block, none before
     gemma3 = arch.model_type == "gemma3_text"  # norms before and after each block
-    deepspeed = training.framework == "deepspeed" and p.zero_stage >= 1
-    return not (setup.implementation != "transformers" or setup.autocast or arch.is_moe or arch.is_mla
-                or not arch.is_gated or arch.fused_gate_up or training.fp8 != "none"
-                or (post_norm and full and not (olmo2 or gemma3))
-                or p.tensor > 1 or p.context > 1 or p.zero_stage >= 2 or fsdp2_convention(training, p) or deepspeed
-                or (full and training.gradient_accumulation_steps > 1)
-                or (not full and (ft.method != "lora" or targets_mlp(arch, ft)))
-                or act.attention_kernel(arch, setup) in ("eager", "math"))
+    return _backward_measured_layout(training, parallelism, setup) and not (
+        arch.is_moe or arch.is_mla or not arch.is_gated or arch.fused_gate_up
+        or (post_norm and full and not (olmo2 or gemma3))
+        or (full and training.gradient_accumulation_steps > 1)
+        or (not full and (ft.method != "lora" or targets_mlp(arch, ft)))
+        or act.attention_kernel(arch, setup) in ("eager", "math"))
 
 
 def moe_backward_modelled(arch: Architecture, training: Training, parallelism: Parallelism,
@@ -212,15 +219,12 @@ def moe_backward_modelled(arch: Architecture, training: Training, parallelism: P
     Mixtral's or Qwen3-MoE's block in Hugging Face's modules, trained in full or with LoRA on the attention, in half
     precision without autocast, a fused attention kernel, one GPU's worth of experts and unsharded gradients, one
     micro-batch a step."""
-    p = parallelism
-    return (arch.is_moe and arch.model_type in (None, "mixtral", "qwen3_moe") and not arch.is_mla
-            and not arch.n_shared_experts and not arch.shared_expert_gate
-            and setup.implementation == "transformers" and not setup.autocast and setup.half_bytes < act.FP32_BYTES
-            and (not finetunes(training) or (training.finetuning.method == "lora" and not training.finetuning.frozen_layers
-                                             and not targets_mlp(arch, training.finetuning)))
-            and training.fp8 == "none" and training.gradient_accumulation_steps == 1
-            and p.tensor == 1 and p.context == 1 and p.expert == 1 and p.zero_stage < 2
-            and act.attention_kernel(arch, setup) not in ("eager", "math"))
+    ft = training.finetuning
+    return (_backward_measured_layout(training, parallelism, setup) and parallelism.expert == 1
+            and arch.is_moe and arch.model_type in (None, "mixtral", "qwen3_moe") and not arch.is_mla
+            and not arch.n_shared_experts and not arch.shared_expert_gate and setup.half_bytes < act.FP32_BYTES
+            and (not finetunes(training) or (ft.method == "lora" and not ft.frozen_layers and not targets_mlp(arch, ft)))
+            and training.gradient_accumulation_steps == 1 and act.attention_kernel(arch, setup) not in ("eager", "math"))
 
 
 class _Stage:
@@ -968,9 +972,9 @@ class _Stage:
         With LoRA, Mixtral's within 0.3 n·h bytes on CPU, Qwen3-MoE's 4.4 n·h short; on an H200 Qwen3-30B-A3B's within
         1.6 MB at 4,096 tokens and Mixtral-8x7B's 14 n·h short ("On a GPU"). Wider experts reach a later moment of
         their own, not modelled (the estimate's warning says so), as are fp32, autocast and the other routers."""
-        arch, setup, training, p = self.arch, self.setup, self.training, self.parallelism
+        arch, setup, training = self.arch, self.setup, self.training
         w = setup.half_bytes
-        if (not moe_backward_modelled(arch, training, p, setup) or self.fsdp2 or self.deepspeed):
+        if not moe_backward_modelled(arch, training, self.parallelism, setup):
             return
         n, h, k = setup.tokens, arch.hidden_size, arch.num_experts_per_tok
         r = act.FP32_BYTES if arch.model_type in act.FP32_ROUTING_MODELS else w
