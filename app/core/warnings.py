@@ -54,7 +54,7 @@ def estimate_warnings(arch: Architecture, training: Training, parallelism: Paral
         warnings.append(
             f"The peak is in a layer's backward ('{peak.event}'), whose working set beyond the saved tensors (the "
             f"gradients the MLP's backward makes) is not modelled with {unmodelled}. Measured, such peaks came out "
-            "up to 8% (GPT-2's MLP, dropout) and 10% (mixtures of experts) above the prediction on small CPU models "
+            "up to 8% (GPT-2, dropout) and 10% (mixtures of experts) above the prediction on small CPU models "
             "where one layer is a large share of the memory, and 0.3% above it on an H200 for Mixtral-8x7B with LoRA "
             "at 8,192 tokens."
         )
@@ -118,6 +118,6 @@ def _layer_backward_unmodelled(arch: Architecture, training: Training, experts_b
         return "this mixture of experts"
     if arch.dropout > 0 or arch.attn_dropout > 0:
         return "dropout"
-    if not arch.is_gated:
-        return "an MLP without a gate (GPT-2's)"
+    if not arch.is_gated and arch.model_type != "gpt2":
+        return "an MLP without a gate"
     return ""
