@@ -209,7 +209,6 @@ def mlp_backward_modelled(arch: Architecture, training: Training, parallelism: P
     return _backward_measured_layout(training, parallelism, setup) and not (
         arch.is_moe or arch.is_mla or (not arch.is_gated and not gpt2) or arch.fused_gate_up
         or (post_norm and full and not (olmo2 or gemma3))
-        or (full and training.gradient_accumulation_steps > 1)
         or (not full and (ft.method != "lora" or targets_mlp(arch, ft)))
         or act.attention_kernel(arch, setup) in ("eager", "math"))
 
@@ -959,7 +958,16 @@ class _Stage:
         written = tensor_bytes(inter * h, training.precision.bits("gradients")) if full else 0
         size = working - (grads - written)
         if post_norm and full:
-            size, terms, written = self._post_norm_full_backward(grads, recomputed)
+            size, terms, written, working = self._post_norm_full_backward(grads, recomputed)
+        accumulating = working - max(size, 0)
+        if full and training.gradient_accumulation_steps > 1 and accumulating > 0:
+            # From a step's second micro-batch on every gradient exists already, none is left to write: the event
+            # holds the whole working set beyond its other lines (measured on CPU: Llama trained in full with two
+            # micro-batches, bf16, with and without recomputation, to the byte).
+            self.add("mlp.backward.accumulating", "temporary", "One layer's MLP backward once gradients accumulate: "
+                     "what a step's first micro-batch leaves unwritten exists from its second on",
+                     f"{working:,} B − {max(size, 0):,} B", accumulating, self.per_stage(accumulating),
+                     Life("micro-batch", BWD_LAYER_LAST, self.bwd_end, accumulating=True))
         if size <= 0:
             return
         # With adapters, the lowest layer's backward holds less than this (measured below it on CPU and on the H200
@@ -1003,9 +1011,10 @@ class _Stage:
                  "before the layer's gradients are written", f"{terms} − {grads:,} B of gradients written later",
                  size, self.per_stage(size), Life("micro-batch", BWD_LAYER_LAST, self.bwd_end))
 
-    def _post_norm_full_backward(self, grads: int, recomputed: bool) -> tuple[int, str, int]:
+    def _post_norm_full_backward(self, grads: int, recomputed: bool) -> tuple[int, str, int, int]:
         """`_mlp_backward` trained in full with a norm after the MLP (OLMo 2; Gemma 3, which has one before it too):
-        (bytes beyond the event's other lines, the formula, the layer's gradients written by then).
+        (bytes beyond the event's other lines, the formula, the layer's gradients written by then, and the larger
+        working set once every gradient exists, as with accumulated micro-batches).
 
         Two moments, the larger counts. First the norm's backward, in fp32, before any of the layer's gradients
         exists: four fp32 n × h tensors. Then the MLP's, once the down projection's weight gradient is written: the
@@ -1026,8 +1035,9 @@ class _Stage:
         more = (f" + {extra // (n * h)} × {n:,} × {h:,} B" if extra else "") + \
                (f" + {n:,} × {h:,} × {w} B" if output_grad else "")
         if norm - grads >= mlp - (grads - written):
-            return norm - grads, f"4 × {n:,} × {h:,} × 4 B{more} (the norm after the MLP)", 0
-        return mlp - (grads - written), f"2 × {n:,} × {inter:,} × {w} B − 2 × {n:,} × {h:,} × 4 B{more}", written
+            return norm - grads, f"4 × {n:,} × {h:,} × 4 B{more} (the norm after the MLP)", 0, max(norm, mlp)
+        return (mlp - (grads - written), f"2 × {n:,} × {inter:,} × {w} B − 2 × {n:,} × {h:,} × 4 B{more}", written,
+                max(norm, mlp))
 
     def _router_logits(self, keeps_output: bool) -> None:
         """With ``output_router_logits`` the model returns every routed layer's router logits (n × E, in the

@@ -48,7 +48,8 @@ class Life(NamedTuple):
     * ``step``: in every step, from `first` (a step-level phase or one of the first micro-batch's)
       to `last` (a step-level phase), both included (gradients: first backward to optimizer.step).
     * ``micro-batch``: in every micro-batch, at the phases from `first` to `last` in order, or at
-      `only` (e.g. the loss's forward alone); `later` leaves out the run's very first micro-batch.
+      `only` (e.g. the loss's forward alone); `later` leaves out the run's very first micro-batch;
+      `accumulating` keeps only the micro-batches after each step's first (gradients accumulate into them).
     ``ramp`` names a layer count: the buffer's bytes are for the full count, and at an event it
     holds that share of them.
     """
@@ -59,6 +60,7 @@ class Life(NamedTuple):
     only: tuple[str, ...] = ()
     ramp: str | None = None
     later: bool = False
+    accumulating: bool = False
 
 
 def describe(life: Life, names: dict[str, str]) -> tuple[str, str]:
@@ -70,7 +72,8 @@ def describe(life: Life, names: dict[str, str]) -> tuple[str, str]:
         return f"{names[life.first]}, each step", f"after {names[life.last]}"
     first = life.only[0] if life.only else life.first
     last = life.only[-1] if life.only else life.last
-    when = "each later micro-batch" if life.later else "each micro-batch"
+    when = ("each micro-batch after a step's first" if life.accumulating else
+            "each later micro-batch" if life.later else "each micro-batch")
     return f"{names[first]}, {when}", f"after {names[last]}"
 
 
@@ -193,6 +196,7 @@ def _alive_indices(life: Life, timeline: Sequence[Event], phase_order: dict[str,
     return [
         index for index, event in enumerate(timeline)
         if event.micro_batch and event.phase in wanted and not (life.later and event.step == 1 and event.micro_batch == 1)
+        and not (life.accumulating and event.micro_batch == 1)
     ]
 
 
