@@ -185,19 +185,25 @@ def stage_plan(kind: StageKind, *, micro_batches: int) -> Plan:
     return found
 
 
+def deepspeed_convention(training: Training, parallelism: Parallelism) -> bool:
+    """Whether DeepSpeed's own convention counts the model states (setup.FRAMEWORKS); ZeRO stage 0 is plain data
+    parallelism."""
+    return training.framework == "deepspeed" and parallelism.zero_stage >= 1
+
+
 def _backward_measured_layout(training: Training, parallelism: Parallelism, setup: act.ActivationSetup) -> bool:
     """What the layer-backward working sets below were measured under: Hugging Face's modules without autocast or
     FP8, one tensor-parallel and one context-parallel rank, gradients unsharded and in PyTorch's own convention."""
     p = parallelism
     return (setup.implementation == "transformers" and not setup.autocast and training.fp8 == "none"
             and p.tensor == 1 and p.context == 1 and p.zero_stage < 2 and not fsdp2_convention(training, p)
-            and not (training.framework == "deepspeed" and p.zero_stage >= 1))
+            and not deepspeed_convention(training, p))
 
 
 def mlp_backward_modelled(arch: Architecture, training: Training, parallelism: Parallelism,
                           setup: act.ActivationSetup) -> bool:
     """Whether a layer's backward working set beyond its saved tensors (`_Stage._mlp_backward`) is measured for this
-    setup: a gated MLP in Hugging Face's modules, pre-norm layers or OLMo 2's and Gemma 3's, no autocast, no mixture
+    setup: a gated MLP or GPT-2's in Hugging Face's modules, pre-norm layers or OLMo 2's and Gemma 3's, no autocast, no mixture
     of experts or latent attention, a fused attention kernel, gradients unsharded, and with adapters LoRA on the
     attention only."""
     ft = training.finetuning
@@ -225,6 +231,14 @@ def moe_backward_modelled(arch: Architecture, training: Training, parallelism: P
             and not arch.n_shared_experts and not arch.shared_expert_gate and setup.half_bytes < act.FP32_BYTES
             and (not finetunes(training) or (ft.method == "lora" and not ft.frozen_layers and not targets_mlp(arch, ft)))
             and training.gradient_accumulation_steps == 1 and act.attention_kernel(arch, setup) not in ("eager", "math"))
+
+
+def moe_backward_exact(arch: Architecture, training: Training, parallelism: Parallelism,
+                       setup: act.ActivationSetup) -> bool:
+    """Whether `moe_backward_modelled` holds where it was measured exact: trained in full, experts no wider than the
+    hidden size (wider ones, and LoRA, reach moments it does not count; docs/VALIDATION.md)."""
+    return (arch.is_moe and arch.expert_size <= arch.hidden_size and not finetunes(training)
+            and moe_backward_modelled(arch, training, parallelism, setup))
 
 
 class _Stage:
@@ -255,8 +269,7 @@ class _Stage:
         # the reduced partition into single_partition_of_fp32_groups' .grad).
         self.gradients_leave = offload.optimizer and parallelism.zero_stage >= 2
         self.ranks = parallelism.tensor * parallelism.data * parallelism.context  # GPUs of one stage
-        # DeepSpeed's own convention for model states (setup.FRAMEWORKS); ZeRO stage 0 is plain data parallelism.
-        self.deepspeed = training.framework == "deepspeed" and parallelism.zero_stage >= 1
+        self.deepspeed = deepspeed_convention(training, parallelism)
         # FSDP2 keeps each parameter sharded in its own dtype, the master copy when the precision keeps one, and
         # its sharded gradient in that dtype too (setup.FRAMEWORKS); model states are counted in that precision.
         self.fsdp2 = fsdp2_convention(training, parallelism)
@@ -909,7 +922,7 @@ class _Stage:
                      Life("micro-batch", BWD_LAYER_LAST, self.bwd_end))
 
     def _mlp_backward(self) -> None:
-        """A gated MLP's backward working set, at each layer's backward (Hugging Face modules, no autocast).
+        """An MLP's backward working set, at each layer's backward (Hugging Face modules, no autocast).
 
         The output projection's backward gives the gradient of the product act(gate) · up (n × I); the product's
         backward then makes the gradients of both factors from it, and the activation's backward the gate's: three
@@ -921,44 +934,22 @@ class _Stage:
         measured on CPU (docs/VALIDATION.md, "Peak through two steps") and on an H200, where LoRA on Llama-3-8B at
         32,768 tokens under recomputation held 3,086,486,528 B beyond them against 3,087,007,744 B here ("On a
         GPU"). Left out where the layer's backward differs: autocast, a mixture of experts, eager attention (its
-        own transient comes later in the layer), fused or Megatron/Liger modules, sharded gradients, accumulated
-        micro-batches of full training, adapters on the MLP, and a norm after the MLP in other families than OLMo 2
-        and Gemma 3 (theirs, whose fp32 backward runs before the MLP's, are below and in
-        `_post_norm_full_backward`)."""
-        arch, setup, training = self.arch, self.setup, self.training
-        if not mlp_backward_modelled(arch, training, self.parallelism, setup):
+        own transient comes later in the layer), fused or Megatron/Liger modules, sharded gradients, adapters on the
+        MLP, MLPs without a gate other than GPT-2's (trained in full, without dropout), and a norm after the MLP in
+        other families than OLMo 2 and Gemma 3 (theirs, whose fp32 backward runs before the MLP's, are in
+        `_mlp_working_set` and `_post_norm_full_backward`). With accumulated micro-batches the rest of the working
+        set joins from a step's second micro-batch (`mlp.backward.accumulating`)."""
+        arch, training = self.arch, self.training
+        if not mlp_backward_modelled(arch, training, self.parallelism, self.setup):
             return
         full = not finetunes(training)
         post_norm = arch.norm_placement != "pre" or arch.norms_per_layer != 2
-        n, h, inter, w = setup.tokens, arch.hidden_size, arch.ffn_size, setup.half_bytes
-        factors = 2 if full else 3
         recomputed = training.activation_checkpointing == "full"
-        output_grad = 0 if w >= act.FP32_BYTES and recomputed else n * h * w
-        if not arch.is_gated:
-            # GPT-2's MLP (c_fc, the tanh GELU, c_proj), trained in full without dropout: the gradients of two n × I
-            # tensors once c_proj's weight gradient is written, and under recomputation no output gradient beside
-            # them in either dtype (measured on CPU, bf16 and fp32, I/h 2 to 6, h 256 to 512, 512 to 1,024 tokens).
-            output_grad = 0 if recomputed else n * h * w
-        working = factors * n * inter * w + output_grad
-        terms = f"{factors} × {n:,} × {inter:,} × {w} B" + (f" + {n:,} × {h:,} × {w} B" if output_grad else "")
-        if post_norm:
-            # With adapters, a norm after the MLP (OLMo 2, Gemma 3): its backward, which computes in fp32, runs
-            # first, five fp32 n × h tensors and the output's gradient; then the MLP's, 3 × n × I less n × h (in
-            # fp32 without recomputation, less nothing). Measured on CPU in bf16 and fp32, with and without
-            # recomputation, I/h from 2 to 10, and on an H200 (OLMo 2 7B and Gemma 3 1B at 32,768 tokens).
-            less = 0 if w >= act.FP32_BYTES and not recomputed else n * h * w
-            norm, mlp = 5 * n * h * act.FP32_BYTES + output_grad, 3 * n * inter * w - less
-            working = max(norm, mlp)
-            if norm >= mlp:
-                terms = (f"5 × {n:,} × {h:,} × 4 B" + (f" + {n:,} × {h:,} × {w} B" if output_grad else "")
-                         + " (the norm after the MLP)")
-            else:
-                terms = f"3 × {n:,} × {inter:,} × {w} B" + (f" − {n:,} × {h:,} × {w} B" if less else "")
-        grads = next((b.bytes for b in self.buffers if b.key == "gradients.layers"), 0) // max(1, self.kind.layers)
-        written = tensor_bytes(inter * h, training.precision.bits("gradients")) if full else 0
-        size = working - (grads - written)
+        grads = self._layer_gradient_bytes()
         if post_norm and full:
             size, terms, written, working = self._post_norm_full_backward(grads, recomputed)
+        else:
+            size, terms, written, working = self._mlp_working_set(grads, recomputed, full=full, post_norm=post_norm)
         accumulating = working - max(size, 0)
         if full and training.gradient_accumulation_steps > 1 and accumulating > 0:
             # From a step's second micro-batch on every gradient exists already, none is left to write: the event
@@ -977,6 +968,38 @@ class _Stage:
         self.add("mlp.backward", "temporary", "One layer's MLP backward: the gradients of its n × I tensors, less "
                  "the layer's gradients not yet written", f"{terms} − {grads - written:,} B of gradients written later",
                  size, self.per_stage(size), life)
+
+    def _mlp_working_set(self, grads: int, recomputed: bool, *, full: bool,
+                         post_norm: bool) -> tuple[int, str, int, int]:
+        """`_mlp_backward` except full training with a norm after the MLP: (bytes beyond the event's other lines, the
+        formula, the layer's gradients written by then, the working set)."""
+        arch, setup, training = self.arch, self.setup, self.training
+        n, h, inter, w = setup.tokens, arch.hidden_size, arch.ffn_size, setup.half_bytes
+        factors = 2 if full else 3
+        # GPT-2's MLP (c_fc, the tanh GELU, c_proj), without a gate, holds no output gradient under recomputation in
+        # either dtype (measured on CPU, bf16 and fp32, I/h 2 to 6, h 256 to 512, 512 to 1,024 tokens).
+        output_grad = 0 if recomputed and (w >= act.FP32_BYTES or not arch.is_gated) else n * h * w
+        working = factors * n * inter * w + output_grad
+        terms = f"{factors} × {n:,} × {inter:,} × {w} B" + (f" + {n:,} × {h:,} × {w} B" if output_grad else "")
+        if post_norm:
+            # With adapters, a norm after the MLP (OLMo 2, Gemma 3): its backward, which computes in fp32, runs
+            # first, five fp32 n × h tensors and the output's gradient; then the MLP's, 3 × n × I less n × h (in
+            # fp32 without recomputation, less nothing). Measured on CPU in bf16 and fp32, with and without
+            # recomputation, I/h from 2 to 10, and on an H200 (OLMo 2 7B and Gemma 3 1B at 32,768 tokens).
+            less = 0 if w >= act.FP32_BYTES and not recomputed else n * h * w
+            norm, mlp = 5 * n * h * act.FP32_BYTES + output_grad, 3 * n * inter * w - less
+            working = max(norm, mlp)
+            if norm >= mlp:
+                terms = (f"5 × {n:,} × {h:,} × 4 B" + (f" + {n:,} × {h:,} × {w} B" if output_grad else "")
+                         + " (the norm after the MLP)")
+            else:
+                terms = f"3 × {n:,} × {inter:,} × {w} B" + (f" − {n:,} × {h:,} × {w} B" if less else "")
+        written = tensor_bytes(inter * h, training.precision.bits("gradients")) if full else 0
+        return working - (grads - written), terms, written, working
+
+    def _layer_gradient_bytes(self) -> int:
+        """One layer's gradients on this GPU (the `gradients.layers` line over the stage's layers; 0 without it)."""
+        return next((b.bytes for b in self.buffers if b.key == "gradients.layers"), 0) // max(1, self.kind.layers)
 
     def _moe_backward(self) -> None:
         """A mixture-of-experts layer's backward working set, trained in full or with LoRA on the attention, in half
@@ -1001,7 +1024,7 @@ class _Stage:
         recomputed = training.activation_checkpointing == "full"
         widened = 0 if recomputed else n * k * h * (r - w)
         working = 3 * n * k * h * r + n * h * w + widened
-        grads = next((b.bytes for b in self.buffers if b.key == "gradients.layers"), 0) // max(1, self.kind.layers)
+        grads = self._layer_gradient_bytes()
         size = working - grads
         if size <= 0:
             return
