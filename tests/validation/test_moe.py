@@ -29,3 +29,15 @@ def test_peak_of_two_steps_within_two_percent(case):
     row = peak.run(case)
     assert abs(row.error_pct) <= peak.PEAK_TARGET_PCT
     assert (row.predicted_event, row.predicted_step) == (row.measured_event, row.measured_step)
+
+
+@pytest.mark.parametrize("case", [case for case in moe.peak_cases() if case.checkpointing == "full"],
+                         ids=lambda case: case.label)
+def test_a_peak_in_a_modelled_experts_backward_carries_no_warning(case):
+    # Where the experts' backward is counted and measured (trained in full, or LoRA on the attention), the estimate
+    # does not warn that a layer's backward is left out.
+    from validation import peak
+
+    estimate = peak.predict(case, case.config().to_dict())
+    assert estimate.peak.event.startswith("backward: layer")
+    assert not any("layer's backward" in warning for warning in estimate.warnings)
