@@ -116,18 +116,13 @@ def peak_cases() -> tuple:
 
 
 def unmodelled_cases() -> tuple:
-    """Where a layer's backward decides the peak but its working set is not modelled (dropout, a mixture of experts
-    wider than the hidden size): published with the estimate's warning, not held to 2%."""
-    from dataclasses import replace
-
+    """Where a layer's backward decides the peak but its working set is not modelled (dropout): published with the estimate's warning, not held to 2%."""
     from validation import timeline as tl
 
     size = _long(1024)
     return (tl.TimelineCase("gpt2", precision="bf16", seq=1024, batch=1, size=size, checkpointing="full"),
             tl.TimelineCase("llama-attn-dropout", precision="bf16", seq=1024, batch=1, size=size,
-                            checkpointing="full"),
-            tl.TimelineCase("mixtral", precision="bf16", seq=2048, batch=1, checkpointing="full",
-                            size=replace(_long(1024), positions=2048)))
+                            checkpointing="full"))
 
 
 def _long(intermediate: int):
@@ -183,9 +178,7 @@ def section(rows: list[tuple[Case, dict, dict]], peaks: list, unmodelled: list |
               "shows: 602,500,608 B short at its layers' backward, and now within 1.5 MB (\"On a GPU\")."]
     if unmodelled:
         lines += ["", "Not modelled yet: the same working set with dropout (GPT-2's defaults, Llama with "
-                  "attention dropout), other MLPs without a gate, or in a mixture of experts wider than "
-                  "the hidden size (Mixtral below, I/h 4: its backward reaches a later moment of its own beyond the "
-                  "routed tokens' gradients that \"Mixture of experts and Qwen3\" counts). Where such "
+                  "attention dropout) and other MLPs without a gate. Where such "
                   "a layer's backward decides the peak the estimate comes out low, and says so in a warning "
                   "(`unmodelled_cases`):", "", *peak_table(unmodelled)]
     lines += ["",

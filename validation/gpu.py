@@ -49,11 +49,6 @@ KNOWN_DIFFERENCES = {
         "layer's; trainmem's timeline lists the first and the last layer of each pass, and its \"backward: layer 1\" "
         "holds the dense layer's backward, lighter than an expert layer's, so it names that event and comes out "
         "low.",
-    "mixtral-8x7b b1 s8192 bf16 adamw(foreach) sdpa ckpt plain lora r16 q_proj,v_proj":
-        "under full recomputation the first rebuilt layer's backward (layer 32) holds more than trainmem "
-        "counts for a mixture-of-experts layer's backward (`moe.backward`: the routed tokens' gradients, three "
-        "n·k × h tensors in the routing weights' dtype, as measured on CPU): on CUDA, with Mixtral's fp32 routing "
-        "weights, about 14 n·h bytes more, which moves the peak there from the loss gradients.",
 }
 
 

@@ -26,7 +26,7 @@ from app.core.ledger import (
     Buffer,
     finetunes,
     fp8_layer_saved,
-    moe_backward_exact,
+    moe_backward_modelled,
     stage_ledger,
     stage_plan,
 )
@@ -168,7 +168,7 @@ def _from_architecture(arch: Architecture, training: Training, parallelism: Para
         gpu=fit(gpu, total_bytes=peak.bytes) if gpu else None,
         warnings=tuple(estimate_warnings(
             arch, training, parallelism, kernel=kernel, peak=peak, per_gpu=per_gpu,
-            experts_backward_known=moe_backward_exact(arch, training, parallelism, setup))),
+            experts_backward_known=moe_backward_modelled(arch, training, parallelism, setup))),
         pipeline_stage=kind.index,
         ledger=ledger,
         bytes_per_param=_bytes_per_param(count, states.states_bytes(list(whole.rank_shapes), training, count=count)),

@@ -233,14 +233,6 @@ def moe_backward_modelled(arch: Architecture, training: Training, parallelism: P
             and training.gradient_accumulation_steps == 1 and act.attention_kernel(arch, setup) not in ("eager", "math"))
 
 
-def moe_backward_exact(arch: Architecture, training: Training, parallelism: Parallelism,
-                       setup: act.ActivationSetup) -> bool:
-    """Whether `moe_backward_modelled` holds where it was measured exact: experts no wider than the hidden size, trained
-    in full or with LoRA on the attention (wider ones reach a moment it does not count; docs/VALIDATION.md)."""
-    return (arch.is_moe and arch.expert_size <= arch.hidden_size
-            and moe_backward_modelled(arch, training, parallelism, setup))
-
-
 class _Stage:
     """What one stage kind's buffers are computed from, and the ledger being written."""
 
@@ -1003,24 +995,26 @@ class _Stage:
 
     def _moe_backward(self) -> None:
         """A mixture-of-experts layer's backward working set, trained in full or with LoRA on the attention, in half
-        precision (Hugging Face's Mixtral and Qwen3-MoE blocks, `act._hf_moe`), at each layer's backward.
+        precision (Hugging Face's Mixtral and Qwen3-MoE blocks, `act._hf_moe`), at each layer's backward: the
+        largest of three moments, each beyond the event's other lines (which count the layer's gradients written).
 
-        Its peak comes first, before any of the layer's gradients is written: the gradients of the routed tokens'
-        weighted outputs and of the combine, three n·k × h tensors in the routing weights' dtype (fp32 for Mixtral,
-        the activations' for Qwen3-MoE, `act.FP32_ROUTING_MODELS`), beside the layer's output gradient (n × h);
-        without recomputation, where the fp32 routing weights widen the weighted output, n·k × h more of that
-        difference. So the event holds this much beyond its other lines, which count the layer's gradients written.
-        With LoRA under recomputation a second moment can hold more: the combine's gradient for the routed tokens
-        (n·k × h in the activations' dtype) beside two n·k × h in the routing weights' dtype and three n × h in the
-        activations' (the larger of the two counts; for Mixtral they differ only at k = 1, for Qwen3-MoE the second
-        always holds 4 n·h bytes more).
-        Measured on CPU (docs/VALIDATION.md, "Mixture of experts and Qwen3"): Mixtral with k from 1 to 3 and Qwen3-MoE
-        with k 4 and 8, 512 to 2,048 tokens, experts up to the hidden size wide, within 324 bytes trained in full.
-        With LoRA on the attention, Mixtral and Qwen3-MoE with k from 1 to 8, I/h 0.5 to 1, 1,024 and 2,048 tokens,
-        with and without recomputation (25 setups), within 0.8 n·h bytes, except Qwen3-MoE at k = 1, where the fp32
-        backward of the attention's norm comes later and holds 1.7 n·h bytes more (5.7 without recomputation). On an H200 Qwen3-30B-A3B's within 1.6 MB at
-        4,096 tokens and Mixtral-8x7B's 14 n·h short ("On a GPU"). Wider experts reach a later moment of their own,
-        not modelled (the estimate's warning says so), as are fp32, autocast and the other routers."""
+        First, before any of the layer's gradients is written: the gradients of the routed tokens' weighted outputs
+        and of the combine, three n·k × h tensors in the routing weights' dtype (fp32 for Mixtral, the activations'
+        for Qwen3-MoE, `act.FP32_ROUTING_MODELS`), beside the layer's output gradient (n × h); without recomputation,
+        where the fp32 routing weights widen the weighted output, n·k × h more of that difference. With LoRA under
+        recomputation the combine's gradient (n·k × h in the activations' dtype) beside two n·k × h in the routing
+        weights' dtype and three n × h can hold more (Mixtral at k = 1; Qwen3-MoE by 4 n·h bytes always).
+        Then inside the experts' MLP backward: the gradients of the product and of both its factors (3 n·k × I),
+        the experts' output freed (n·k × h), beside the layer's output gradient; trained in full the down
+        projections' weight gradient is written by then and the product it kept freed (n·k × I less). This one
+        decides for experts wider than the hidden size.
+        Measured on CPU (docs/VALIDATION.md, "Mixture of experts and Qwen3"), trained in full: Mixtral and Qwen3-MoE
+        with k from 1 to 8, 512 to 2,048 tokens, I/h 0.5 to 6, within 0.13 n·h bytes where the layers' backward
+        holds the peak. With LoRA on the attention, k 1 to 8, I/h 0.5 to 6, 1,024 and 2,048 tokens, with and without
+        recomputation (49 setups), within 0.8 n·h bytes, except Qwen3-MoE at k = 1, where the fp32 backward of the
+        attention's norm comes later and holds 1.7 n·h bytes more (5.7 without recomputation). On an H200
+        Qwen3-30B-A3B's within 1.6 MB at 4,096 tokens and Mixtral-8x7B's (LoRA, recomputation, 8,192 tokens, I/h 3.5:
+        the MLP moment) within 20 KB ("On a GPU"). fp32, autocast and the other routers are not measured for it."""
         arch, setup, training = self.arch, self.setup, self.training
         w = setup.half_bytes
         if not moe_backward_modelled(arch, training, self.parallelism, setup):
@@ -1039,11 +1033,22 @@ class _Stage:
         working += widened
         terms += f" + {n:,} × {k} × {h:,} × {r - w} B" if widened else ""
         grads = self._layer_gradient_bytes()
-        size = working - grads
+        size, written = working - grads, 0
+        # Later, inside the experts' MLP backward: the gradients of the product and of both its factors (n·k × I
+        # each) beside the layer's output gradient, the experts' output freed; trained in full, the down projections'
+        # weight gradient is written by then and the product it kept freed. Experts wider than the hidden size hold
+        # more here.
+        inter, full = arch.expert_size, not finetunes(training)
+        down = tensor_bytes(arch.num_local_experts * inter * h, training.precision.bits("gradients")) if full else 0
+        later = (2 if full else 3) * n * k * inter * w - n * k * h * w + n * h * w
+        if later - (grads - down) > size:
+            size, written = later - (grads - down), down
+            terms = (f"{2 if full else 3} × {n:,} × {k} × {inter:,} × {w} B − {n:,} × {k} × {h:,} × {w} B + "
+                     f"{n:,} × {h:,} × {w} B")
         if size <= 0:
             return
         self.add("moe.backward", "temporary", "One mixture-of-experts layer's backward: the routed tokens' gradients "
-                 "before the layer's gradients are written", f"{terms} − {grads:,} B of gradients written later",
+                 "before the layer's gradients are written", f"{terms} − {grads - written:,} B of gradients written later",
                  size, self.per_stage(size), Life("micro-batch", BWD_LAYER_LAST, self.bwd_end))
 
     def _post_norm_full_backward(self, grads: int, recomputed: bool) -> tuple[int, str, int, int]:

@@ -110,8 +110,7 @@ def estimate_warnings(arch: Architecture, training: Training, parallelism: Paral
 def _layer_backward_unmodelled(arch: Architecture, training: Training, experts_backward_known: bool) -> str:
     """What keeps a layer's backward working set out of the estimate, in words ("" where it is counted or where its
     absence was measured to matter little). `experts_backward_known`: a mixture of experts whose backward working set
-    is counted and was measured exact (`ledger.moe_backward_exact`: experts no wider than the hidden size, trained in
-    full or with LoRA on the attention)."""
+    is counted, as measured (`ledger.moe_backward_modelled`)."""
     if training.implementation != "transformers":
         return ""
     if arch.is_moe and not experts_backward_known:
