@@ -25,6 +25,10 @@ from typing import Final
 import torch
 from peft import LoraConfig, get_peft_model
 from transformers import (
+    DeepseekV2Config,
+    DeepseekV2ForCausalLM,
+    DeepseekV3Config,
+    DeepseekV3ForCausalLM,
     GPT2Config,
     GPT2LMHeadModel,
     GptOssConfig,
@@ -52,7 +56,7 @@ LAYERS = 3
 
 @dataclass(frozen=True)
 class Case:
-    family: str  # llama, gpt2, mixtral, qwen3_moe, qwen2_moe or gpt_oss
+    family: str  # llama, gpt2, mixtral, qwen3_moe, qwen2_moe, gpt_oss, deepseek_v3 or deepseek_v2
     precision: str  # bf16 or fp32 (the base's dtype; peft keeps the adapters in fp32)
     targets: tuple[str, ...]
     dropout: float = 0.0
@@ -115,6 +119,19 @@ def _model(case: Case) -> tuple[torch.nn.Module, dict]:
                            max_position_embeddings=256, rope_parameters={"rope_type": "default", "rope_theta": 150000.0},
                            attn_implementation="eager")
         return GptOssForCausalLM(oss), oss.to_dict()
+    if case.family in ("deepseek_v3", "deepseek_v2"):
+        # Multi-head latent attention (V3: Q through its low-rank q_a_proj and q_b_proj; V2-Lite's plain q_proj),
+        # the first layer dense, then routed experts beside an ungated shared expert, all frozen.
+        common = dict(hidden_size=64, num_hidden_layers=LAYERS, num_attention_heads=4, num_key_value_heads=4,
+                      intermediate_size=160, vocab_size=300, max_position_embeddings=256, first_k_dense_replace=1,
+                      n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=1, moe_intermediate_size=48,
+                      kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, bos_token_id=0,
+                      eos_token_id=1, attn_implementation=case.attention)
+        if case.family == "deepseek_v3":
+            v3 = DeepseekV3Config(n_group=2, topk_group=1, q_lora_rank=32, **common)
+            return DeepseekV3ForCausalLM(v3), v3.to_dict()
+        v2 = DeepseekV2Config(n_group=1, topk_group=1, q_lora_rank=None, topk_method="greedy", **common)
+        return DeepseekV2ForCausalLM(v2), v2.to_dict()
     # GPT-2 without dropout in the base and eager attention: CPU sdpa keeps the fused QKV projection's whole
     # output for its views, which the base model's accounting of GPT-2 does not follow (the same with or without
     # adapters), so the adapters are measured where the base is exact.
@@ -160,7 +177,8 @@ def predict(case: Case) -> dict[str, object]:
     stage = states.finetuned_stage(arch, tuning, precision.bits("weights"), 1, layers=LAYERS, first=True, last=True,
                                    first_layer=0)
     weights = stage.frozen_rank_bytes + sum(part.rank_elements * part.bits // 8 for part in stage.parts.values())
-    layers = [act.total_bytes(act.layer_activations(arch, setup, layer_role(tuning, index))) for index in range(LAYERS)]
+    layers = [act.total_bytes(act.layer_activations(arch, setup, layer_role(tuning, index),
+                                                    dense=index < arch.dense_layers)) for index in range(LAYERS)]
     return {"trainable": result.trainable_param_count, "params": result.param_count, "weights": weights,
             "layers": layers, "embedding": act.total_bytes(act.embedding_activations(arch, setup)),
             "head": act.total_bytes(act.head_activations(arch, setup))}
@@ -191,6 +209,18 @@ CASES = (
     *(Case("gpt_oss", precision, targets, dropout, "eager")
       for precision in ("bf16", "fp32")
       for targets, dropout in ((("q_proj", "v_proj"), 0.0), (("q_proj", "k_proj", "v_proj", "o_proj"), 0.1))),
+    # DeepSeek's latent attention adapted (V3's q_a_proj and q_b_proj, V2's plain q_proj), its dense first layer,
+    # routers, routed and shared experts frozen; in the lowest layer only what an adapter feeds needs a gradient.
+    *(Case("deepseek_v3", precision, targets, dropout, attention)
+      for precision in ("bf16", "fp32")
+      for targets, dropout in ((("q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"), 0.0),
+                               (("q_b_proj", "kv_b_proj"), 0.1))
+      for attention in ("sdpa", "eager")),
+    *(Case("deepseek_v3", "bf16", (target,)) for target in ("q_a_proj", "kv_a_proj_with_mqa", "o_proj")),
+    *(Case("deepseek_v2", precision, targets, 0.0, attention)
+      for precision in ("bf16", "fp32")
+      for targets in (("q_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"), ("kv_b_proj",))
+      for attention in ("sdpa", "eager")),
 )
 
 
@@ -202,6 +232,7 @@ def peak_cases() -> tuple:
     moe = Size(hidden=256, layers=4, heads=4, kv_heads=2, intermediate=512, vocab=2048)
     oss = Size(hidden=256, layers=4, heads=4, kv_heads=2, intermediate=256, vocab=2048, head_dim=64)
     long = Size(hidden=256, layers=4, heads=4, kv_heads=2, intermediate=1536, vocab=512, head_dim=64)
+    mla = Size(hidden=256, layers=4, heads=4, kv_heads=4, intermediate=512, vocab=2048, head_dim=64)
     return (
         tl.TimelineCase("llama", precision="bf16", seq=256, batch=2, size=size, lora_rank=8,
                         lora_targets=("q_proj", "v_proj")),
@@ -219,6 +250,11 @@ def peak_cases() -> tuple:
         # gpt-oss with the attention adapted: the biased router and experts frozen.
         tl.TimelineCase("gpt_oss", precision="bf16", seq=256, batch=2, size=oss, attention="eager", lora_rank=8,
                         lora_targets=("q_proj", "v_proj")),
+        # DeepSeek-V3 with its latent attention adapted, the first layer dense; and V2-Lite's shape in fp32.
+        tl.TimelineCase("deepseek_v3-dense-first", precision="bf16", seq=256, batch=2, size=mla, lora_rank=8,
+                        lora_targets=("q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj")),
+        tl.TimelineCase("deepseek_v2-lite", precision="fp32", seq=128, batch=2, size=mla, attention="eager",
+                        lora_rank=8, lora_targets=("q_proj", "kv_b_proj"), loop="hf-trainer"),
         # Long sequences under recomputation with a small vocabulary, where a layer's backward decides the peak:
         # the MLP's working set (Llama), and the fp32 norm after the MLP before it (OLMo 2, Gemma 3).
         tl.TimelineCase("llama", precision="bf16", seq=1024, batch=1, size=long, lora_rank=8,
@@ -237,8 +273,8 @@ def section(results: list[Result], peaks: list) -> list[str]:
     exact = sum(result.passed for result in results)
     lines = [
         SECTION, "",
-        "LoRA with peft 0.21.2 on small Llama, GPT-2, Mixtral, Qwen3-MoE, Qwen2-MoE and gpt-oss models built from a "
-        "config, on CPU "
+        "LoRA with peft 0.21.2 on small Llama, GPT-2, Mixtral, Qwen3-MoE, Qwen2-MoE, gpt-oss, DeepSeek-V3 and "
+        "DeepSeek-V2 models built from a config, on CPU "
         "(`python -m validation.finetuning`). Each case compares, to the byte, peft's own trainable and total "
         "parameter counts, the bytes of every parameter (the frozen base in its dtype, the adapters in fp32 as "
         "peft's `autocast_adapter_dtype` leaves them, the copies `modules_to_save` makes) and the tensors "
@@ -248,8 +284,14 @@ def section(results: list[Result], peaks: list) -> list[str]:
         "down matmul's input (nor Qwen2-MoE's frozen shared expert its down projection's, nor gpt-oss's frozen "
         "biased router its input or the experts' biases their ids); a Q or K norm whose projection needs no "
         "gradient keeps nothing (Qwen3-MoE's first "
-        "layer with K not adapted). peft 0.21's `all-linear` adapts a mixture's router and stacked expert "
-        "parameters too (`target_parameters`, ParamWrapper), which trainmem refuses rather than guess. "
+        "layer with K not adapted). DeepSeek's latent attention keeps, of its low-rank paths, the fp32 input and "
+        "reciprocal RMS of q_a_layernorm and kv_a_layernorm where their input needs a gradient and none of their "
+        "normalised tensors or the projections' inputs; in the lowest layer each matmul of the attention keeps one "
+        "operand only where the other needs a gradient, so adapting q_a_proj, kv_a_proj_with_mqa or o_proj alone "
+        "leaves different tensors kept there; its dense first layer, routers and shared experts keep no inputs, "
+        "and the routers keep their fp32 cast of the bf16 weight (E × h), as in full training. peft 0.21's "
+        "`all-linear` adapts a mixture's router and stacked expert parameters too (`target_parameters`, "
+        "ParamWrapper), which trainmem refuses rather than guess. "
         f"**{exact} of {len(results)} cases exact.**", "",
         "| case | trainable | all params | weights B | layers B (first, others) | embedding B | head B | |",
         "| --- | ---: | ---: | ---: | --- | ---: | ---: | --- |",

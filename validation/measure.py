@@ -331,7 +331,14 @@ def measured_parts(build: Callable[[], nn.Module], *, dtype: torch.dtype, vocab:
         out = model(input_ids=ids, labels=ids)
     saved = recorder.measurement()
     out.loss.backward()
-    parts: dict[str, object] = {"params": sum(p.numel() for p in model.parameters()), "layers": list(saved.layers),
+    layers = list(saved.layers)
+    if not autocast:
+        # Without autocast a kept cast of a parameter is one the model makes itself (DeepSeek's routers run their
+        # linear on an fp32 cast of the weight): a tensor the layer keeps like any other.
+        for storage in saved.storages:
+            if storage.kind == AUTOCAST_WEIGHT and storage.region.startswith("layer"):
+                layers[int(storage.region.removeprefix("layer"))] += storage.nbytes
+    parts: dict[str, object] = {"params": sum(p.numel() for p in model.parameters()), "layers": layers,
                                 "embedding": saved.embedding, "head": saved.head}
     if autocast:
         copies = defaultdict(int)

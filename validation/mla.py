@@ -111,7 +111,8 @@ def section(rows: list[tuple[Case, dict, dict]], peaks: list) -> list[str]:
              "kv_b_proj; Q and K of a·(d_n + d_r) per token, V of a·d_v (at micro-batch 1 the whole kv_b_proj "
              "output, which V views), and the probabilities. CPU sdpa takes the math path, because the value "
              "heads are narrower than the query and key heads. The router keeps its fp32 input and sigmoid "
-             "scores, the group and expert indices and the group mask; the shared experts keep a gated MLP's "
+             "scores, the group and expert indices and the group mask, and in a bf16 model the fp32 cast of its "
+             "weight (E × h) that its linear runs on; the shared experts keep a gated MLP's "
              "tensors. Compared to the byte with the parameter count and each layer's, the embedding's and the "
              f"head's saved tensors. **{exact} of {len(rows)} cases exact.**", "",
              "| case | params | active params | layer B (dense / sparse) | embedding B | head B | |",

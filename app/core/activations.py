@@ -32,6 +32,7 @@ measurements: dropout keeps its mask at the width of the tensor it drops).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Final, Literal, NamedTuple
@@ -773,9 +774,9 @@ def _hf_moe(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, weight
     routed = n * k
     gpt_oss = arch.model_type == "gpt_oss"
     if arch.model_type == "deepseek_v3":
-        _hf_deepseek_v3_router(saved, arch, setup)
+        _hf_deepseek_v3_router(saved, arch, setup, weights=weights)
     elif arch.model_type == "deepseek_v2":
-        _hf_deepseek_v2_router(saved, arch, setup)
+        _hf_deepseek_v2_router(saved, arch, setup, weights=weights)
     elif gpt_oss:
         _hf_gpt_oss_router(saved, arch, setup, weights=weights)
     else:
@@ -808,7 +809,7 @@ def _hf_moe(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, weight
     saved.add("moe.expert_output", received * h, we, "none")
     saved.add("moe.scatter_index", received, INDEX_BYTES, "none")
     if arch.n_shared_experts or arch.model_type in DEEPSEEK_MODELS:
-        _hf_shared_experts(saved, arch, setup)
+        _hf_shared_experts(saved, arch, setup, weights=weights)
     elif arch.shared_expert_gate:
         _hf_gated_shared_expert(saved, arch, setup, weights=weights)
 
@@ -839,7 +840,8 @@ def _hf_clamped_swiglu(saved: _Saved, elements: int, element_bytes: int, *, down
             saved.add(f"moe.{name}", elements, element_bytes, "expert")
 
 
-def _hf_deepseek_v3_router(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
+def _hf_deepseek_v3_router(saved: _Saved, arch: Architecture, setup: ActivationSetup, *,
+                           weights: bool = True) -> None:
     """DeepseekV3TopkRouter (modeling_deepseek_v3.py, transformers 5.24): group-limited sigmoid routing.
 
     The router's linear runs in fp32 and keeps the fp32 cast of its input (n × h; in an fp32 model the input
@@ -848,10 +850,14 @@ def _hf_deepseek_v3_router(saved: _Saved, arch: Architecture, setup: ActivationS
     groups keeps its indices (n × topk_group), masking the other groups' experts keeps a bool mask (n × E) and
     the top-k over the rest its indices (n × k), which gathering the weights keeps too. With ``norm_topk_prob``
     the k weights and their sum are kept as for Mixtral (`_hf_moe`); ``routed_scaling_factor`` is a Python
-    number, whose product keeps nothing. Measured on CPU: docs/VALIDATION.md, "Multi-head latent attention".
+    number, whose product keeps nothing. With the router frozen (`weights` False) its linear keeps no input.
+    The linear's fp32 weight is a cast of the stored one where that is narrower (`_router_weight_fp32`).
+    Measured on CPU: docs/VALIDATION.md, "Multi-head latent attention" and "Fine-tuning".
     """
     n, h, e, k = setup.tokens, arch.hidden_size, arch.num_local_experts, arch.num_experts_per_tok
-    saved.add("moe.router_input_fp32", n * h, FP32_BYTES, "sequence")
+    _router_weight_fp32(saved, arch, setup)
+    if weights:
+        saved.add("moe.router_input_fp32", n * h, FP32_BYTES, "sequence")
     saved.add("moe.router_scores_fp32", n * e, FP32_BYTES, "none")
     saved.add("moe.group_top2_indices", n * arch.n_group * 2, INDEX_BYTES, "none")
     saved.add("moe.group_indices", n * arch.topk_group, INDEX_BYTES, "none")
@@ -859,7 +865,8 @@ def _hf_deepseek_v3_router(saved: _Saved, arch: Architecture, setup: ActivationS
     saved.add("moe.topk_indices", n * k, INDEX_BYTES, "none")
 
 
-def _hf_deepseek_v2_router(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
+def _hf_deepseek_v2_router(saved: _Saved, arch: Architecture, setup: ActivationSetup, *,
+                           weights: bool = True) -> None:
     """DeepseekV2TopkRouter (modeling_deepseek_v2.py, transformers 5.24): softmax routing, greedy or group-limited.
 
     The router's linear runs in fp32 and keeps the fp32 cast of its input (n × h; in an fp32 model the input
@@ -868,11 +875,15 @@ def _hf_deepseek_v2_router(saved: _Saved, arch: Architecture, setup: ActivationS
     n_group groups is scored by its best expert, a max that keeps its int64 index (n × n_group); the choice of the
     topk_group groups keeps its indices (n × topk_group), zeroing the other groups' probabilities a bool mask
     (n × E), and the top-k over the rest its indices (n × k). The k weights are the top-k's values, not
-    renormalised, times ``routed_scaling_factor`` (a Python number, whose product keeps nothing). Measured on CPU:
-    docs/VALIDATION.md, "DeepSeek-V2".
+    renormalised, times ``routed_scaling_factor`` (a Python number, whose product keeps nothing). With the router
+    frozen (`weights` False) its linear keeps no input. The linear's fp32 weight is a cast of the stored one where
+    that is narrower (`_router_weight_fp32`). Measured on CPU: docs/VALIDATION.md, "DeepSeek-V2" and
+    "Fine-tuning".
     """
     n, h, e, k = setup.tokens, arch.hidden_size, arch.num_local_experts, arch.num_experts_per_tok
-    saved.add("moe.router_input_fp32", n * h, FP32_BYTES, "sequence")
+    _router_weight_fp32(saved, arch, setup)
+    if weights:
+        saved.add("moe.router_input_fp32", n * h, FP32_BYTES, "sequence")
     saved.add("moe.router_probs_fp32", n * e, FP32_BYTES, "none")
     if arch.topk_method == "group_limited_greedy":
         saved.add("moe.group_max_indices", n * arch.n_group, INDEX_BYTES, "none")
@@ -881,17 +892,28 @@ def _hf_deepseek_v2_router(saved: _Saved, arch: Architecture, setup: ActivationS
     saved.add("moe.topk_indices", n * k, INDEX_BYTES, "none")
 
 
-def _hf_shared_experts(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
+def _router_weight_fp32(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
+    """DeepSeek's routers compute ``F.linear(x.type(torch.float32), self.weight.type(torch.float32))``: with the
+    weights stored narrower than fp32 the cast is a new E × h fp32 tensor each forward, which the linear keeps for
+    the input's gradient until the layer's backward (trained or frozen). Measured on CPU (docs/VALIDATION.md,
+    "Multi-head latent attention", "Fine-tuning"); 7,340,032 B a layer for DeepSeek-V3 (256 experts, h 7,168)."""
+    if setup.precision.bits("weights") < 8 * FP32_BYTES:
+        saved.add("moe.router_weight_fp32", arch.num_local_experts * arch.hidden_size, FP32_BYTES, "none")
+
+
+def _hf_shared_experts(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, weights: bool = True) -> None:
     """DeepSeekMoE's shared experts, one gated MLP of width I_s = n_shared_experts × moe_intermediate_size that
     every token passes through (DeepseekV3MLP, DeepseekV2MLP): its input (unless it is the router's fp32 input
     already, in an fp32 model), the gate, the activation's output, the up projection and their product, n × I_s
     each. DeepseekV3MoE and DeepseekV2Moe build the shared MLP even with n_shared_experts 0 (of width 0), whose
-    linears still keep their input."""
+    linears still keep their input. Frozen (`weights` False), its linears keep no input: neither the block's
+    input nor the product."""
     n, wa, width = setup.tokens, setup.half_bytes, arch.shared_expert_size
-    if not (arch.model_type in DEEPSEEK_MODELS and wa == FP32_BYTES):
+    if weights and not (arch.model_type in DEEPSEEK_MODELS and wa == FP32_BYTES):
         saved.add("moe.shared.input", n * arch.hidden_size, wa, "sequence")
     for name in ("gate", "act_output", "up", "product"):
-        saved.add(f"moe.shared.{name}", n * width, wa, "tensor")
+        if weights or name != "product":
+            saved.add(f"moe.shared.{name}", n * width, wa, "tensor")
 
 
 def _hf_gated_shared_expert(saved: _Saved, arch: Architecture, setup: ActivationSetup, *,
@@ -956,23 +978,75 @@ def _hf_mlp(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, down_i
         saved.mask("mlp.residual_dropout_mask", n * arch.hidden_size, wa, "sequence")
 
 
-def _hf_mla_layer(arch: Architecture, setup: ActivationSetup, *, dense: bool = False) -> list[SavedTensor]:
+def _hf_mla_layer(arch: Architecture, setup: ActivationSetup, role: Role = "full", *,
+                  dense: bool = False) -> list[SavedTensor]:
     """A DeepSeek-V3 or DeepSeek-V2 decoder layer (DeepseekV3DecoderLayer, DeepseekV2DecoderLayer, transformers
     5.24): the input RMSNorm, multi-head latent attention (`_hf_mla_attention`) on the normalised input that
     q_a_proj (or q_proj) and kv_a_proj_with_mqa share, the post-attention RMSNorm, and a dense MLP (the first
-    ``first_k_dense_replace`` layers, `dense`) or the mixture of experts with its shared experts (`_hf_moe`)."""
+    ``first_k_dense_replace`` layers, `dense`) or the mixture of experts with its shared experts (`_hf_moe`).
+
+    With LoRA (`role` and the adapters, as `_hf_layer`): the frozen linears keep no input and the frozen norms
+    no normalised tensor; the adapters keep what `_hf_adapters` says, and each path through the attention keeps
+    what its gradient needs (`_MlaGrads`)."""
     saved = _Saved(setup)
-    _hf_norm(saved, "attn_norm", arch, setup)
-    _hf_linear_input(saved, "attn.qkv_input", 2, arch, setup)
-    _hf_mla_attention(saved, arch, setup)
-    _hf_norm(saved, "mlp_norm", arch, setup)
-    if dense or not arch.is_moe:  # a MoE block's router and shared experts keep its input (_hf_moe)
+    if role == "off":
+        return saved.items
+    ft = setup.finetuning
+    weights = ft.method == "full" and role in ("full", "bottom")
+    input_grad = role in ("full", "through")
+    names = module_names(arch)
+    adapted = {tensor.name.removesuffix(".weight"): tensor.shape for tensor in targeted(arch, ft)}
+
+    def adapters_on(*modules: str) -> tuple[tuple[str, int], ...]:
+        return tuple((names.get(m, m), adapted[m][1]) for m in modules if m in adapted)
+
+    grads = _MlaGrads.of(arch, adapted, upstream=input_grad or weights)
+    _hf_norm(saved, "attn_norm", arch, setup, weight_grad=weights, input_grad=input_grad)
+    if weights:
+        _hf_linear_input(saved, "attn.qkv_input", 2, arch, setup)
+    _hf_adapters(saved, adapters_on("attn.q", "attn.q_a", "attn.kv_a"), setup.stream_bytes, input_kept=weights,
+                 input_grad=input_grad, name="attn.qkv_input", arch=arch, setup=setup)
+    _hf_mla_attention(saved, arch, setup, weights=weights, grads=grads,
+                      q_b=adapters_on("attn.q_b"), kv_b=adapters_on("attn.kv_b"))
+    attention_records = grads.query or grads.key or grads.value
+    attn_out = adapters_on("attn.o")
+    if attn_out:
+        kernel_keeps_output = attention_records and attention_kernel(arch, setup) not in ("eager", "math")
+        _hf_adapters(saved, attn_out, setup.half_bytes, input_kept=weights or kernel_keeps_output,
+                     input_grad=attention_records, name="attn.out_proj_input", arch=arch, setup=setup)
+    mlp_grad = input_grad or weights or bool(adapted)
+    _hf_norm(saved, "mlp_norm", arch, setup, weight_grad=weights, input_grad=mlp_grad)
+    if weights and (dense or not arch.is_moe):  # a MoE block's router and shared experts keep its input (_hf_moe)
         _hf_linear_input(saved, "mlp.input", 2, arch, setup)
-    _hf_mlp(saved, arch, setup, dense=dense)
+    if mlp_grad or weights:
+        _hf_mlp(saved, arch, setup, down_input=weights, dense=dense)
     return saved.items
 
 
-def _hf_mla_attention(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
+@dataclass(frozen=True)
+class _MlaGrads:
+    """Which of multi-head latent attention's tensors need a gradient: the outputs of q_a_proj (or q_proj) and of
+    kv_a_proj_with_mqa, and Q, K and V. Everything does where the layer's input or weights do (`upstream`); in
+    the lowest layer under LoRA only what an adapter feeds."""
+
+    q_a: bool
+    kv_a: bool
+    query: bool
+    key: bool
+    value: bool
+
+    @classmethod
+    def of(cls, arch: Architecture, adapted: Mapping[str, object], *, upstream: bool) -> _MlaGrads:
+        q_a = upstream or "attn.q_a" in adapted or "attn.q" in adapted
+        query = q_a or "attn.q_b" in adapted
+        kv_a = upstream or "attn.kv_a" in adapted
+        kv_b = kv_a or "attn.kv_b" in adapted
+        return cls(q_a=q_a, kv_a=kv_a, query=query, key=kv_b, value=kv_b)
+
+
+def _hf_mla_attention(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, weights: bool = True,
+                      grads: _MlaGrads | None = None, q_b: tuple[tuple[str, int], ...] = (),
+                      kv_b: tuple[tuple[str, int], ...] = ()) -> None:
     """Multi-head latent attention as DeepseekV3Attention runs it (modeling_deepseek_v3.py, transformers 5.24),
     for r_q = q_lora_rank, r_kv = kv_lora_rank, d_n, d_r and d_v the no-rope, rope and value head sizes.
 
@@ -996,42 +1070,72 @@ def _hf_mla_attention(saved: _Saved, arch: Architecture, setup: ActivationSetup)
       kv_b_proj's whole output), its output and the fp32 log-sum-exp (not measured: no GPU in the harness).
 
     o_proj keeps its input, n × a × d_v. Measured on CPU: docs/VALIDATION.md, "Multi-head latent attention".
+
+    With frozen weights (`weights` False) the projections keep no input and the latent norms no normalised tensor;
+    a norm keeps its fp32 input and reciprocal RMS where its input needs a gradient, adapters on q_b_proj and
+    kv_b_proj (`q_b`, `kv_b`) what `_hf_adapters` says, and each matmul of the attention keeps one operand only
+    where the other needs a gradient (`grads`, as `_hf_eager_attention`); the fused kernels keep all they keep
+    where any of Q, K and V needs one. Measured on CPU: docs/VALIDATION.md, "Fine-tuning".
     """
+    g = grads or _MlaGrads(True, True, True, True, True)
     b, s, n = setup.micro_batch_size, setup.seq_len, setup.tokens
     a, d_qk, d_v, d_n = arch.num_attention_heads, arch.head_size, arch.v_head_dim or 0, arch.qk_nope_head_dim or 0
     r_kv, d_r = arch.kv_lora_rank or 0, arch.rope_size
     wa = setup.half_bytes
     if arch.q_lora_rank is not None:
         r_q = arch.q_lora_rank
-        saved.add("attn.q_a_norm.input_fp32", n * r_q, FP32_BYTES, "none")
-        saved.add("attn.q_a_norm.rstd", n, FP32_BYTES, "none")
-        saved.add("attn.q_a_norm.normalised", n * r_q, wa, "none")
-        saved.add("attn.q_b_input", n * r_q, wa, "none")
-    saved.add("attn.kv_a_norm.input_fp32", n * (r_kv + (d_r if wa == FP32_BYTES else 0)), FP32_BYTES, "none")
-    saved.add("attn.kv_a_norm.rstd", n, FP32_BYTES, "none")
-    saved.add("attn.kv_a_norm.normalised", n * r_kv, wa, "none")
-    saved.add("attn.kv_b_input", n * r_kv, wa, "none")
+        if g.q_a:
+            saved.add("attn.q_a_norm.input_fp32", n * r_q, FP32_BYTES, "none")
+            saved.add("attn.q_a_norm.rstd", n, FP32_BYTES, "none")
+        if weights:
+            saved.add("attn.q_a_norm.normalised", n * r_q, wa, "none")
+            saved.add("attn.q_b_input", n * r_q, wa, "none")
+        _hf_adapters(saved, q_b, wa, input_kept=weights, input_grad=g.q_a, name="attn.q_b_input", arch=arch,
+                     setup=setup)
+    if g.kv_a:
+        saved.add("attn.kv_a_norm.input_fp32", n * (r_kv + (d_r if wa == FP32_BYTES else 0)), FP32_BYTES, "none")
+        saved.add("attn.kv_a_norm.rstd", n, FP32_BYTES, "none")
+    if weights:
+        saved.add("attn.kv_a_norm.normalised", n * r_kv, wa, "none")
+        saved.add("attn.kv_b_input", n * r_kv, wa, "none")
+    _hf_adapters(saved, kv_b, wa, input_kept=weights, input_grad=g.kv_a, name="attn.kv_b_input", arch=arch,
+                 setup=setup)
+    scores_grad = g.query or g.key
     scores = b * a * s * s
     value_view = n * a * ((d_n + d_v) if b == 1 else d_v)  # V as the matmul keeps it: a copy, or at b = 1 the view
     kernel = attention_kernel(arch, setup)
-    if kernel == "eager":
-        saved.add("attn.query", n * a * d_qk, wa, "tensor")
-        saved.add("attn.key", n * a * d_qk, wa, "tensor")
-        saved.add("attn.softmax", scores, FP32_BYTES, "tensor", core=True)
+    if not (scores_grad or g.value):
+        pass  # nothing before the attention needs a gradient: it keeps nothing
+    elif kernel == "eager":
+        if g.key:
+            saved.add("attn.query", n * a * d_qk, wa, "tensor")
+        if g.query:
+            saved.add("attn.key", n * a * d_qk, wa, "tensor")
+        if scores_grad:
+            saved.add("attn.softmax", scores, FP32_BYTES, "tensor", core=True)
         if arch.attn_dropout > 0:
-            saved.mask("attn.softmax_dropout_mask", scores, wa, "tensor", core=True)
-            saved.add("attn.softmax_dropout_output", scores, wa, "tensor", core=True)
-        elif wa != FP32_BYTES:
+            if scores_grad:
+                saved.mask("attn.softmax_dropout_mask", scores, wa, "tensor", core=True)
+            if g.value:
+                saved.add("attn.softmax_dropout_output", scores, wa, "tensor", core=True)
+        elif wa != FP32_BYTES and g.value:
             saved.add("attn.probs_half", scores, wa, "tensor", core=True)
-        saved.add("attn.value", value_view, wa, "tensor")
+        if scores_grad:
+            saved.add("attn.value", value_view, wa, "tensor")
     elif kernel == "math":
-        saved.add("attn.query_scaled_fp32", n * a * d_qk, FP32_BYTES, "tensor")
-        saved.add("attn.key_scaled_fp32", n * a * d_qk, FP32_BYTES, "tensor")
-        saved.add("attn.value_fp32", value_view if wa == FP32_BYTES else n * a * d_v, FP32_BYTES, "tensor")
-        saved.add("attn.softmax", scores, FP32_BYTES, "tensor", core=True)
+        if g.key:
+            saved.add("attn.query_scaled_fp32", n * a * d_qk, FP32_BYTES, "tensor")
+        if g.query:
+            saved.add("attn.key_scaled_fp32", n * a * d_qk, FP32_BYTES, "tensor")
+        if scores_grad:
+            saved.add("attn.value_fp32", value_view if wa == FP32_BYTES else n * a * d_v, FP32_BYTES, "tensor")
+        if scores_grad or g.value:
+            saved.add("attn.softmax", scores, FP32_BYTES, "tensor", core=True)
         if arch.attn_dropout > 0:
-            saved.mask("attn.softmax_dropout_mask", scores, FP32_BYTES, "tensor", core=True)
-            saved.add("attn.softmax_dropout_output", scores, FP32_BYTES, "tensor", core=True)
+            if scores_grad:
+                saved.mask("attn.softmax_dropout_mask", scores, FP32_BYTES, "tensor", core=True)
+            if g.value:
+                saved.add("attn.softmax_dropout_output", scores, FP32_BYTES, "tensor", core=True)
     else:
         saved.add("attn.query", n * a * d_qk, wa, "tensor")
         saved.add("attn.key", n * a * d_qk, wa, "tensor")
@@ -1039,7 +1143,7 @@ def _hf_mla_attention(saved: _Saved, arch: Architecture, setup: ActivationSetup)
         saved.add("attn.output", n * a * d_v, wa, "tensor")
         queries = s if kernel == "flash" else ceil_div(s, MEM_EFFICIENT_LSE_ALIGN) * MEM_EFFICIENT_LSE_ALIGN
         saved.add("attn.logsumexp", b * a * queries, FP32_BYTES, "tensor", core=True)
-    if kernel in ("eager", "math"):  # a fused kernel's output is o_proj's input
+    if kernel in ("eager", "math") and weights:  # a fused kernel's output is o_proj's input
         saved.add("attn.out_proj_input", n * a * d_v, wa, "tensor")
     if arch.dropout > 0:
         saved.mask("attn.residual_dropout_mask", n * arch.hidden_size, wa, "sequence")
@@ -1058,9 +1162,11 @@ def _refuse_unmodelled_mla(arch: Architecture, setup: ActivationSetup) -> None:
     if setup.autocast:
         raise DomainError("training.precision", "multi-head latent attention (DeepSeek) is modelled in its training "
                                                 "dtype (bf16, fp16 or fp32), not under autocast")
-    if setup.finetuning != Finetuning():
-        raise DomainError("finetuning.method", "fine-tuning multi-head latent attention (DeepSeek) is not "
-                                               "modelled yet")
+    ft = setup.finetuning
+    if ft != Finetuning() and (ft.method != "lora" or ft.freeze_embeddings or ft.frozen_layers):
+        raise DomainError("finetuning.method", "fine-tuning multi-head latent attention (DeepSeek) is modelled with "
+                                               "LoRA adapters on the attention (the base loaded in its training "
+                                               "dtype), not with QLoRA or frozen parts of a trained model")
 
 
 def _hf_layer(arch: Architecture, setup: ActivationSetup, role: Role = "full", *,
@@ -1246,7 +1352,7 @@ def layer_activations(arch: Architecture, setup: ActivationSetup, role: Role = "
     """
     if arch.is_mla:
         _refuse_unmodelled_mla(arch, setup)
-        return tuple(_hf_mla_layer(arch, setup, dense=dense))
+        return tuple(_hf_mla_layer(arch, setup, role, dense=dense))
     if setup.implementation == "megatron":
         return tuple(_megatron_layer(arch, setup))
     return tuple(_hf_layer(arch, setup, role, dense=dense))

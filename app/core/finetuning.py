@@ -47,6 +47,10 @@ _GPT2_NAMES: Final = {"attn.qkv": "c_attn", "attn.o": "c_proj", "mlp.up": "c_fc"
 _PHI3_NAMES: Final = {"attn.qkv": "qkv_proj", "attn.o": "o_proj", "mlp.gate_up": "gate_up_proj", "mlp.down": "down_proj"}
 _LLAMA_NAMES: Final = {"attn.q": "q_proj", "attn.k": "k_proj", "attn.v": "v_proj", "attn.o": "o_proj",
                        "mlp.gate": "gate_proj", "mlp.up": "up_proj", "mlp.down": "down_proj"}
+# Multi-head latent attention (DeepseekV3Attention, DeepseekV2Attention): q_proj where q_lora_rank is None.
+_MLA_NAMES: Final = {"attn.q": "q_proj", "attn.q_a": "q_a_proj", "attn.q_b": "q_b_proj",
+                     "attn.kv_a": "kv_a_proj_with_mqa", "attn.kv_b": "kv_b_proj", "attn.o": "o_proj",
+                     "mlp.gate": "gate_proj", "mlp.up": "up_proj", "mlp.down": "down_proj"}
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,8 @@ def module_names(arch: Architecture) -> dict[str, str]:
         return _GPT2_NAMES
     if arch.model_type == "phi3":
         return _PHI3_NAMES
+    if arch.is_mla:
+        return _MLA_NAMES
     return _LLAMA_NAMES
 
 

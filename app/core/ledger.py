@@ -706,22 +706,34 @@ class _Stage:
         """The stage's layers by their part in backward (finetuning.layer_role): the lowest trainable layer keeps
         nothing for its input, frozen layers with nothing trainable below keep nothing at all."""
         arch, setup, checkpointing = self.arch, self.setup, self.training.activation_checkpointing
-        roles = layer_roles(self.training.finetuning, self.kind.first_layer - 1, self.kind.layers)
+        first = self.kind.first_layer - 1
+        roles = layer_roles(self.training.finetuning, first, self.kind.layers)
         words = {"full": "layers", "bottom": "lowest trainable layer", "through": "frozen layers gradients pass "
                  "through", "off": "frozen layers with nothing trainable below"}
+        # A mixture's dense first layers (only with adapters, setup._check_moe_finetuning): the lowest one is the
+        # lowest trainable layer when the stage holds it, the rest take the full role.
+        dense = self.dense
+        dense_roles = {}
+        if dense:
+            bottom = int(roles.get("bottom", 0) > 0 and first == 0)
+            dense_roles = {"bottom": bottom, "full": dense - bottom}
         total, terms = 0, []
         for role, count in roles.items():
-            if role == "full":
-                each = full_layer
-            elif role == "off":
-                each = 0
-            elif checkpointing == "full":
-                each = act.total_bytes(act.checkpointed_layer_activations(arch, setup, "full"))
-            else:
-                each = act.total_bytes(act.checkpointed_layer_activations(
-                    arch, setup, checkpointing, full=act.layer_activations(arch, setup, role)))
-            total += count * each
-            terms.append(f"{count} {words[role] if count > 1 or role != 'full' else 'layer'} × {each:,} B")
+            for is_dense, number in ((True, dense_roles.get(role, 0)), (False, count - dense_roles.get(role, 0))):
+                if not number:
+                    continue
+                if role == "full" and not is_dense:
+                    each = full_layer
+                elif role == "off":
+                    each = 0
+                elif checkpointing == "full":
+                    each = act.total_bytes(act.checkpointed_layer_activations(arch, setup, "full"))
+                else:
+                    each = act.total_bytes(act.checkpointed_layer_activations(
+                        arch, setup, checkpointing, full=act.layer_activations(arch, setup, role, dense=is_dense)))
+                total += number * each
+                word = words[role] if number > 1 or role != "full" else "layer"
+                terms.append(f"{number} {'dense ' if is_dense else ''}{word} × {each:,} B")
         return total, " + ".join(terms)
 
     # --- temporaries -----------------------------------------------------------------------------------

@@ -367,19 +367,20 @@ def check_choice(field_name: str, value: str, choices: Collection[str]) -> None:
         raise DomainError(field_name, f"must be one of {', '.join(choices)}, got {value!r}")
 
 
-def _check_moe_finetuning(arch: Architecture, parallelism: Parallelism) -> None:
+def _check_moe_finetuning(arch: Architecture, finetuning: Finetuning, parallelism: Parallelism) -> None:
     """Fine-tuning a mixture of experts is modelled for Mixtral, Qwen3-MoE, Qwen2-MoE (its gated shared expert
-    frozen) and gpt-oss, measured with peft on CPU (docs/VALIDATION.md "Fine-tuning"), on one expert layout."""
+    frozen), gpt-oss and, with LoRA on the attention, DeepSeek-V2 and -V3 (their dense first layers, ungated shared
+    experts and routers frozen), measured with peft on CPU (docs/VALIDATION.md "Fine-tuning"), on one expert
+    layout."""
     why = None
-    if arch.is_mla or (arch.model_type or "").startswith("deepseek"):
-        why = f"of model type {arch.model_type}"
-    elif arch.dense_layers:
-        why = "with dense layers among the sparse ones"
-    elif arch.has_shared_expert and not arch.shared_expert_gate:
-        why = "with ungated shared experts"
+    if not finetuning.adapters:
+        if arch.dense_layers:
+            why = "with dense layers among the sparse ones"
+        elif arch.has_shared_expert and not arch.shared_expert_gate:
+            why = "with ungated shared experts"
     if why is not None:
-        raise DomainError("finetuning.method", f"fine-tuning mixture-of-experts models {why} is not modelled yet "
-                                               "(Mixtral, Qwen3-MoE, Qwen2-MoE and gpt-oss are)")
+        raise DomainError("finetuning.method", f"freezing parts of a mixture of experts {why} is not modelled yet; "
+                                               "LoRA on its attention is")
     if parallelism.experts_apart:
         raise DomainError("parallelism.expert" if parallelism.expert > 1 else "parallelism.expert_tensor",
                           "fine-tuning a mixture of experts is modelled with the experts split like the rest of the "
@@ -605,7 +606,7 @@ def validate_setup(training: Training, parallelism: Parallelism, arch: Architect
             raise DomainError("training.implementation", "mixture-of-experts layers are modelled as transformers runs "
                                                          "them; Megatron-LM's MoE is not modelled yet")
         if training.finetuning != Finetuning():
-            _check_moe_finetuning(arch, parallelism)
+            _check_moe_finetuning(arch, training.finetuning, parallelism)
         if autocast:
             # Measured exact on CPU under torch.autocast (docs/VALIDATION.md, "Mixture of experts" and "gpt-oss"):
             # Mixtral, Qwen3-MoE, Qwen2-MoE and gpt-oss (eager attention with sinks, whose fp32 sinks make the

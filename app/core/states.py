@@ -314,13 +314,18 @@ def finetuned_stage(arch: Architecture, finetuning: Finetuning, weight_bits: int
              f"LoRA adapters (r = {ft.rank}) of {layers} layers, fp32")
         added += layers * sum(tensor.elements for tensor in adapters)
         quantized = ft.method == "qlora"
-        for tensor in one_layer:
-            if quantized and tensor.matmul:
-                size = stored_weight_bytes(tensor.shape, ft.quantization)
-                quantized_rank += layers * ceil_div(size, t) if tensor.split != "replicated" else layers * size
-                quantized_cluster += layers * size
-            else:
-                frozen.append((tensor, layers))
+        # A mixture's dense first layers (first_k_dense_replace) hold a dense MLP, frozen like the rest; adapters
+        # sit on the attention only (finetuning.validate_finetuning), alike in both kinds of layer.
+        dense = dense_layers_on(arch, first_layer=first_layer, layers=layers, count=1)
+        kinds = [(one_layer, layers - dense), (layer_tensors(arch, dense=True), dense)] if dense else [(one_layer, layers)]
+        for kind_tensors, count in kinds:
+            for tensor in kind_tensors:
+                if quantized and tensor.matmul:
+                    size = stored_weight_bytes(tensor.shape, ft.quantization)
+                    quantized_rank += count * ceil_div(size, t) if tensor.split != "replicated" else count * size
+                    quantized_cluster += count * size
+                else:
+                    frozen.append((tensor, count))
         saved: dict[str, list[tuple[ParamTensor, int]]] = {"embedding": [], "head": []}
         if first:
             frozen += [(tensor, 1) for tensor in embedding_tensors(arch)]

@@ -78,12 +78,30 @@ def test_refused_by_name(finetuning: Finetuning, layout: dict, field: str, messa
     assert message in caught.value.message
 
 
-def test_ungated_shared_experts_refused() -> None:
-    """DeepSeek's mixtures (multi-head latent attention, ungated shared experts) stay refused."""
-    with pytest.raises(core.DomainError) as caught:
-        core.estimate(architecture=core.get_preset("deepseek-v2-lite").architecture,
-                      training=training(Finetuning(method="lora")))
-    assert caught.value.field in ("finetuning.method", "finetuning.target_modules")
+def test_deepseek_lora_on_the_attention() -> None:
+    """DeepSeek's mixtures take LoRA on their latent attention (measured with peft: docs/VALIDATION.md,
+    "Fine-tuning"); the frozen routers, shared experts and dense first layers keep no inputs. QLoRA, frozen parts of
+    a trained model and modules the attention does not have stay refused by name."""
+    arch = core.get_preset("deepseek-v2-lite").architecture
+    lora = Finetuning(method="lora", target_modules=("q_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"))
+    result = core.estimate(architecture=arch, training=training(lora))
+    assert result.trainable_param_count == 27 * 16 * sum(  # 27 layers, r = 16: A (r x in) and B (out x r)
+        into + out for into, out in ((2048, 16 * 192), (2048, 512 + 64), (512, 16 * 256), (16 * 128, 2048)))
+    setup = act.ActivationSetup(micro_batch_size=1, seq_len=64, precision=BF16, device="cpu", finetuning=lora)
+    names = {item.name for item in act.layer_activations(arch, setup, "full")}
+    assert not {"moe.router_input_fp32", "moe.shared.input", "moe.shared.product", "moe.gathered_tokens",
+                "attn.qkv_input", "attn.kv_b_input", "attn.out_proj_input"} & names
+    assert {"lora.kv_b_proj.input_cast", "attn.kv_a_norm.input_fp32", "moe.router_weight_fp32"} <= names
+    dense = {item.name for item in act.layer_activations(arch, setup, "full", dense=True)}
+    assert "mlp.product" not in dense and "mlp.input" not in dense
+    for finetuning, field, message in (
+            (Finetuning(method="qlora", target_modules=("q_proj",)), "finetuning.method", "QLoRA"),
+            (Finetuning(method="full", frozen_layers=2), "finetuning.method", "LoRA"),
+            (Finetuning(method="lora", target_modules=("v_proj",)), "finetuning.target_modules", "kv_b_proj")):
+        with pytest.raises(core.DomainError) as caught:
+            core.estimate(architecture=arch, training=training(finetuning))
+        assert caught.value.field == field
+        assert message in caught.value.message
 
 
 def _qwen2_moe() -> core.Architecture:

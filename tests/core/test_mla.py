@@ -68,8 +68,9 @@ def test_small_counts_match_transformers(changes, measured):
 
 
 @pytest.mark.parametrize(("precision", "attention", "batch", "seq", "dense", "sparse"), [
-    ("bf16", "eager", 2, 32, 230_400, 290_080),
-    ("bf16", "sdpa", 2, 32, 246_784, 306_464),  # CPU sdpa takes the math path: d_v 16 < d_n + d_r 24
+    # In bf16 the router's fp32 weight cast (E × h × 4 = 2,048 B) is kept with the layer.
+    ("bf16", "eager", 2, 32, 230_400, 292_128),
+    ("bf16", "sdpa", 2, 32, 246_784, 308_512),  # CPU sdpa takes the math path: d_v 16 < d_n + d_r 24
     ("fp32", "eager", 1, 48, 288_000, 345_056),  # at b = 1, V keeps kv_b_proj's whole output
     ("fp32", "sdpa", 2, 32, 351_232, 427_296),
 ])
@@ -96,6 +97,8 @@ def test_router_tensors_by_hand():
     assert router["moe.group_indices"] == 64 * 1 * 8
     assert router["moe.group_mask"] == 64 * 8
     assert router["moe.topk_indices"] == 64 * 2 * 8
+    # the linear's fp32 cast of the bf16 weight (E x h), kept for the input's gradient
+    assert router["moe.router_weight_fp32"] == 8 * 64 * 4
 
 
 def test_cuda_sdpa_picks_the_memory_efficient_kernel_for_unequal_head_sizes():
