@@ -311,7 +311,11 @@ def section(results: list[Result], peaks: list) -> list[str]:
               "bits with an fp32 constant per 256 (`quantize_blockwise(absmax, blocksize=256)`) "
               "(bitsandbytes/functional.py); `Int8Params` keeps a byte per weight and an fp32 `SCB` scale per row; "
               "`MatMul4Bit.forward` saves the packed weight, not its input, and dequantizes the weight to the "
-              "compute dtype for each matmul (bitsandbytes/autograd/_functions.py). Adapters under autocast are "
+              "compute dtype for each matmul (bitsandbytes/autograd/_functions.py). transformers 5.24 swaps "
+              "bitsandbytes' layers in for `nn.Linear` modules only (integrations/bitsandbytes.py, "
+              "`replace_with_bnb_linear`): a mixture's routed experts, stacked parameters, and its router stay in "
+              "the dtype the model is loaded in, so QLoRA of Mixtral-8x7B stores 692,387,840 B of attention in NF4 "
+              "beside 90,194,313,216 B of routed experts in bf16. Adapters under autocast are "
               "not modelled (trainmem refuses them): LoRA runs load the base in its training dtype.", ""]
     return lines
 

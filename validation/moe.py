@@ -249,7 +249,7 @@ def section(rows: list[tuple[Case, dict, dict]], peaks: list) -> list[str]:
               "LoRA on the attention of Mixtral, Qwen3-MoE, Qwen2-MoE, gpt-oss, DeepSeek-V3 and DeepSeek-V2, with "
               "the router and the experts (and DeepSeek's dense first layers and shared experts) frozen, is "
               "measured in \"Fine-tuning\". Not modelled yet: MoE under Megatron-LM, peft's "
-              "all-linear on a mixture (it adapts the stacked expert parameters), QLoRA of a mixture, frozen parts "
+              "all-linear on a mixture (it adapts the stacked expert parameters), frozen parts "
               "of a trained DeepSeek or of a mixture with dense layers; under autocast DeepSeek (multi-head latent attention, routers that cast to fp32 "
               "themselves; gpt-oss is measured in its own section), frozen parts of a mixture "
               "and expert parallelism (its send buffer would hold fp32 tokens): trainmem refuses those rather than "

@@ -1163,10 +1163,10 @@ def _refuse_unmodelled_mla(arch: Architecture, setup: ActivationSetup) -> None:
         raise DomainError("training.precision", "multi-head latent attention (DeepSeek) is modelled in its training "
                                                 "dtype (bf16, fp16 or fp32), not under autocast")
     ft = setup.finetuning
-    if ft != Finetuning() and (ft.method != "lora" or ft.freeze_embeddings or ft.frozen_layers):
+    if ft != Finetuning() and not ft.adapters:
         raise DomainError("finetuning.method", "fine-tuning multi-head latent attention (DeepSeek) is modelled with "
-                                               "LoRA adapters on the attention (the base loaded in its training "
-                                               "dtype), not with QLoRA or frozen parts of a trained model")
+                                               "LoRA or QLoRA adapters on the attention, not with frozen parts of a "
+                                               "trained model")
 
 
 def _hf_layer(arch: Architecture, setup: ActivationSetup, role: Role = "full", *,

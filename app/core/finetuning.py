@@ -19,7 +19,9 @@ NormalFloat, two weights a byte, with one fp32 absmax per block of 64 (0.5 bit p
 double-quantized: the absmax in 8 bits with one fp32 constant per 256 of them (8/64 + 32/(64·256)
 ≈ 0.127 bit); bitsandbytes leaves embeddings, norms and the output layer in 16 bits
 (bitsandbytes/functional.py `quantize_4bit`, blocksize 64; `compress_statistics` quantizes the
-absmax with `quantize_blockwise(..., blocksize=256)`). int8 (LLM.int8(), Dettmers et al. 2022,
+absmax with `quantize_blockwise(..., blocksize=256)`). transformers 5.24 swaps in bitsandbytes' layers for
+`nn.Linear` modules only (integrations/bitsandbytes.py, `replace_with_bnb_linear`): a mixture's routed experts,
+stacked parameters of one module, and its router stay in the dtype the model is loaded in. int8 (LLM.int8(), Dettmers et al. 2022,
 arXiv:2208.07339): one byte per weight and an fp32 scale per output row (`Int8Params.SCB`).
 """
 
@@ -145,8 +147,6 @@ def validate_finetuning(finetuning: Finetuning, arch: Architecture | None, *, au
                                                            "router and the experts' stacked parameters too (its "
                                                            "ParamWrapper, target_parameters), which is not modelled: "
                                                            f"name the attention's modules ({', '.join(sorted(known))})")
-        if arch.is_moe and f.method == "qlora":
-            raise DomainError("finetuning.method", "QLoRA of mixture-of-experts models is not modelled yet")
         if not targeted(arch, f):
             raise DomainError("finetuning.target_modules", "no linear module of this model matches")
 

@@ -320,7 +320,7 @@ def finetuned_stage(arch: Architecture, finetuning: Finetuning, weight_bits: int
         kinds = [(one_layer, layers - dense), (layer_tensors(arch, dense=True), dense)] if dense else [(one_layer, layers)]
         for kind_tensors, count in kinds:
             for tensor in kind_tensors:
-                if quantized and tensor.matmul:
+                if quantized and tensor.matmul and len(tensor.shape) == 2:  # nn.Linear weights (finetuning)
                     size = stored_weight_bytes(tensor.shape, ft.quantization)
                     quantized_rank += count * ceil_div(size, t) if tensor.split != "replicated" else count * size
                     quantized_cluster += count * size

@@ -68,7 +68,6 @@ def test_k_norm_without_gradient_keeps_nothing() -> None:
 @pytest.mark.parametrize(("finetuning", "layout", "field", "message"), [
     (Finetuning(method="lora", target_modules=("all-linear",)), {}, "finetuning.target_modules", "ParamWrapper"),
     (Finetuning(method="lora", target_modules=("gate_proj",)), {}, "finetuning.target_modules", "not a linear module"),
-    (Finetuning(method="qlora"), {}, "finetuning.method", "QLoRA"),
     (Finetuning(method="lora"), {"data": 8, "expert": 8}, "parallelism.expert", "no expert"),
 ])
 def test_refused_by_name(finetuning: Finetuning, layout: dict, field: str, message: str) -> None:
@@ -80,8 +79,8 @@ def test_refused_by_name(finetuning: Finetuning, layout: dict, field: str, messa
 
 def test_deepseek_lora_on_the_attention() -> None:
     """DeepSeek's mixtures take LoRA on their latent attention (measured with peft: docs/VALIDATION.md,
-    "Fine-tuning"); the frozen routers, shared experts and dense first layers keep no inputs. QLoRA, frozen parts of
-    a trained model and modules the attention does not have stay refused by name."""
+    "Fine-tuning"); the frozen routers, shared experts and dense first layers keep no inputs. Frozen parts of a
+    trained model and modules the attention does not have stay refused by name."""
     arch = core.get_preset("deepseek-v2-lite").architecture
     lora = Finetuning(method="lora", target_modules=("q_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"))
     result = core.estimate(architecture=arch, training=training(lora))
@@ -95,7 +94,6 @@ def test_deepseek_lora_on_the_attention() -> None:
     dense = {item.name for item in act.layer_activations(arch, setup, "full", dense=True)}
     assert "mlp.product" not in dense and "mlp.input" not in dense
     for finetuning, field, message in (
-            (Finetuning(method="qlora", target_modules=("q_proj",)), "finetuning.method", "QLoRA"),
             (Finetuning(method="full", frozen_layers=2), "finetuning.method", "LoRA"),
             (Finetuning(method="lora", target_modules=("v_proj",)), "finetuning.target_modules", "kv_b_proj")):
         with pytest.raises(core.DomainError) as caught:
@@ -133,3 +131,20 @@ def test_shared_expert_targets_refused_with_the_reason() -> None:
                       training=training(Finetuning(method="lora", target_modules=("q_proj", "gate_proj"))))
     assert caught.value.field == "finetuning.target_modules"
     assert "shared expert" in caught.value.message
+
+
+def test_qlora_quantizes_the_linear_modules_only() -> None:
+    """transformers 5.24 swaps bitsandbytes' 4-bit layers in for nn.Linear modules only
+    (integrations/bitsandbytes.py, replace_with_bnb_linear): Mixtral's attention is stored in NF4, its routed
+    experts (stacked parameters) and router stay in bf16. Mixtral-8x7B, r = 16 on q_proj and v_proj, by hand."""
+    def nf4_double(elements: int) -> int:  # two weights a byte, an 8-bit absmax per 64, an fp32 constant per 256 of those
+        return elements // 2 + elements // 64 + 4 * -(-elements // (64 * 256))
+
+    h, kv, inter, experts, layers, vocab = 4096, 1024, 14336, 8, 32, 32000
+    attention = 2 * nf4_double(h * h) + 2 * nf4_double(kv * h)  # q, o; k, v
+    routed = experts * 3 * inter * h * 2  # gate_up and down, bf16
+    per_layer = attention + routed + experts * h * 2 + 2 * h * 2  # + router and two norms, bf16
+    adapters = layers * 16 * ((h + h) + (h + kv)) * 4  # A and B of q_proj and v_proj, fp32
+    expected = layers * per_layer + 2 * vocab * h * 2 + h * 2 + adapters  # + embedding, output layer, final norm
+    qlora = Finetuning(method="qlora", rank=16, target_modules=("q_proj", "v_proj"))
+    assert core.estimate(architecture=MIXTRAL, training=training(qlora)).per_gpu["weights"] == expected
