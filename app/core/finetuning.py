@@ -143,10 +143,17 @@ def validate_finetuning(finetuning: Finetuning, arch: Architecture | None, *, au
                 raise DomainError("finetuning.target_modules", f"{name!r} is not a linear module of this model; "
                                                                f"it has {', '.join(sorted(known))} (or all-linear)")
         if arch.is_moe and ALL_LINEAR in f.target_modules:
+            # peft 0.21 wraps the stacked expert parameters (ParamWrapper, target_parameters) and, each forward,
+            # folds the adapters into a new copy of the whole expert stack (torch.baddbmm in _LoraFactorsProxy),
+            # which the experts' matmuls keep for backward: a second copy of every layer's experts in the weights'
+            # dtype, and its gradient in backward (peft/tuners/lora/layer.py).
+            experts = 3 * arch.num_local_experts * arch.expert_size * arch.hidden_size
             raise DomainError("finetuning.target_modules", "all-linear on a mixture of experts makes peft 0.21 adapt the "
-                                                           "router and the experts' stacked parameters too (its "
-                                                           "ParamWrapper, target_parameters), which is not modelled: "
-                                                           f"name the attention's modules ({', '.join(sorted(known))})")
+                                                           "router and the experts' stacked parameters too, and fold "
+                                                           "the adapters into a new copy of each layer's experts every "
+                                                           f"forward ({experts:,} weights a layer), kept for backward: "
+                                                           "not modelled yet; name the attention's modules "
+                                                           f"({', '.join(sorted(known))})")
         if not targeted(arch, f):
             raise DomainError("finetuning.target_modules", "no linear module of this model matches")
 

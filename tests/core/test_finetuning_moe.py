@@ -66,7 +66,7 @@ def test_k_norm_without_gradient_keeps_nothing() -> None:
 
 
 @pytest.mark.parametrize(("finetuning", "layout", "field", "message"), [
-    (Finetuning(method="lora", target_modules=("all-linear",)), {}, "finetuning.target_modules", "ParamWrapper"),
+    (Finetuning(method="lora", target_modules=("all-linear",)), {}, "finetuning.target_modules", "new copy of each"),
     (Finetuning(method="lora", target_modules=("gate_proj",)), {}, "finetuning.target_modules", "not a linear module"),
     (Finetuning(method="lora"), {"data": 8, "expert": 8}, "parallelism.expert", "no expert"),
 ])
