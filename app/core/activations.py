@@ -814,6 +814,27 @@ def _hf_moe(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, weight
         _hf_gated_shared_expert(saved, arch, setup, weights=weights)
 
 
+def _hf_wrapped_experts(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
+    """peft 0.21's LoRA on a mixture's router weight and stacked experts (ParamWrapper, peft/tuners/lora/layer.py;
+    `finetuning.experts_wrapped`), beyond what the block keeps with trainable weights (`_hf_moe`: the router's
+    input, the gathered tokens and the down matmul's input, which the adapted weights' gradients need).
+
+    Each forward the router's weight becomes W + B·A (one adapter on one matrix: `_LoraParameterProxy`), a new
+    E × h tensor that its linear keeps; each expert stack becomes ``torch.baddbmm(W, lhs, rhs)`` (`_LoraFactorsProxy`),
+    a new copy of the whole stack, E × 2I × h and E × h × I, which the grouped matmuls keep, and baddbmm keeps its
+    two factors, the adapters' A and B cast to the weights' dtype: E × 2r × h and E × 2I × 2r for gate_up_proj (twice
+    the rank: the gate and up projections fused), E × r × I and E × h × r for down_proj. In an fp32 model the casts
+    are the adapters themselves. All in the weights' dtype. Measured on CPU: docs/VALIDATION.md, "Fine-tuning"."""
+    e, h, width, r = arch.num_local_experts, arch.hidden_size, arch.expert_size, setup.finetuning.rank
+    wb = setup.half_bytes
+    saved.add("moe.router.adapted_weight", e * h, wb, "none")
+    saved.add("moe.experts.gate_up.adapted_weight", e * 2 * width * h, wb, "none")
+    saved.add("moe.experts.down.adapted_weight", e * h * width, wb, "none")
+    if wb != FP32_BYTES:
+        saved.add("moe.experts.gate_up.lora_factors", e * 2 * r * (h + 2 * width), wb, "none")
+        saved.add("moe.experts.down.lora_factors", e * r * (width + h), wb, "none")
+
+
 def _hf_gpt_oss_router(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, weights: bool = True) -> None:
     """GptOssTopKRouter (modeling_gpt_oss.py, transformers 5.24): a linear with a bias over the E experts, top-k of
     its logits, and a softmax over those k logits alone, in the activations' dtype. The linear keeps its input
@@ -941,9 +962,11 @@ def _hf_gated_shared_expert(saved: _Saved, arch: Architecture, setup: Activation
 
 
 def _hf_mlp(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, down_input: bool = True,
-            dense: bool = False) -> None:
+            dense: bool = False, wrapped: bool = False) -> None:
     if arch.is_moe and not dense:
-        _hf_moe(saved, arch, setup, weights=down_input)
+        if wrapped:
+            _hf_wrapped_experts(saved, arch, setup)
+        _hf_moe(saved, arch, setup, weights=down_input or wrapped)
         return
     n, inter = setup.tokens, arch.ffn_size
     wa = setup.half_bytes
@@ -1229,9 +1252,10 @@ def _hf_layer(arch: Architecture, setup: ActivationSetup, role: Role = "full", *
         _hf_linear_input(saved, "mlp.input", mlp_consumers, arch, setup)
     _hf_adapters(saved, mlp_in, setup.stream_bytes, input_kept=weights, input_grad=mlp_grad, name="mlp.input",
                  arch=arch, setup=setup)
-    mlp_records = mlp_grad or weights or bool(mlp_in)
+    wrapped = "moe.experts.gate_up" in adapted and not dense  # the router and experts adapted (experts_wrapped)
+    mlp_records = mlp_grad or weights or bool(mlp_in) or wrapped
     if mlp_records:
-        _hf_mlp(saved, arch, setup, down_input=weights, dense=dense)
+        _hf_mlp(saved, arch, setup, down_input=weights, dense=dense, wrapped=wrapped)
     _hf_adapters(saved, mlp_out, setup.half_bytes, input_kept=weights, input_grad=mlp_records, name="mlp.down_input",
                  arch=arch, setup=setup)
     if not pre_norms:

@@ -142,7 +142,8 @@ def validate_finetuning(finetuning: Finetuning, arch: Architecture | None, *, au
             if name != ALL_LINEAR and name not in known:
                 raise DomainError("finetuning.target_modules", f"{name!r} is not a linear module of this model; "
                                                                f"it has {', '.join(sorted(known))} (or all-linear)")
-        if arch.is_moe and ALL_LINEAR in f.target_modules:
+        if arch.is_moe and ALL_LINEAR in f.target_modules and not (experts_wrapped(arch, f)
+                                                                   or arch.model_type == "gpt_oss"):
             # peft 0.21 wraps the stacked expert parameters (ParamWrapper, target_parameters) and, each forward,
             # folds the adapters into a new copy of the whole expert stack (torch.baddbmm in _LoraFactorsProxy),
             # which the experts' matmuls keep for backward: a second copy of every layer's experts in the weights'
@@ -154,24 +155,45 @@ def validate_finetuning(finetuning: Finetuning, arch: Architecture | None, *, au
                                                            f"forward ({experts:,} weights a layer), kept for backward: "
                                                            "not modelled yet; name the attention's modules "
                                                            f"({', '.join(sorted(known))})")
+        if experts_wrapped(arch, f) and f.dropout > 0:
+            raise DomainError("finetuning.dropout", "peft 0.21 takes no dropout for adapters on a mixture's stacked "
+                                                    "experts, which all-linear adapts (ParamWrapper); set it to 0")
         if not targeted(arch, f):
             raise DomainError("finetuning.target_modules", "no linear module of this model matches")
 
 
+# Mixtures whose router and stacked experts peft 0.21's all-linear adapts (ParamWrapper); a custom mixture is
+# modelled as Mixtral. gpt-oss's all-linear adapts the attention alone (its router and experts are left as they are).
+PARAM_WRAPPED_MODELS: Final = (None, "mixtral", "qwen3_moe")
+_WRAPPED: Final = ("moe.router.weight", "moe.experts.gate_up", "moe.experts.down")
+
+
+def experts_wrapped(arch: Architecture, finetuning: Finetuning) -> bool:
+    """Whether adapters sit on a mixture's router and stacked experts: peft 0.21's all-linear on Mixtral or Qwen3-MoE
+    wraps the router's weight and the experts' gate_up_proj and down_proj parameters (ParamWrapper,
+    peft/tuners/lora/layer.py), measured on CPU (docs/VALIDATION.md, "Fine-tuning")."""
+    return (finetuning.adapters and ALL_LINEAR in finetuning.target_modules and arch.is_moe
+            and arch.model_type in PARAM_WRAPPED_MODELS)
+
+
 def targets_mlp(arch: Architecture, finetuning: Finetuning) -> bool:
-    """Whether an adapter sits on one of the MLP's linear layers."""
-    return any(tensor.name.startswith("mlp.") for tensor in targeted(arch, finetuning))
+    """Whether an adapter sits on one of the MLP's linear layers, or on a mixture's router and experts."""
+    return any(tensor.name.startswith(("mlp.", "moe.")) for tensor in targeted(arch, finetuning))
 
 
 def targeted(arch: Architecture, finetuning: Finetuning) -> tuple[ParamTensor, ...]:
     """The layer weights that get an adapter (peft matches module names by suffix, so GPT-2's `c_proj`
-    names both the attention output and the MLP output)."""
+    names both the attention output and the MLP output), and a mixture's router and stacked experts where
+    `experts_wrapped`."""
     if not finetuning.adapters:
         return ()
     names = module_names(arch)
     wanted = set(finetuning.target_modules)
-    return tuple(tensor for tensor in linear_modules(arch)
-                 if ALL_LINEAR in wanted or names.get(_module_of(tensor)) in wanted)
+    linear = tuple(tensor for tensor in linear_modules(arch)
+                   if ALL_LINEAR in wanted or names.get(_module_of(tensor)) in wanted)
+    if experts_wrapped(arch, finetuning):
+        linear += tuple(tensor for tensor in layer_tensors(arch) if tensor.name in _WRAPPED)
+    return linear
 
 
 def adapter_elements(tensor: ParamTensor, rank: int) -> int:
@@ -185,8 +207,17 @@ def adapter_tensors(arch: Architecture, finetuning: Finetuning) -> tuple[ParamTe
     out: list[ParamTensor] = []
     r = finetuning.rank
     for tensor in targeted(arch, finetuning):
-        out_features, in_features = tensor.shape
         module = _module_of(tensor)
+        if tensor.name.startswith("moe.experts."):
+            # ParamWrapper over E stacked experts (E x out x in): A is (E·r x in) and B (out x E·r), and gate_up_proj,
+            # the gate and up projections fused, takes twice the rank (peft's rank_pattern for fused targets,
+            # peft/utils/transformers_weight_conversion.py). Tensor parallelism is refused for it.
+            experts, out_features, in_features = tensor.shape
+            rank = r * (2 if module == "moe.experts.gate_up" else 1)
+            out.append(ParamTensor(f"{module}.lora_A", (experts * rank, in_features), matmul=True))
+            out.append(ParamTensor(f"{module}.lora_B", (out_features, experts * rank), matmul=True))
+            continue
+        out_features, in_features = tensor.shape
         # A column-parallel weight splits B's rows; a row-parallel one splits A's columns.
         a_split = ("row", 1) if tensor.split == "row" else ("replicated", 0)
         b_split = ("column", 0) if tensor.split == "column" else ("replicated", 0)

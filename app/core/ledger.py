@@ -32,7 +32,7 @@ from app.core import activations as act
 from app.core import states
 from app.core.architecture import Architecture, layer_tensors
 from app.core.categories import MODEL_STATE_CATEGORIES
-from app.core.finetuning import head_trains, layer_roles, linear_modules, targets_mlp
+from app.core.finetuning import experts_wrapped, head_trains, layer_roles, linear_modules, targets_mlp
 from app.core.optimizers import FP32_BITS, OPTIMIZER_INFO, optimizer_formula, optimizer_label
 from app.core.setup import (
     FP8_RECIPES,
@@ -745,6 +745,7 @@ class _Stage:
         self._attention_backward()
         self._mlp_backward()
         self._moe_backward()
+        self._wrapped_experts_backward()
         self._recomputation()
         self._autocast_copies()
         self._zero_buffers()
@@ -1062,6 +1063,24 @@ class _Stage:
         self.add("moe.backward", "temporary", "One mixture-of-experts layer's backward: the routed tokens' gradients "
                  "before the layer's gradients are written", f"{terms} − {grads - written:,} B of gradients written later",
                  size, self.per_stage(size), Life("micro-batch", BWD_LAYER_LAST, self.bwd_end))
+
+    def _wrapped_experts_backward(self) -> None:
+        """With adapters on a mixture's stacked experts (`finetuning.experts_wrapped`), in half precision, a layer's
+        backward holds at least what trained experts hold first (`_moe_backward`): the routed tokens' gradients, three
+        n·k × h tensors in the routing weights' dtype, beside the layer's output gradient; the adapters' gradients
+        are small. Its later moments, where the gradients of the adapted expert copies (E × 2I × h and E × h × I) meet
+        the experts' own, are not modelled (the estimate warns where a layer's backward holds the peak). Measured on
+        CPU (docs/VALIDATION.md, "Fine-tuning"): Mixtral within 2.5 n·h bytes of the layer's backward, I/h 1 to 4, 512
+        to 2,048 tokens; Qwen3-MoE up to 4.5 n·h bytes over it at I/h up to 2 and 28 n·h short at I/h 4."""
+        arch, setup, training = self.arch, self.setup, self.training
+        if not experts_wrapped(arch, training.finetuning) or setup.half_bytes >= act.FP32_BYTES:
+            return
+        n, h, k, w = setup.tokens, arch.hidden_size, arch.num_experts_per_tok, setup.half_bytes
+        r = act.FP32_BYTES if arch.model_type in act.FP32_ROUTING_MODELS else w
+        size = 3 * n * k * h * r + n * h * w
+        self.add("moe.backward", "temporary", "One mixture-of-experts layer's backward: the routed tokens' gradients "
+                 "(adapters on the experts)", f"3 × {n:,} × {k} × {h:,} × {r} B + {n:,} × {h:,} × {w} B", size,
+                 self.per_stage(size), Life("micro-batch", BWD_LAYER_LAST, self.bwd_end))
 
     def _post_norm_full_backward(self, grads: int, recomputed: bool) -> tuple[int, str, int, int]:
         """`_mlp_backward` trained in full with a norm after the MLP (OLMo 2; Gemma 3, which has one before it too):

@@ -10,7 +10,7 @@ from typing import Final, Literal
 from app.core import activations as act
 from app.core.architecture import Architecture
 from app.core.errors import DomainError
-from app.core.finetuning import Finetuning, validate_finetuning
+from app.core.finetuning import Finetuning, experts_wrapped, validate_finetuning
 from app.core.optimizers import OPTIMIZER_IMPLEMENTATIONS, check_optimizer
 from app.core.precision import DEFAULT_PRECISION_PRESET, Precision, precision_preset
 
@@ -381,6 +381,9 @@ def _check_moe_finetuning(arch: Architecture, finetuning: Finetuning, parallelis
     if why is not None:
         raise DomainError("finetuning.method", f"freezing parts of a mixture of experts {why} is not modelled yet; "
                                                "LoRA on its attention is")
+    if experts_wrapped(arch, finetuning) and parallelism.tensor > 1:
+        raise DomainError("parallelism.tensor", "adapters on a mixture's stacked experts (all-linear) are modelled "
+                                                "without tensor parallelism")
     if parallelism.experts_apart:
         raise DomainError("parallelism.expert" if parallelism.expert > 1 else "parallelism.expert_tensor",
                           "fine-tuning a mixture of experts is modelled with the experts split like the rest of the "

@@ -66,7 +66,8 @@ def test_k_norm_without_gradient_keeps_nothing() -> None:
 
 
 @pytest.mark.parametrize(("finetuning", "layout", "field", "message"), [
-    (Finetuning(method="lora", target_modules=("all-linear",)), {}, "finetuning.target_modules", "new copy of each"),
+    (Finetuning(method="lora", target_modules=("all-linear",), dropout=0.1), {}, "finetuning.dropout", "no dropout"),
+    (Finetuning(method="lora", target_modules=("all-linear",)), {"tensor": 2}, "parallelism.tensor", "tensor"),
     (Finetuning(method="lora", target_modules=("gate_proj",)), {}, "finetuning.target_modules", "not a linear module"),
     (Finetuning(method="lora"), {"data": 8, "expert": 8}, "parallelism.expert", "no expert"),
 ])
@@ -148,3 +149,33 @@ def test_qlora_quantizes_the_linear_modules_only() -> None:
     expected = layers * per_layer + 2 * vocab * h * 2 + h * 2 + adapters  # + embedding, output layer, final norm
     qlora = Finetuning(method="qlora", rank=16, target_modules=("q_proj", "v_proj"))
     assert core.estimate(architecture=MIXTRAL, training=training(qlora)).per_gpu["weights"] == expected
+
+
+def test_all_linear_wraps_the_router_and_the_stacked_experts() -> None:
+    """peft 0.21's all-linear on Mixtral adapts the router's weight and the stacked experts (ParamWrapper): A is
+    (E·r x in) and B (out x E·r), twice the rank for the fused gate_up_proj; each forward folds the adapters into a
+    new copy of each expert stack, which the layer keeps (measured with peft: docs/VALIDATION.md, "Fine-tuning").
+    Mixtral-8x7B at r = 16, counted by hand."""
+    h, kv, inter, experts, layers, r = 4096, 1024, 14336, 8, 32, 16
+    attention = r * ((h + h) + (h + kv) + (h + kv) + (h + h))  # q, k, v, o
+    router = r * (h + experts)
+    gate_up = experts * 2 * r * (h + 2 * inter)
+    down = experts * r * (inter + h)
+    tuned = core.estimate(architecture=MIXTRAL, training=training(Finetuning(method="lora", rank=r,
+                                                                             target_modules=("all-linear",))))
+    assert tuned.trainable_param_count == layers * (attention + router + gate_up + down)
+    setup = act.ActivationSetup(micro_batch_size=1, seq_len=64, precision=BF16, device="cpu",
+                                finetuning=Finetuning(method="lora", rank=r, target_modules=("all-linear",)))
+    saved = {item.name: item.bytes for item in act.layer_activations(MIXTRAL, setup, "full")}
+    assert saved["moe.experts.gate_up.adapted_weight"] == experts * 2 * inter * h * 2
+    assert saved["moe.experts.down.adapted_weight"] == experts * h * inter * 2
+    assert {"moe.gathered_tokens", "moe.product", "moe.router_input"} <= set(saved)
+    # gpt-oss's all-linear adapts the attention alone; Qwen2-MoE's and DeepSeek's stay refused, saying why
+    oss = core.get_preset("gpt-oss-20b").architecture
+    assert core.estimate(architecture=oss, training=training(Finetuning(method="lora", target_modules=(
+        "all-linear",)))).trainable_param_count == core.estimate(architecture=oss, training=training(Finetuning(
+            method="lora", target_modules=("q_proj", "k_proj", "v_proj", "o_proj")))).trainable_param_count
+    for arch in (_qwen2_moe(), core.get_preset("deepseek-v2-lite").architecture):
+        with pytest.raises(core.DomainError) as caught:
+            core.estimate(architecture=arch, training=training(Finetuning(method="lora", target_modules=("all-linear",))))
+        assert "new copy of each" in caught.value.message
