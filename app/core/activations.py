@@ -1001,6 +1001,15 @@ def _hf_mlp(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, down_i
         saved.mask("mlp.residual_dropout_mask", n * arch.hidden_size, wa, "sequence")
 
 
+def _layer_tuning(arch: Architecture, setup: ActivationSetup,
+                  role: Role) -> tuple[bool, bool, Mapping[str, str], dict[str, tuple[int, ...]]]:
+    """How a layer of this `role` (finetuning.layer_role) trains: whether its weights do, whether its input needs a
+    gradient, the family's module names, and the adapted weights (internal name -> shape)."""
+    ft = setup.finetuning
+    adapted = {tensor.name.removesuffix(".weight"): tensor.shape for tensor in targeted(arch, ft)}
+    return ft.method == "full" and role in ("full", "bottom"), role in ("full", "through"), module_names(arch), adapted
+
+
 def _hf_mla_layer(arch: Architecture, setup: ActivationSetup, role: Role = "full", *,
                   dense: bool = False) -> list[SavedTensor]:
     """A DeepSeek-V3 or DeepSeek-V2 decoder layer (DeepseekV3DecoderLayer, DeepseekV2DecoderLayer, transformers
@@ -1014,11 +1023,7 @@ def _hf_mla_layer(arch: Architecture, setup: ActivationSetup, role: Role = "full
     saved = _Saved(setup)
     if role == "off":
         return saved.items
-    ft = setup.finetuning
-    weights = ft.method == "full" and role in ("full", "bottom")
-    input_grad = role in ("full", "through")
-    names = module_names(arch)
-    adapted = {tensor.name.removesuffix(".weight"): tensor.shape for tensor in targeted(arch, ft)}
+    weights, input_grad, names, adapted = _layer_tuning(arch, setup, role)
 
     def adapters_on(*modules: str) -> tuple[tuple[str, int], ...]:
         return tuple((names.get(m, m), adapted[m][1]) for m in modules if m in adapted)
@@ -1106,23 +1111,10 @@ def _hf_mla_attention(saved: _Saved, arch: Architecture, setup: ActivationSetup,
     r_kv, d_r = arch.kv_lora_rank or 0, arch.rope_size
     wa = setup.half_bytes
     if arch.q_lora_rank is not None:
-        r_q = arch.q_lora_rank
-        if g.q_a:
-            saved.add("attn.q_a_norm.input_fp32", n * r_q, FP32_BYTES, "none")
-            saved.add("attn.q_a_norm.rstd", n, FP32_BYTES, "none")
-        if weights:
-            saved.add("attn.q_a_norm.normalised", n * r_q, wa, "none")
-            saved.add("attn.q_b_input", n * r_q, wa, "none")
-        _hf_adapters(saved, q_b, wa, input_kept=weights, input_grad=g.q_a, name="attn.q_b_input", arch=arch,
-                     setup=setup)
-    if g.kv_a:
-        saved.add("attn.kv_a_norm.input_fp32", n * (r_kv + (d_r if wa == FP32_BYTES else 0)), FP32_BYTES, "none")
-        saved.add("attn.kv_a_norm.rstd", n, FP32_BYTES, "none")
-    if weights:
-        saved.add("attn.kv_a_norm.normalised", n * r_kv, wa, "none")
-        saved.add("attn.kv_b_input", n * r_kv, wa, "none")
-    _hf_adapters(saved, kv_b, wa, input_kept=weights, input_grad=g.kv_a, name="attn.kv_b_input", arch=arch,
-                 setup=setup)
+        _mla_latent_path(saved, arch, setup, "q", arch.q_lora_rank, arch.q_lora_rank, grad=g.q_a, weights=weights,
+                         adapters=q_b)
+    _mla_latent_path(saved, arch, setup, "kv", r_kv, r_kv + (d_r if wa == FP32_BYTES else 0), grad=g.kv_a,
+                     weights=weights, adapters=kv_b)
     scores_grad = g.query or g.key
     scores = b * a * s * s
     value_view = n * a * ((d_n + d_v) if b == 1 else d_v)  # V as the matmul keeps it: a copy, or at b = 1 the view
@@ -1172,6 +1164,23 @@ def _hf_mla_attention(saved: _Saved, arch: Architecture, setup: ActivationSetup,
         saved.mask("attn.residual_dropout_mask", n * arch.hidden_size, wa, "sequence")
 
 
+def _mla_latent_path(saved: _Saved, arch: Architecture, setup: ActivationSetup, path: str, rank: int, fp32_width: int,
+                     *, grad: bool, weights: bool, adapters: tuple[tuple[str, int], ...]) -> None:
+    """One of multi-head latent attention's low-rank paths (`path` q or kv, `_hf_mla_attention`): the RMSNorm over
+    its latent (`rank` wide; its fp32 input `fp32_width` wide) keeps its fp32 input and reciprocal RMS where the
+    latent needs a gradient (`grad`) and its normalised tensor with trainable `weights`, as the up-projection keeps
+    its input; `adapters` on the up-projection keep what `_hf_adapters` says."""
+    n, wa = setup.tokens, setup.half_bytes
+    if grad:
+        saved.add(f"attn.{path}_a_norm.input_fp32", n * fp32_width, FP32_BYTES, "none")
+        saved.add(f"attn.{path}_a_norm.rstd", n, FP32_BYTES, "none")
+    if weights:
+        saved.add(f"attn.{path}_a_norm.normalised", n * rank, wa, "none")
+        saved.add(f"attn.{path}_b_input", n * rank, wa, "none")
+    _hf_adapters(saved, adapters, wa, input_kept=weights, input_grad=grad, name=f"attn.{path}_b_input", arch=arch,
+                 setup=setup)
+
+
 def _refuse_unmodelled_mla(arch: Architecture, setup: ActivationSetup) -> None:
     """Multi-head latent attention is modelled as transformers runs it, on one tensor-parallel rank, in the
     training dtype, training every weight: refuse the rest by name rather than guess."""
@@ -1205,11 +1214,7 @@ def _hf_layer(arch: Architecture, setup: ActivationSetup, role: Role = "full", *
     saved = _Saved(setup)
     if role == "off":
         return saved.items
-    ft = setup.finetuning
-    weights = ft.method == "full" and role in ("full", "bottom")
-    input_grad = role in ("full", "through")
-    names = module_names(arch)
-    adapted = {tensor.name.removesuffix(".weight"): tensor.shape for tensor in targeted(arch, ft)}
+    weights, input_grad, names, adapted = _layer_tuning(arch, setup, role)
 
     def adapters_on(*modules: str) -> tuple[tuple[str, int], ...]:
         return tuple((names.get(m, m) + ("" if m not in ("attn.o", "mlp.down") or arch.model_type != "gpt2"
