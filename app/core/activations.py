@@ -203,6 +203,9 @@ class ActivationSetup:
         return self.half_bytes
 
 
+_Adapters = tuple[tuple[str, int], ...]  # adapted modules, each with its input features (`_hf_adapters`)
+
+
 class SavedTensor(NamedTuple):
     """A tensor kept for the backward pass: its name, per-rank bytes, and whether it is core attention.
 
@@ -739,7 +742,8 @@ def _hf_qk_norms(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, w
             saved.add(f"attn.{name}.one_plus_weight_fp32", d, FP32_BYTES, "none")
 
 
-def _hf_moe(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, weights: bool = True) -> None:
+def _hf_moe(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, weights: bool = True,
+            shared_adapters: tuple[_Adapters, _Adapters] = ((), ())) -> None:
     """A sparse MoE block as transformers 5.24 runs Mixtral's (modeling_mixtral.py: MixtralTopKRouter, then
     MixtralExperts over the tokens sorted by expert), for n tokens, k experts each, E experts of width I.
 
@@ -811,7 +815,7 @@ def _hf_moe(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, weight
     if arch.n_shared_experts or arch.model_type in DEEPSEEK_MODELS:
         _hf_shared_experts(saved, arch, setup, weights=weights)
     elif arch.shared_expert_gate:
-        _hf_gated_shared_expert(saved, arch, setup, weights=weights)
+        _hf_gated_shared_expert(saved, arch, setup, weights=weights, adapters=shared_adapters)
 
 
 def _hf_wrapped_experts(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
@@ -937,8 +941,8 @@ def _hf_shared_experts(saved: _Saved, arch: Architecture, setup: ActivationSetup
             saved.add(f"moe.shared.{name}", n * width, wa, "tensor")
 
 
-def _hf_gated_shared_expert(saved: _Saved, arch: Architecture, setup: ActivationSetup, *,
-                            weights: bool = True) -> None:
+def _hf_gated_shared_expert(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, weights: bool = True,
+                            adapters: tuple[_Adapters, _Adapters] = ((), ())) -> None:
     """Qwen2-MoE's shared expert and its gate (Qwen2MoeSparseMoeBlock, modeling_qwen2_moe.py, transformers 5.24):
     ``sigmoid(shared_expert_gate(x)) * shared_expert(x)`` with the shared expert a gated MLP of width
     I_s = shared_expert_intermediate_size. Its linears and the gate's read the router's input (one tensor, kept
@@ -950,7 +954,9 @@ def _hf_gated_shared_expert(saved: _Saved, arch: Architecture, setup: Activation
     F.linear calls on the fp32 input, each casting it to half precision itself and keeping its own cast (autocast
     caches casts of leaf weights only, `_hf_linear_input`): three n × h half casts beyond the router's. The shared
     expert's outputs are half precision, as in a half-precision model. With its weights frozen (`weights` False)
-    the down projection keeps no input (the product)."""
+    the down projection keeps no input (the product). peft's all-linear adapts the shared expert's three linears and
+    its gate (`adapters`: those reading the block's input, then the down projection), which keep what
+    `_hf_adapters` says (measured with peft: docs/VALIDATION.md, "Fine-tuning")."""
     n, wa, width = setup.tokens, setup.half_bytes, arch.shared_expert_size
     if setup.autocast:
         saved.add("moe.shared.input (half cast x3)", 3 * n * arch.hidden_size, wa, "sequence")
@@ -959,14 +965,19 @@ def _hf_gated_shared_expert(saved: _Saved, arch: Architecture, setup: Activation
             saved.add(f"moe.shared.{name}", n * width, wa, "tensor")
     saved.add("moe.shared_gate_sigmoid", n, wa, "none")
     saved.add("moe.shared.output", n * arch.hidden_size, wa, "sequence")
+    reading_input, down = adapters
+    _hf_adapters(saved, reading_input, setup.stream_bytes, input_kept=weights, input_grad=True, name="moe.router_input",
+                 arch=arch, setup=setup)
+    _hf_adapters(saved, down, wa, input_kept=weights, input_grad=True, name="moe.shared.product", arch=arch,
+                 setup=setup)
 
 
 def _hf_mlp(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, down_input: bool = True,
-            dense: bool = False, wrapped: bool = False) -> None:
+            dense: bool = False, wrapped: bool = False, shared_adapters: tuple[_Adapters, _Adapters] = ((), ())) -> None:
     if arch.is_moe and not dense:
         if wrapped:
             _hf_wrapped_experts(saved, arch, setup)
-        _hf_moe(saved, arch, setup, weights=down_input or wrapped)
+        _hf_moe(saved, arch, setup, weights=down_input or wrapped, shared_adapters=shared_adapters)
         return
     n, inter = setup.tokens, arch.ffn_size
     wa = setup.half_bytes
@@ -1260,7 +1271,9 @@ def _hf_layer(arch: Architecture, setup: ActivationSetup, role: Role = "full", *
     wrapped = "moe.experts.gate_up" in adapted and not dense  # the router and experts adapted (experts_wrapped)
     mlp_records = mlp_grad or weights or bool(mlp_in) or wrapped
     if mlp_records:
-        _hf_mlp(saved, arch, setup, down_input=weights, dense=dense, wrapped=wrapped)
+        _hf_mlp(saved, arch, setup, down_input=weights, dense=dense, wrapped=wrapped,
+                shared_adapters=(adapters_on("moe.shared.gate", "moe.shared.up", "moe.shared_gate"),
+                                 adapters_on("moe.shared.down")))
     _hf_adapters(saved, mlp_out, setup.half_bytes, input_kept=weights, input_grad=mlp_records, name="mlp.down_input",
                  arch=arch, setup=setup)
     if not pre_norms:

@@ -143,7 +143,7 @@ def validate_finetuning(finetuning: Finetuning, arch: Architecture | None, *, au
                 raise DomainError("finetuning.target_modules", f"{name!r} is not a linear module of this model; "
                                                                f"it has {', '.join(sorted(known))} (or all-linear)")
         if arch.is_moe and ALL_LINEAR in f.target_modules and not (experts_wrapped(arch, f)
-                                                                   or arch.model_type == "gpt_oss"):
+                                                                   or arch.model_type in LINEAR_ONLY_MODELS):
             # peft 0.21 wraps the stacked expert parameters (ParamWrapper, target_parameters) and, each forward,
             # folds the adapters into a new copy of the whole expert stack (torch.baddbmm in _LoraFactorsProxy),
             # which the experts' matmuls keep for backward: a second copy of every layer's experts in the weights'
@@ -163,8 +163,11 @@ def validate_finetuning(finetuning: Finetuning, arch: Architecture | None, *, au
 
 
 # Mixtures whose router and stacked experts peft 0.21's all-linear adapts (ParamWrapper); a custom mixture is
-# modelled as Mixtral. gpt-oss's all-linear adapts the attention alone (its router and experts are left as they are).
+# modelled as Mixtral.
 PARAM_WRAPPED_MODELS: Final = (None, "mixtral", "qwen3_moe")
+# Mixtures whose all-linear in peft 0.21 adapts their nn.Linear modules alone: gpt-oss's attention; Qwen2-MoE's
+# attention, shared expert and shared expert gate (its router and experts are left as they are).
+LINEAR_ONLY_MODELS: Final = ("gpt_oss", "qwen2_moe")
 _WRAPPED: Final = ("moe.router.weight", "moe.experts.gate_up", "moe.experts.down")
 
 
