@@ -202,13 +202,17 @@ CASES = (
       for attention in ("sdpa", "eager")),
     Case("mixtral", "bf16", ("q_proj", "v_proj"), modules_to_save=("lm_head",), batch=1, seq=48),
     # peft's all-linear on Mixtral and Qwen3-MoE: the router's weight and the stacked experts wrapped (ParamWrapper),
-    # folded into new copies each forward; on gpt-oss it adapts the attention alone, on Qwen2-MoE the attention, the
-    # shared expert and its gate.
+    # folded into new copies each forward (on DeepSeek beside the latent attention, the shared experts and dense
+    # layers left); on gpt-oss it adapts the attention alone, on Qwen2-MoE the attention, the shared expert and its
+    # gate.
     *(Case(family, precision, ("all-linear",), 0.0, attention)
       for family in ("mixtral", "qwen3_moe") for precision in ("bf16", "fp32") for attention in ("sdpa", "eager")),
     Case("gpt_oss", "bf16", ("all-linear",), 0.0, "eager"),
     *(Case("qwen2_moe", precision, ("all-linear",), dropout, attention)
       for precision, dropout, attention in (("bf16", 0.0, "sdpa"), ("fp32", 0.0, "eager"), ("bf16", 0.1, "eager"))),
+    *(Case(family, precision, ("all-linear",), 0.0, attention)
+      for family, precision, attention in (("deepseek_v3", "bf16", "sdpa"), ("deepseek_v3", "fp32", "eager"),
+                                           ("deepseek_v2", "bf16", "sdpa"))),
     # Qwen2-MoE's shared expert frozen beside the routed ones; gpt-oss's biased router and experts frozen.
     *(Case("qwen2_moe", precision, targets, dropout, attention)
       for precision in ("bf16", "fp32")
@@ -304,9 +308,12 @@ def section(results: list[Result], peaks: list) -> list[str]:
         "gate_up_proj) and each forward folds the adapters into new copies of the router's weight and of both "
         "expert stacks (`torch.baddbmm`), which the layer keeps with the adapters' factors cast to the weights' "
         "dtype, the router's input, the gathered tokens and the down projection's input: a second copy of the "
-        "experts per layer. On gpt-oss it adapts the attention alone, and on Qwen2-MoE the attention, the shared "
-        "expert's three linears and its gate, each adapter keeping what it keeps elsewhere; on DeepSeek trainmem "
-        "refuses it. DeepSeek's latent attention keeps, of its low-rank paths, the fp32 input and "
+        "experts per layer. On DeepSeek it does the same for the sparse layers (the router keeping its fp32 cast of "
+        "the adapted weight in place of the adapted weight in a bf16 model), beside the latent attention, and "
+        "leaves the shared experts and the dense layers' MLPs, whose module names peft maps to the routed "
+        "experts. On gpt-oss it adapts the attention alone, and on Qwen2-MoE the attention, the shared "
+        "expert's three linears and its gate, each adapter keeping what it keeps elsewhere. DeepSeek's latent "
+        "attention keeps, of its low-rank paths, the fp32 input and "
         "reciprocal RMS of q_a_layernorm and kv_a_layernorm where their input needs a gradient and none of their "
         "normalised tensors or the projections' inputs; in the lowest layer each matmul of the attention keeps one "
         "operand only where the other needs a gradient, so adapting q_a_proj, kv_a_proj_with_mqa or o_proj alone "

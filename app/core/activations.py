@@ -743,7 +743,7 @@ def _hf_qk_norms(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, w
 
 
 def _hf_moe(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, weights: bool = True,
-            shared_adapters: tuple[_Adapters, _Adapters] = ((), ())) -> None:
+            shared_weights: bool | None = None, shared_adapters: tuple[_Adapters, _Adapters] = ((), ())) -> None:
     """A sparse MoE block as transformers 5.24 runs Mixtral's (modeling_mixtral.py: MixtralTopKRouter, then
     MixtralExperts over the tokens sorted by expert), for n tokens, k experts each, E experts of width I.
 
@@ -812,10 +812,11 @@ def _hf_moe(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, weight
     saved.add("moe.routing_weights", received, FP32_BYTES if arch.model_type in FP32_ROUTING_MODELS else wa, "none")
     saved.add("moe.expert_output", received * h, we, "none")
     saved.add("moe.scatter_index", received, INDEX_BYTES, "none")
+    shared = weights if shared_weights is None else shared_weights  # the shared experts', if not the router's
     if arch.n_shared_experts or arch.model_type in DEEPSEEK_MODELS:
-        _hf_shared_experts(saved, arch, setup, weights=weights)
+        _hf_shared_experts(saved, arch, setup, weights=shared)
     elif arch.shared_expert_gate:
-        _hf_gated_shared_expert(saved, arch, setup, weights=weights, adapters=shared_adapters)
+        _hf_gated_shared_expert(saved, arch, setup, weights=shared, adapters=shared_adapters)
 
 
 def _hf_wrapped_experts(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
@@ -831,7 +832,9 @@ def _hf_wrapped_experts(saved: _Saved, arch: Architecture, setup: ActivationSetu
     are the adapters themselves. All in the weights' dtype. Measured on CPU: docs/VALIDATION.md, "Fine-tuning"."""
     e, h, width, r = arch.num_local_experts, arch.hidden_size, arch.expert_size, setup.finetuning.rank
     wb = setup.half_bytes
-    saved.add("moe.router.adapted_weight", e * h, wb, "none")
+    if arch.model_type not in DEEPSEEK_MODELS or wb == FP32_BYTES:
+        # DeepSeek's router casts the weight to fp32 and keeps that cast instead (`_router_weight_fp32`)
+        saved.add("moe.router.adapted_weight", e * h, wb, "none")
     saved.add("moe.experts.gate_up.adapted_weight", e * 2 * width * h, wb, "none")
     saved.add("moe.experts.down.adapted_weight", e * h * width, wb, "none")
     if wb != FP32_BYTES:
@@ -977,7 +980,8 @@ def _hf_mlp(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, down_i
     if arch.is_moe and not dense:
         if wrapped:
             _hf_wrapped_experts(saved, arch, setup)
-        _hf_moe(saved, arch, setup, weights=down_input or wrapped, shared_adapters=shared_adapters)
+        _hf_moe(saved, arch, setup, weights=down_input or wrapped, shared_weights=down_input,
+                shared_adapters=shared_adapters)
         return
     n, inter = setup.tokens, arch.ffn_size
     wa = setup.half_bytes
@@ -1057,8 +1061,9 @@ def _hf_mla_layer(arch: Architecture, setup: ActivationSetup, role: Role = "full
     _hf_norm(saved, "mlp_norm", arch, setup, weight_grad=weights, input_grad=mlp_grad)
     if weights and (dense or not arch.is_moe):  # a MoE block's router and shared experts keep its input (_hf_moe)
         _hf_linear_input(saved, "mlp.input", 2, arch, setup)
-    if mlp_grad or weights:
-        _hf_mlp(saved, arch, setup, down_input=weights, dense=dense)
+    wrapped = "moe.experts.gate_up" in adapted and not dense  # the router and experts adapted (experts_wrapped)
+    if mlp_grad or weights or wrapped:
+        _hf_mlp(saved, arch, setup, down_input=weights, dense=dense, wrapped=wrapped)
     return saved.items
 
 

@@ -164,7 +164,10 @@ def validate_finetuning(finetuning: Finetuning, arch: Architecture | None, *, au
 
 # Mixtures whose router and stacked experts peft 0.21's all-linear adapts (ParamWrapper); a custom mixture is
 # modelled as Mixtral.
-PARAM_WRAPPED_MODELS: Final = (None, "mixtral", "qwen3_moe")
+PARAM_WRAPPED_MODELS: Final = (None, "mixtral", "qwen3_moe", "deepseek_v3", "deepseek_v2")
+# ... of which DeepSeek's all-linear leaves the shared experts and the dense layers' MLPs (their gate_proj, up_proj
+# and down_proj are names peft 0.21 maps to the routed experts' parameters) as they are.
+_SHARED_LEFT_MODELS: Final = ("deepseek_v3", "deepseek_v2")
 # Mixtures whose all-linear in peft 0.21 adapts their nn.Linear modules alone: gpt-oss's attention; Qwen2-MoE's
 # attention, shared expert and shared expert gate (its router and experts are left as they are).
 LINEAR_ONLY_MODELS: Final = ("gpt_oss", "qwen2_moe")
@@ -172,8 +175,8 @@ _WRAPPED: Final = ("moe.router.weight", "moe.experts.gate_up", "moe.experts.down
 
 
 def experts_wrapped(arch: Architecture, finetuning: Finetuning) -> bool:
-    """Whether adapters sit on a mixture's router and stacked experts: peft 0.21's all-linear on Mixtral or Qwen3-MoE
-    wraps the router's weight and the experts' gate_up_proj and down_proj parameters (ParamWrapper,
+    """Whether adapters sit on a mixture's router and stacked experts: peft 0.21's all-linear on Mixtral, Qwen3-MoE or
+    DeepSeek wraps the router's weight and the experts' gate_up_proj and down_proj parameters (ParamWrapper,
     peft/tuners/lora/layer.py), measured on CPU (docs/VALIDATION.md, "Fine-tuning")."""
     return (finetuning.adapters and ALL_LINEAR in finetuning.target_modules and arch.is_moe
             and arch.model_type in PARAM_WRAPPED_MODELS)
@@ -195,6 +198,8 @@ def targeted(arch: Architecture, finetuning: Finetuning) -> tuple[ParamTensor, .
     linear = tuple(tensor for tensor in linear_modules(arch)
                    if ALL_LINEAR in wanted or names.get(_module_of(tensor)) in wanted)
     if experts_wrapped(arch, finetuning):
+        if arch.model_type in _SHARED_LEFT_MODELS:
+            linear = tuple(tensor for tensor in linear if not tensor.name.startswith(("moe.shared.", "mlp.")))
         linear += tuple(tensor for tensor in layer_tensors(arch) if tensor.name in _WRAPPED)
     return linear
 

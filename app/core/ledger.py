@@ -1071,7 +1071,8 @@ class _Stage:
         are small. Its later moments, where the gradients of the adapted expert copies (E × 2I × h and E × h × I) meet
         the experts' own, are not modelled (the estimate warns where a layer's backward holds the peak). Measured on
         CPU (docs/VALIDATION.md, "Fine-tuning"): Mixtral within 2.5 n·h bytes of the layer's backward, I/h 1 to 4, 512
-        to 2,048 tokens; Qwen3-MoE up to 4.5 n·h bytes over it at I/h up to 2 and 28 n·h short at I/h 4."""
+        to 2,048 tokens; Qwen3-MoE up to 4.5 n·h bytes over it at I/h up to 2 and 28 n·h short at I/h 4. DeepSeek's is
+        not measured."""
         arch, setup, training = self.arch, self.setup, self.training
         if not experts_wrapped(arch, training.finetuning) or setup.half_bytes >= act.FP32_BYTES:
             return

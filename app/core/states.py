@@ -309,14 +309,14 @@ def finetuned_stage(arch: Architecture, finetuning: Finetuning, weight_bits: int
     quantized_rank = quantized_cluster = 0
     added = 0
     if ft.adapters:
-        adapters = adapter_tensors(arch, ft)
-        part("layers", [(tensor, layers) for tensor in adapters], adapter_bits,
-             f"LoRA adapters (r = {ft.rank}) of {layers} layers, fp32")
-        added += layers * sum(tensor.elements for tensor in adapters)
-        quantized = ft.method == "qlora"
-        # A mixture's dense first layers (first_k_dense_replace) hold a dense MLP, frozen like the rest; adapters
-        # sit on the attention only (finetuning.validate_finetuning), alike in both kinds of layer.
+        # A mixture's dense first layers (first_k_dense_replace) hold a dense MLP, frozen like the rest, and adapters
+        # on their attention alone: those on the router and the stacked experts (all-linear) sit in the sparse ones.
         dense = dense_layers_on(arch, first_layer=first_layer, layers=layers, count=1)
+        adapters = adapter_tensors(arch, ft)
+        adapted = [(tensor, layers - dense if tensor.name.startswith("moe.") else layers) for tensor in adapters]
+        part("layers", adapted, adapter_bits, f"LoRA adapters (r = {ft.rank}) of {layers} layers, fp32")
+        added += sum(tensor.elements * count for tensor, count in adapted)
+        quantized = ft.method == "qlora"
         kinds = [(one_layer, layers - dense), (layer_tensors(arch, dense=True), dense)] if dense else [(one_layer, layers)]
         for kind_tensors, count in kinds:
             for tensor in kind_tensors:

@@ -170,15 +170,24 @@ def test_all_linear_wraps_the_router_and_the_stacked_experts() -> None:
     assert saved["moe.experts.gate_up.adapted_weight"] == experts * 2 * inter * h * 2
     assert saved["moe.experts.down.adapted_weight"] == experts * h * inter * 2
     assert {"moe.gathered_tokens", "moe.product", "moe.router_input"} <= set(saved)
-    # gpt-oss's all-linear adapts the attention alone; DeepSeek's stays refused, saying why
+    # gpt-oss's all-linear adapts the attention alone
     oss = core.get_preset("gpt-oss-20b").architecture
     assert core.estimate(architecture=oss, training=training(Finetuning(method="lora", target_modules=(
         "all-linear",)))).trainable_param_count == core.estimate(architecture=oss, training=training(Finetuning(
             method="lora", target_modules=("q_proj", "k_proj", "v_proj", "o_proj")))).trainable_param_count
-    with pytest.raises(core.DomainError) as caught:
-        core.estimate(architecture=core.get_preset("deepseek-v2-lite").architecture,
-                      training=training(Finetuning(method="lora", target_modules=("all-linear",))))
-    assert "new copy of each" in caught.value.message
+
+
+def test_all_linear_on_deepseek_leaves_the_shared_experts_and_the_dense_layers() -> None:
+    """peft 0.21's all-linear on DeepSeek adapts the latent attention, the router and the stacked experts of the
+    sparse layers; the shared experts and the dense first layers' MLPs keep no adapters (their module names are the
+    ones peft maps to the routed experts). DeepSeek-V2-Lite (27 layers, the first dense) at r = 16, by hand."""
+    h, latent, experts, inter, layers, r = 2048, 512, 64, 1408, 27, 16
+    attention = r * ((h + 16 * 192) + (h + latent + 64) + (latent + 16 * 256) + (16 * 128 + h))  # q, kv_a, kv_b, o
+    sparse = r * (h + experts) + experts * 2 * r * (h + 2 * inter) + experts * r * (inter + h)  # router, experts
+    lite = core.get_preset("deepseek-v2-lite").architecture
+    result = core.estimate(architecture=lite, training=training(Finetuning(method="lora", rank=r,
+                                                                           target_modules=("all-linear",))))
+    assert result.trainable_param_count == layers * attention + (layers - 1) * sparse
 
 
 def test_all_linear_on_qwen2_moe_adapts_its_linear_modules() -> None:
