@@ -179,7 +179,8 @@ def experts_wrapped(arch: Architecture, finetuning: Finetuning) -> bool:
     DeepSeek wraps the router's weight and the experts' gate_up_proj and down_proj parameters (ParamWrapper,
     peft/tuners/lora/layer.py), measured on CPU (docs/VALIDATION.md, "Fine-tuning")."""
     return (finetuning.adapters and ALL_LINEAR in finetuning.target_modules and arch.is_moe
-            and arch.model_type in PARAM_WRAPPED_MODELS)
+            and arch.model_type in PARAM_WRAPPED_MODELS
+            and not (arch.model_type is None and arch.has_shared_expert))  # which class would it be?
 
 
 def targets_mlp(arch: Architecture, finetuning: Finetuning) -> bool:

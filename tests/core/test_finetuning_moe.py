@@ -204,3 +204,14 @@ def test_all_linear_on_qwen2_moe_adapts_its_linear_modules() -> None:
     names = {item.name for item in act.layer_activations(_qwen2_moe(), setup, "full")}
     assert {"lora.moe.shared.gate.input_cast", "lora.moe.shared.down.input_cast", "lora.moe.shared_gate.a_output"} <= names
     assert not {"moe.gathered_tokens", "moe.router_input", "moe.shared.product"} & names
+
+
+def test_all_linear_on_a_custom_mixture_with_shared_experts_is_refused() -> None:
+    # A custom mixture is modelled as Mixtral, which has no shared experts: what peft would adapt in one that has
+    # them depends on the model's class, so trainmem asks for the attention's modules instead.
+    from dataclasses import replace
+
+    custom = replace(MIXTRAL, model_type=None, n_shared_experts=1)
+    with pytest.raises(core.DomainError) as caught:
+        core.estimate(architecture=custom, training=training(Finetuning(method="lora", target_modules=("all-linear",))))
+    assert caught.value.field == "finetuning.target_modules"
