@@ -454,7 +454,7 @@ def _hf_linear_input(saved: _Saved, name: str, consumers: int, arch: Architectur
         saved.add(name, n * h, setup.stream_bytes, "sequence")
 
 
-def _hf_adapters(saved: _Saved, modules: tuple[tuple[str, int], ...], input_bytes: int, *, input_kept: bool,
+def _hf_adapters(saved: _Saved, modules: _Adapters, input_bytes: int, *, input_kept: bool,
                  input_grad: bool, name: str, arch: Architecture, setup: ActivationSetup) -> None:
     """What LoRA adapters beside frozen linear layers keep, for `modules` (module name, input features)
     that read one input of `input_bytes` per element.
@@ -1040,10 +1040,10 @@ def _hf_mla_layer(arch: Architecture, setup: ActivationSetup, role: Role = "full
         return saved.items
     weights, input_grad, names, adapted = _layer_tuning(arch, setup, role)
 
-    def adapters_on(*modules: str) -> tuple[tuple[str, int], ...]:
+    def adapters_on(*modules: str) -> _Adapters:
         return tuple((names.get(m, m), adapted[m][1]) for m in modules if m in adapted)
 
-    grads = _MlaGrads.of(arch, adapted, upstream=input_grad or weights)
+    grads = _MlaGrads.of(adapted, upstream=input_grad or weights)
     _hf_norm(saved, "attn_norm", arch, setup, weight_grad=weights, input_grad=input_grad)
     if weights:
         _hf_linear_input(saved, "attn.qkv_input", 2, arch, setup)
@@ -1080,7 +1080,7 @@ class _MlaGrads:
     value: bool
 
     @classmethod
-    def of(cls, arch: Architecture, adapted: Mapping[str, object], *, upstream: bool) -> _MlaGrads:
+    def of(cls, adapted: Mapping[str, object], *, upstream: bool) -> _MlaGrads:
         q_a = upstream or "attn.q_a" in adapted or "attn.q" in adapted
         query = q_a or "attn.q_b" in adapted
         kv_a = upstream or "attn.kv_a" in adapted
@@ -1089,8 +1089,8 @@ class _MlaGrads:
 
 
 def _hf_mla_attention(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, weights: bool = True,
-                      grads: _MlaGrads | None = None, q_b: tuple[tuple[str, int], ...] = (),
-                      kv_b: tuple[tuple[str, int], ...] = ()) -> None:
+                      grads: _MlaGrads | None = None, q_b: _Adapters = (),
+                      kv_b: _Adapters = ()) -> None:
     """Multi-head latent attention as DeepseekV3Attention runs it (modeling_deepseek_v3.py, transformers 5.24),
     for r_q = q_lora_rank, r_kv = kv_lora_rank, d_n, d_r and d_v the no-rope, rope and value head sizes.
 
@@ -1181,7 +1181,7 @@ def _hf_mla_attention(saved: _Saved, arch: Architecture, setup: ActivationSetup,
 
 
 def _mla_latent_path(saved: _Saved, arch: Architecture, setup: ActivationSetup, path: str, rank: int, fp32_width: int,
-                     *, grad: bool, weights: bool, adapters: tuple[tuple[str, int], ...]) -> None:
+                     *, grad: bool, weights: bool, adapters: _Adapters) -> None:
     """One of multi-head latent attention's low-rank paths (`path` q or kv, `_hf_mla_attention`): the RMSNorm over
     its latent (`rank` wide; its fp32 input `fp32_width` wide) keeps its fp32 input and reciprocal RMS where the
     latent needs a gradient (`grad`) and its normalised tensor with trainable `weights`, as the up-projection keeps
@@ -1232,7 +1232,7 @@ def _hf_layer(arch: Architecture, setup: ActivationSetup, role: Role = "full", *
         return saved.items
     weights, input_grad, names, adapted = _layer_tuning(arch, setup, role)
 
-    def adapters_on(*modules: str) -> tuple[tuple[str, int], ...]:
+    def adapters_on(*modules: str) -> _Adapters:
         return tuple((names.get(m, m) + ("" if m not in ("attn.o", "mlp.down") or arch.model_type != "gpt2"
                                          else f" ({m.split('.')[0]})"), adapted[m][1]) for m in modules if m in adapted)
 

@@ -21,8 +21,8 @@ double-quantized: the absmax in 8 bits with one fp32 constant per 256 of them (8
 (bitsandbytes/functional.py `quantize_4bit`, blocksize 64; `compress_statistics` quantizes the
 absmax with `quantize_blockwise(..., blocksize=256)`). transformers 5.24 swaps in bitsandbytes' layers for
 `nn.Linear` modules only (integrations/bitsandbytes.py, `replace_with_bnb_linear`): a mixture's routed experts,
-stacked parameters of one module, and its router stay in the dtype the model is loaded in. int8 (LLM.int8(), Dettmers et al. 2022,
-arXiv:2208.07339): one byte per weight and an fp32 scale per output row (`Int8Params.SCB`).
+stacked parameters of one module, and its router stay in the dtype the model is loaded in. int8 (LLM.int8(),
+Dettmers et al. 2022, arXiv:2208.07339): one byte per weight and an fp32 scale per output row (`Int8Params.SCB`).
 """
 
 from __future__ import annotations
@@ -180,7 +180,9 @@ def experts_wrapped(arch: Architecture, finetuning: Finetuning) -> bool:
     peft/tuners/lora/layer.py), measured on CPU (docs/VALIDATION.md, "Fine-tuning")."""
     return (finetuning.adapters and ALL_LINEAR in finetuning.target_modules and arch.is_moe
             and arch.model_type in PARAM_WRAPPED_MODELS
-            and not (arch.model_type is None and arch.has_shared_expert))  # which class would it be?
+            # a custom mixture is modelled as Mixtral, which has no shared experts: with them, what peft adapts
+            # depends on the model's class
+            and not (arch.model_type is None and arch.has_shared_expert))
 
 
 def targets_mlp(arch: Architecture, finetuning: Finetuning) -> bool:

@@ -1029,15 +1029,12 @@ class _Stage:
         Qwen3-30B-A3B's within 1.6 MB at 4,096 tokens and Mixtral-8x7B's (LoRA, recomputation, 8,192 tokens, I/h 3.5:
         the MLP moment) within 20 KB ("On a GPU"). fp32, autocast and the other routers are not measured for it."""
         arch, setup, training = self.arch, self.setup, self.training
-        w = setup.half_bytes
         if not moe_backward_modelled(arch, training, self.parallelism, setup):
             return
-        n, h, k = setup.tokens, arch.hidden_size, arch.num_experts_per_tok
-        r = act.FP32_BYTES if arch.model_type in act.FP32_ROUTING_MODELS else w
+        n, h, k, w, r = self._routing()
         recomputed = training.activation_checkpointing == "full"
         widened = 0 if recomputed else n * k * h * (r - w)
-        working = 3 * n * k * h * r + n * h * w
-        terms = f"3 × {n:,} × {k} × {h:,} × {r} B + {n:,} × {h:,} × {w} B"
+        working, terms = self._routed_gradients()
         if finetunes(training) and recomputed:
             combine = n * k * h * (w + 2 * r) + 3 * n * h * w
             if combine > working:
@@ -1073,15 +1070,26 @@ class _Stage:
         CPU (docs/VALIDATION.md, "Fine-tuning"): Mixtral within 2.5 n·h bytes of the layer's backward, I/h 1 to 4, 512
         to 2,048 tokens; Qwen3-MoE up to 4.5 n·h bytes over it at I/h up to 2 and 28 n·h short at I/h 4. DeepSeek's is
         not measured."""
-        arch, setup, training = self.arch, self.setup, self.training
-        if not experts_wrapped(arch, training.finetuning) or setup.half_bytes >= act.FP32_BYTES:
+        if not experts_wrapped(self.arch, self.training.finetuning) or self.setup.half_bytes >= act.FP32_BYTES:
             return
-        n, h, k, w = setup.tokens, arch.hidden_size, arch.num_experts_per_tok, setup.half_bytes
-        r = act.FP32_BYTES if arch.model_type in act.FP32_ROUTING_MODELS else w
-        size = 3 * n * k * h * r + n * h * w
+        size, terms = self._routed_gradients()
         self.add("moe.backward", "temporary", "One mixture-of-experts layer's backward: the routed tokens' gradients "
-                 "(adapters on the experts)", f"3 × {n:,} × {k} × {h:,} × {r} B + {n:,} × {h:,} × {w} B", size,
-                 self.per_stage(size), Life("micro-batch", BWD_LAYER_LAST, self.bwd_end))
+                 "(adapters on the experts)", terms, size, self.per_stage(size),
+                 Life("micro-batch", BWD_LAYER_LAST, self.bwd_end))
+
+    def _routing(self) -> tuple[int, int, int, int, int]:
+        """Tokens n, hidden size h, experts per token k, and the bytes of an activation (w) and of a routing weight
+        (r: fp32 for Mixtral and DeepSeek-V3, the activations' for Qwen3-MoE, `act.FP32_ROUTING_MODELS`)."""
+        arch, w = self.arch, self.setup.half_bytes
+        r = act.FP32_BYTES if arch.model_type in act.FP32_ROUTING_MODELS else w
+        return self.setup.tokens, arch.hidden_size, arch.num_experts_per_tok, w, r
+
+    def _routed_gradients(self) -> tuple[int, str]:
+        """A mixture-of-experts layer's backward before any of its weights' gradients: three n·k × h tensors in the
+        routing weights' dtype beside the layer's output gradient (n × h), in bytes, and its formula
+        (`_moe_backward`)."""
+        n, h, k, w, r = self._routing()
+        return 3 * n * k * h * r + n * h * w, f"3 × {n:,} × {k} × {h:,} × {r} B + {n:,} × {h:,} × {w} B"
 
     def _post_norm_full_backward(self, grads: int, recomputed: bool) -> tuple[int, str, int, int]:
         """`_mlp_backward` trained in full with a norm after the MLP (OLMo 2; Gemma 3, which has one before it too):

@@ -54,9 +54,8 @@ def estimate_warnings(arch: Architecture, training: Training, parallelism: Paral
         warnings.append(
             f"The peak is in a layer's backward ('{peak.event}'), whose working set beyond the saved tensors (the "
             f"gradients the MLP's backward makes) is not modelled with {unmodelled}. Measured, such peaks came out "
-            "up to 8% (GPT-2, dropout) and 10% (mixtures of experts) above the prediction on small CPU models "
-            "where one layer is a large share of the memory, and 0.3% above it on an H200 for Mixtral-8x7B with LoRA "
-            "at 8,192 tokens."
+            "up to 7.4% (dropout) and 9.6% (a mixture of experts without its backward counted) above the prediction "
+            "on small CPU models where one layer is a large share of the memory (docs/VALIDATION.md)."
         )
     if parallelism.expert > 1 and parallelism.expert_load == 1.0:
         warnings.append(
