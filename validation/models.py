@@ -182,6 +182,19 @@ def _qwen3_moe(size: Size) -> PretrainedConfig:
     )
 
 
+def _gpt_oss_top1(size: Size) -> PretrainedConfig:
+    # One expert per token: the fewest routed copies, where the post-attention norm's backward decides.
+    config = _gpt_oss(size)
+    config.num_experts_per_tok = 1
+    return config
+
+
+def _gpt_oss_e8_top4(size: Size) -> PretrainedConfig:
+    config = _gpt_oss(size)
+    config.num_local_experts, config.num_experts_per_tok = 8, 4
+    return config
+
+
 def _mixtral_router_logits(size: Size) -> PretrainedConfig:
     # Mixtral with the load-balancing loss on: the model returns its router logits and adds the auxiliary loss.
     config = _mixtral(size)
@@ -207,6 +220,8 @@ FAMILIES: dict[str, Callable[[Size], PretrainedConfig]] = {
     "deepseek_v2": _deepseek_v2,
     "deepseek_v2-lite": _deepseek_v2_lite,
     "gpt_oss": _gpt_oss,
+    "gpt_oss-top1": _gpt_oss_top1,
+    "gpt_oss-e8-top4": _gpt_oss_e8_top4,
 }
 
 # Dtypes of the precision presets the harness runs.

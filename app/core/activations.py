@@ -1464,6 +1464,9 @@ def checkpointed_layer_activations(
     return tuple(saved.items)
 
 
+FULL_ATTENTION_MASK: Final = "checkpoint.full_attention_mask"
+
+
 def checkpoint_held_activations(
     arch: Architecture, setup: ActivationSetup, checkpointing: Checkpointing
 ) -> tuple[SavedTensor, ...]:
@@ -1485,6 +1488,10 @@ def checkpoint_held_activations(
         saved.add("checkpoint.position_ids", s, INDEX_BYTES, "none")
     if attention_kernel(arch, setup) == "eager":
         saved.add("checkpoint.causal_mask", b * s * s, setup.stream_bytes, "none")
+        if 0 < arch.sliding_window_layers < arch.num_hidden_layers:
+            # one mask per kind of layer, the sliding-window layers' and the full-attention layers' (the ledger
+            # keeps the second until the lowest full-attention layer's backward: `_Stage._full_attention_mask`)
+            saved.add(FULL_ATTENTION_MASK, b * s * s, setup.stream_bytes, "none")
     if _window_masked(arch, setup):
         # sdpa past the window: the sliding-window layers' boolean mask (b x 1 x s x s), made once per forward
         # and handed to each of them (measured on an H200 with Gemma 3 1B at 32,768 tokens: docs/VALIDATION.md)

@@ -23,6 +23,7 @@ from app.core.ledger import (
     DS_ZERO2,
     FORWARDED,
     GRADS,
+    GRADS_DONE,
     Buffer,
     finetunes,
     fp8_layer_saved,
@@ -139,7 +140,7 @@ def _from_architecture(arch: Architecture, training: Training, parallelism: Para
             cluster_by_key[buffer.key] = cluster_by_key.get(buffer.key, 0) + buffer.cluster_bytes
         if skipped:
             continue
-        totals = {ACTS: kind.layers, FORWARDED: kind.layers, GRADS: kind.layers}
+        totals = {ACTS: kind.layers, FORWARDED: kind.layers, GRADS: kind.layers, GRADS_DONE: kind.layers}
         steps = stage_plan(kind, micro_batches=m)
         live, live_totals = live_bytes([(b.category, b.bytes, b.life) for b in ledger], steps, totals)
         # The points of the timeline are made for the stage that is reported only.

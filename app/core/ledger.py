@@ -76,6 +76,7 @@ BWD_EMBEDDING: Final = "bwd.embedding"
 ACTS: Final = "acts"  # layers whose saved tensors are alive
 FORWARDED: Final = "forwarded"  # layers run forward in this micro-batch
 GRADS: Final = "grads"  # layers whose gradients exist
+GRADS_DONE: Final = "grads_done"  # layers whose backward has ended (gradients all written)
 
 
 class Buffer(NamedTuple):
@@ -126,11 +127,11 @@ def stage_phases(kind: StageKind) -> tuple[Phase, ...]:
             Phase(BWD_LOSS, "backward: loss gradients", {ACTS: n}),
             Phase(BWD_HEAD, "backward: output layer", {ACTS: n}),
         ]
-    phases.append(Phase(BWD_LAYER_LAST, f"backward: layer {high}", {ACTS: n, GRADS: 1}))
+    phases.append(Phase(BWD_LAYER_LAST, f"backward: layer {high}", {ACTS: n, GRADS: 1, GRADS_DONE: 0}))
     if n > 1:
-        phases.append(Phase(BWD_LAYER_FIRST, f"backward: layer {low}", {ACTS: 1, GRADS: n}))
+        phases.append(Phase(BWD_LAYER_FIRST, f"backward: layer {low}", {ACTS: 1, GRADS: n, GRADS_DONE: n - 1}))
     if kind.first:
-        phases.append(Phase(BWD_EMBEDDING, "backward: embedding", {ACTS: 0, GRADS: n}))
+        phases.append(Phase(BWD_EMBEDDING, "backward: embedding", {ACTS: 0, GRADS: n, GRADS_DONE: n}))
     return tuple(phases)
 
 
@@ -181,7 +182,7 @@ def stage_plan(kind: StageKind, *, micro_batches: int) -> Plan:
     if found is None:
         if len(_STAGE_PLANS) >= _MAX_LAYOUTS:
             _STAGE_PLANS.clear()
-        found = _STAGE_PLANS[key] = plan(_layout(kind)[0], micro_batches=micro_batches, carried={GRADS: kind.layers})
+        found = _STAGE_PLANS[key] = plan(_layout(kind)[0], micro_batches=micro_batches, carried={GRADS: kind.layers, GRADS_DONE: kind.layers})
     return found
 
 
@@ -222,15 +223,20 @@ def mlp_backward_modelled(arch: Architecture, training: Training, parallelism: P
 def moe_backward_modelled(arch: Architecture, training: Training, parallelism: Parallelism,
                           setup: act.ActivationSetup) -> bool:
     """Whether a mixture-of-experts layer's backward working set (`_Stage._moe_backward`) is measured for this setup:
-    Mixtral's or Qwen3-MoE's block in Hugging Face's modules, trained in full or with LoRA on the attention, in half
-    precision without autocast, a fused attention kernel, one GPU's worth of experts and unsharded gradients, one
-    micro-batch a step."""
+    Mixtral's or Qwen3-MoE's block in Hugging Face's modules, trained in full or with LoRA on the attention, a fused
+    attention kernel; or gpt-oss's, trained in full, its attention eager; in half precision without autocast, one
+    GPU's worth of experts and unsharded gradients, one micro-batch a step."""
     ft = training.finetuning
-    return (_backward_measured_layout(training, parallelism, setup) and parallelism.expert == 1
-            and arch.is_moe and arch.model_type in (None, "mixtral", "qwen3_moe") and not arch.is_mla
-            and not arch.n_shared_experts and not arch.shared_expert_gate and setup.half_bytes < act.FP32_BYTES
+    if not (_backward_measured_layout(training, parallelism, setup) and parallelism.expert == 1 and arch.is_moe
+            and setup.half_bytes < act.FP32_BYTES and training.gradient_accumulation_steps == 1):
+        return False
+    kernel = act.attention_kernel(arch, setup)
+    if arch.model_type == "gpt_oss":  # trained in full, its attention eager (`_Stage._gpt_oss_backward`)
+        return not finetunes(training) and kernel == "eager"
+    return (arch.model_type in (None, "mixtral", "qwen3_moe") and not arch.is_mla
+            and not arch.n_shared_experts and not arch.shared_expert_gate
             and (not finetunes(training) or (ft.method == "lora" and not ft.frozen_layers and not targets_mlp(arch, ft)))
-            and training.gradient_accumulation_steps == 1 and act.attention_kernel(arch, setup) not in ("eager", "math"))
+            and kernel not in ("eager", "math"))
 
 
 class _Stage:
@@ -243,6 +249,9 @@ class _Stage:
         # ledger is only summed (a middle pipeline stage, never the most loaded).
         self.texts = texts
         self.layer_saved = layer_saved  # what one layer saves without recomputation (`fp8_layer_saved` applied)
+        # gpt-oss's layer backward, counted moment by moment with the layer's own gradients (`_gpt_oss_backward`)
+        self.gradients_after_layer = (arch.model_type == "gpt_oss"
+                                      and moe_backward_modelled(arch, training, parallelism, setup))
         self.phases, self.names = _layout(kind)
         n = kind.layers
         self.fwd_end = FWD_LAYER_LAST if n > 1 else FWD_LAYER_FIRST
@@ -499,10 +508,13 @@ class _Stage:
         # (measured on CPU: GPT-2's layer events V·h·w bytes above the prediction before this; on an H200, Gemma 3
         # 1B's 602,500,608 B against 262,144 × 1,152 × 2 = 603,979,776 B).
         tied = self.arch.tie_word_embeddings and self.kind.first and self.kind.last
+        # Where a layer's backward is counted moment by moment (`_gpt_oss_backward`), its own gradients are part of
+        # those moments: the ramp counts the layers whose backward has ended.
+        written = GRADS_DONE if self.gradients_after_layer else GRADS
         return {
             "head": ("of the final norm and output layer", Life("step", head_from, OPTIMIZER_STEP)),
             "layers": (f"of {self.kind.layers} layers, written layer by layer in backward",
-                       Life("step", BWD_LAYER_LAST, OPTIMIZER_STEP, ramp=GRADS)),
+                       Life("step", BWD_LAYER_LAST, OPTIMIZER_STEP, ramp=written)),
             "embedding": ("of the embedding, which the tied output layer's backward starts" if tied
                           else "of the embedding", Life("step", head_from if tied else BWD_EMBEDDING, OPTIMIZER_STEP)),
         }
@@ -646,6 +658,8 @@ class _Stage:
                      _listed(first), embedding, embedding * self.ranks,
                      Life("micro-batch", FWD_EMBEDDING, BWD_EMBEDDING))
             kwargs = act.checkpoint_held_activations(arch, setup, checkpointing)
+            full_mask = tuple(x for x in kwargs if x.name == act.FULL_ATTENTION_MASK)
+            kwargs = tuple(x for x in kwargs if x.name != act.FULL_ATTENTION_MASK)
             if kwargs:
                 # kept by each layer's recomputation closure: freed with the first layer's backward
                 held_bytes = act.total_bytes(kwargs)
@@ -653,6 +667,8 @@ class _Stage:
                 self.add("activations.checkpoint_held", "activations", "Keyword arguments recomputation keeps for "
                          "every layer until its backward (position ids, masks)", _listed(kwargs), held_bytes,
                          held_bytes * self.ranks, Life("micro-batch", FWD_EMBEDDING, self.bwd_end))
+            if full_mask:
+                embedding += self._full_attention_mask(full_mask)
         others = kind.in_flight - 1
         if others > 0:
             held = layers_bytes + embedding
@@ -883,6 +899,8 @@ class _Stage:
             return
         if arch.model_type == "gpt2":  # softmax in the scores' own dtype, no cast to take a gradient of
             return
+        if arch.model_type == "gpt_oss" and moe_backward_modelled(arch, self.training, self.parallelism, setup):
+            return  # one of the layer's backward moments there (`_gpt_oss_backward`)
         elements = ceil_div(setup.micro_batch_size * arch.num_attention_heads * setup.seq_len ** 2,
                             self.parallelism.tensor)
         size = elements * act.FP32_BYTES
@@ -1031,6 +1049,9 @@ class _Stage:
         arch, setup, training = self.arch, self.setup, self.training
         if not moe_backward_modelled(arch, training, self.parallelism, setup):
             return
+        if arch.model_type == "gpt_oss":
+            self._gpt_oss_backward()
+            return
         n, h, k, w, r = self._routing()
         recomputed = training.activation_checkpointing == "full"
         widened = 0 if recomputed else n * k * h * (r - w)
@@ -1059,6 +1080,94 @@ class _Stage:
             return
         self.add("moe.backward", "temporary", "One mixture-of-experts layer's backward: the routed tokens' gradients "
                  "before the layer's gradients are written", f"{terms} − {grads - written:,} B of gradients written later",
+                 size, self.per_stage(size), Life("micro-batch", BWD_LAYER_LAST, self.bwd_end))
+
+    def _full_attention_mask(self, mask: tuple[act.SavedTensor, ...]) -> int:
+        """With sliding-window and full-attention layers, eager attention under full recomputation keeps a second
+        mask (`act.checkpoint_held_activations`): the full-attention layers' recomputation closures keep it until the
+        lowest of them has run its backward, one layer before the first (a sliding-window layer in gpt-oss and
+        Gemma 3). The first layer's event stands for both: it holds the mask less one layer's gradients where that
+        is more (measured on CPU with gpt-oss from 128 to 2,048 positions: docs/VALIDATION.md). Returns the bytes
+        kept through the forward."""
+        size = act.total_bytes(mask)
+        self.add("activations.checkpoint_full_mask", "activations", "The full-attention layers' mask, kept by their "
+                 "recomputation until the lowest one's backward", _listed(mask),
+                 size, size * self.ranks, Life("micro-batch", FWD_EMBEDDING, BWD_LAYER_LAST))
+        beyond = size - self._layer_gradient_bytes()
+        if self.kind.layers > 1 and beyond > 0:
+            self.add("activations.checkpoint_full_mask_lowest", "activations", "The lowest full-attention layer's "
+                     "backward, the layer before the first: the full-attention mask, less one layer's gradients",
+                     f"{size:,} B − {size - beyond:,} B", beyond, beyond * self.ranks,
+                     Life("micro-batch", BWD_LAYER_FIRST, only=(BWD_LAYER_FIRST,)))
+        return size
+
+    def _gpt_oss_backward(self) -> None:
+        """gpt-oss's layer backward trained in full (GptOssDecoderLayer: eager attention with sinks, GptOssExperts
+        with biases and the clamped GLU), in half precision: the largest of four moments, beyond the layer's saved
+        (or, under recomputation, rebuilt) tensors and its gradients, as the event's other lines count them.
+
+        - The routed tokens' gradients, before any of the layer's gradients is written: three n·k × h tensors
+          beside the layer's output gradient (`_routed_gradients`; the routing weights are in the activations'
+          dtype), and under recomputation n × h more: 3 n·k·h·w + n·h·w (+ n·h·w).
+        - Inside the experts' MLP backward. Without recomputation, as Mixtral's trained in full (`_moe_backward`):
+          2 n·k·I·w − n·k·h·w + n·h·w with the down projections' gradient written. Under recomputation, before it:
+          3 n·k·I·w + 2 n·h·w.
+        - The post-attention norm's backward, in fp32, once the experts' tensors are freed and their gradients
+          written: five fp32 n × h tensors, less the tensors the mixture kept (its router's input aside) and an
+          n × h one.
+        - The attention's softmax backward, once the norm's tensors are freed too and the output projection's
+          gradient written: two b·a·s·(s + 1) tensors (the probabilities with the sinks' column), in place of the
+          fp32 gradient of the probabilities other eager attention makes (`_attention_backward`).
+        Each is beyond the layer's kept (or rebuilt) tensors and the gradients of the layers whose backward has ended
+        (the `GRADS_DONE` ramp). Measured on CPU (docs/VALIDATION.md, "gpt-oss"): k from 1 to 4, I/h 0.5 to 4, 4 to
+        8 experts, 256 to 1,024 tokens and 128 to 512 positions, with and without recomputation, each layer event
+        within 0.07%; the attention's moments at 1,024 and 2,048 positions within 0.33 n·h·w bytes."""
+        arch, setup, training = self.arch, self.setup, self.training
+        n, h, k, w, _ = self._routing()
+        b, s, a, inter = setup.micro_batch_size, setup.seq_len, arch.num_attention_heads, arch.expert_size
+        recomputed = training.activation_checkpointing == "full"
+        bits = training.precision.bits("gradients")
+        tensors = layer_tensors(arch)
+
+        def gradients(*prefixes: str) -> int:
+            return sum(tensor_bytes(x.elements, bits) for x in tensors if x.name.startswith(prefixes))
+
+        def kept(*prefixes: str) -> int:
+            return sum(x.bytes for x in self.layer_saved if x.name.startswith(prefixes))
+
+        experts = gradients("moe.")
+        down = gradients("moe.experts.down")
+        mixture = kept("moe.")
+        moments = {
+            "routed": (3 * n * k * h * w + (2 if recomputed else 1) * n * h * w,
+                       f"3 × {n:,} × {k} × {h:,} × {w} B + {2 if recomputed else 1} × {n:,} × {h:,} × {w} B"),
+            "experts": (2 * n * k * inter * w - n * k * h * w + n * h * w + down,
+                        f"2 × {n:,} × {k} × {inter:,} × {w} B − {n:,} × {k} × {h:,} × {w} B + {n:,} × {h:,} × {w} B + "
+                        f"{down:,} B of the down projections' gradient"),
+            "norm": (5 * n * h * act.FP32_BYTES + experts - mixture - n * h * w,
+                     f"5 × {n:,} × {h:,} × 4 B + {experts:,} B of the mixture's gradients − {mixture:,} B it kept − "
+                     f"{n:,} × {h:,} × {w} B"),
+            "attention": (2 * b * a * s * (s + 1) * w + experts + gradients("attn.o.") - mixture - kept("mlp_norm."),
+                          f"2 × {b} × {a} × {s:,} × {s + 1:,} × {w} B + {experts + gradients('attn.o.'):,} B of "
+                          f"gradients − {mixture + kept('mlp_norm.'):,} B kept"),
+        }
+        if recomputed:
+            # The experts' MLP backward before the down projections' gradient is written; and the rebuilt
+            # attention's softmax, with the scores, the scores with the sinks' column and less their maximum at once,
+            # before the tensors kept from the probabilities on are rebuilt.
+            later = mixture + kept("mlp_norm.", "attn.softmax_with_sink", "attn.out_proj_input")
+            moments["experts, early"] = (3 * n * k * inter * w + 2 * n * h * w,
+                                         f"3 × {n:,} × {k} × {inter:,} × {w} B + 2 × {n:,} × {h:,} × {w} B")
+            moments["attention, rebuilt"] = (
+                b * a * s * s * w + 2 * b * a * s * (s + 1) * w + n * k * h * w + 2 * n * h * w - later,
+                f"{b} × {a} × {s:,}² × {w} B + 2 × {b} × {a} × {s:,} × {s + 1:,} × {w} B + {n:,} × {k} × {h:,} × "
+                f"{w} B + 2 × {n:,} × {h:,} × {w} B − {later:,} B kept from the probabilities on")
+        name = max(moments, key=lambda key: moments[key][0])
+        size, terms = moments[name]
+        if size <= 0:
+            return
+        self.add("moe.backward", "temporary", f"One gpt-oss layer's backward at its largest moment ({name}), beyond "
+                 "its kept tensors and the gradients of the layers before it", terms,
                  size, self.per_stage(size), Life("micro-batch", BWD_LAYER_LAST, self.bwd_end))
 
     def _wrapped_experts_backward(self) -> None:

@@ -1,5 +1,5 @@
 """gpt-oss measured on CPU (validation/gpt_oss.py): counts and saved tensors exact, gpt-oss-20b's and gpt-oss-120b's
-counts as GptOssForCausalLM has them, the peak of two steps within 2%."""
+counts as GptOssForCausalLM has them, the peak of two steps within 2%, and a layer's backward events as measured."""
 
 from __future__ import annotations
 
@@ -36,3 +36,11 @@ def test_peak_of_two_steps_within_two_percent(case):
     row = peak.run(case)
     assert abs(row.error_pct) <= peak.PEAK_TARGET_PCT
     assert (row.predicted_event, row.predicted_step) == (row.measured_event, row.measured_step)
+
+
+@pytest.mark.parametrize("case", gpt_oss.backward_cases(), ids=lambda case: case.label)
+def test_layer_backward_events_as_measured(case):
+    (_, events), = gpt_oss.backward_rows((case,))
+    assert events, "no layer backward event listed"
+    for event, predicted, measured, error in events:
+        assert abs(error) <= gpt_oss.BACKWARD_TARGET_PCT, (event, predicted, measured)
