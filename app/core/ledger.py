@@ -899,8 +899,8 @@ class _Stage:
             return
         if arch.model_type == "gpt2":  # softmax in the scores' own dtype, no cast to take a gradient of
             return
-        if arch.model_type == "gpt_oss" and moe_backward_modelled(arch, self.training, self.parallelism, setup):
-            return  # one of the layer's backward moments there (`_gpt_oss_backward`)
+        if self.gradients_after_layer:
+            return  # one of gpt-oss's layer backward moments there (`_gpt_oss_backward`)
         elements = ceil_div(setup.micro_batch_size * arch.num_attention_heads * setup.seq_len ** 2,
                             self.parallelism.tensor)
         size = elements * act.FP32_BYTES
@@ -1049,7 +1049,7 @@ class _Stage:
         arch, setup, training = self.arch, self.setup, self.training
         if not moe_backward_modelled(arch, training, self.parallelism, setup):
             return
-        if arch.model_type == "gpt_oss":
+        if self.gradients_after_layer:
             self._gpt_oss_backward()
             return
         n, h, k, w, r = self._routing()
@@ -1065,22 +1065,27 @@ class _Stage:
         terms += f" + {n:,} × {k} × {h:,} × {r - w} B" if widened else ""
         grads = self._layer_gradient_bytes()
         size, written = working - grads, 0
-        # Later, inside the experts' MLP backward: the gradients of the product and of both its factors (n·k × I
-        # each) beside the layer's output gradient, the experts' output freed; trained in full, the down projections'
-        # weight gradient is written by then and the product it kept freed. Experts wider than the hidden size hold
-        # more here.
-        inter, full = arch.expert_size, not finetunes(training)
-        down = tensor_bytes(arch.num_local_experts * inter * h, training.precision.bits("gradients")) if full else 0
-        later = (2 if full else 3) * n * k * inter * w - n * k * h * w + n * h * w
+        later, down, later_terms = self._experts_mlp_backward(full=not finetunes(training))
         if later - (grads - down) > size:
-            size, written = later - (grads - down), down
-            terms = (f"{2 if full else 3} × {n:,} × {k} × {inter:,} × {w} B − {n:,} × {k} × {h:,} × {w} B + "
-                     f"{n:,} × {h:,} × {w} B")
+            size, written, terms = later - (grads - down), down, later_terms
         if size <= 0:
             return
         self.add("moe.backward", "temporary", "One mixture-of-experts layer's backward: the routed tokens' gradients "
                  "before the layer's gradients are written", f"{terms} − {grads - written:,} B of gradients written later",
                  size, self.per_stage(size), Life("micro-batch", BWD_LAYER_LAST, self.bwd_end))
+
+    def _experts_mlp_backward(self, *, full: bool) -> tuple[int, int, str]:
+        """Inside the experts' MLP backward (`_moe_backward`): the gradients of the product and of both its factors
+        (n·k × I each) beside the layer's output gradient, the experts' output freed; trained in full, the down
+        projections' weight gradient is written by then and the product it kept freed. Experts wider than the hidden
+        size hold the most here. (bytes beyond the layer's gradients, the down projections' gradient written by then,
+        the formula)."""
+        n, h, k, w, _ = self._routing()
+        inter = self.arch.expert_size
+        down = tensor_bytes(self.arch.num_local_experts * inter * h, self.training.precision.bits("gradients")) if full else 0
+        factors = 2 if full else 3
+        return (factors * n * k * inter * w - n * k * h * w + n * h * w, down,
+                f"{factors} × {n:,} × {k} × {inter:,} × {w} B − {n:,} × {k} × {h:,} × {w} B + {n:,} × {h:,} × {w} B")
 
     def _full_attention_mask(self, mask: tuple[act.SavedTensor, ...]) -> int:
         """With sliding-window and full-attention layers, eager attention under full recomputation keeps a second
@@ -1103,21 +1108,22 @@ class _Stage:
 
     def _gpt_oss_backward(self) -> None:
         """gpt-oss's layer backward trained in full (GptOssDecoderLayer: eager attention with sinks, GptOssExperts
-        with biases and the clamped GLU), in half precision: the largest of four moments, beyond the layer's saved
-        (or, under recomputation, rebuilt) tensors and its gradients, as the event's other lines count them.
+        with biases and the clamped GLU), in half precision: the largest of its moments.
 
         - The routed tokens' gradients, before any of the layer's gradients is written: three n·k × h tensors
           beside the layer's output gradient (`_routed_gradients`; the routing weights are in the activations'
           dtype), and under recomputation n × h more: 3 n·k·h·w + n·h·w (+ n·h·w).
-        - Inside the experts' MLP backward. Without recomputation, as Mixtral's trained in full (`_moe_backward`):
-          2 n·k·I·w − n·k·h·w + n·h·w with the down projections' gradient written. Under recomputation, before it:
+        - Inside the experts' MLP backward, as Mixtral's trained in full (`_experts_mlp_backward`): 2 n·k·I·w −
+          n·k·h·w + n·h·w with the down projections' gradient written. Under recomputation also before it:
           3 n·k·I·w + 2 n·h·w.
         - The post-attention norm's backward, in fp32, once the experts' tensors are freed and their gradients
-          written: five fp32 n × h tensors, less the tensors the mixture kept (its router's input aside) and an
-          n × h one.
+          written: five fp32 n × h tensors, less the tensors the mixture kept and an n × h one.
         - The attention's softmax backward, once the norm's tensors are freed too and the output projection's
           gradient written: two b·a·s·(s + 1) tensors (the probabilities with the sinks' column), in place of the
-          fp32 gradient of the probabilities other eager attention makes (`_attention_backward`).
+          fp32 gradient of the probabilities other eager attention makes (`_attention_backward`). Under
+          recomputation the rebuilt attention's softmax holds more for long sequences: the scores (b·a·s²), the
+          scores with the sinks' column and less their maximum at once, before what is kept from the
+          probabilities on is rebuilt, beside the routed tokens' first gradient (n·k × h) and 2 n × h.
         Each is beyond the layer's kept (or rebuilt) tensors and the gradients of the layers whose backward has ended
         (the `GRADS_DONE` ramp). Measured on CPU (docs/VALIDATION.md, "gpt-oss"): k from 1 to 4, I/h 0.5 to 4, 4 to
         8 experts, 256 to 1,024 tokens and 128 to 512 positions, with and without recomputation, each layer event
@@ -1136,14 +1142,13 @@ class _Stage:
             return sum(x.bytes for x in self.layer_saved if x.name.startswith(prefixes))
 
         experts = gradients("moe.")
-        down = gradients("moe.experts.down")
         mixture = kept("moe.")
+        routed, routed_terms = self._routed_gradients()
+        later, down, later_terms = self._experts_mlp_backward(full=True)
         moments = {
-            "routed": (3 * n * k * h * w + (2 if recomputed else 1) * n * h * w,
-                       f"3 × {n:,} × {k} × {h:,} × {w} B + {2 if recomputed else 1} × {n:,} × {h:,} × {w} B"),
-            "experts": (2 * n * k * inter * w - n * k * h * w + n * h * w + down,
-                        f"2 × {n:,} × {k} × {inter:,} × {w} B − {n:,} × {k} × {h:,} × {w} B + {n:,} × {h:,} × {w} B + "
-                        f"{down:,} B of the down projections' gradient"),
+            "routed": (routed + n * h * w, f"{routed_terms} + {n:,} × {h:,} × {w} B") if recomputed
+            else (routed, routed_terms),
+            "experts": (later + down, f"{later_terms} + {down:,} B of the down projections' gradient"),
             "norm": (5 * n * h * act.FP32_BYTES + experts - mixture - n * h * w,
                      f"5 × {n:,} × {h:,} × 4 B + {experts:,} B of the mixture's gradients − {mixture:,} B it kept − "
                      f"{n:,} × {h:,} × {w} B"),
