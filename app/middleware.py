@@ -1,9 +1,13 @@
 """What every request and response passes through: bounds on what comes in, headers on what goes out.
 
 Pure ASGI, so a refusal costs no parsing and no routing:
-- `Guard`: a request body larger than 1 MiB is a 413; a body that stops arriving for
-  `body_timeout_s` is a 408; a JSON body to the API is checked for size, nesting and number length
-  before the framework parses it (`wire.loads_bounded`), a 422 in the API's error shape otherwise.
+- `Guard`: a request body larger than 1 MiB is a 413; a body that has not arrived in full within
+  `body_timeout_s` of the request's start is a 408 (a deadline for the whole body, so a client sending a
+  byte now and then cannot hold a connection for long); a JSON body to the API is checked for size,
+  nesting and number length before the framework parses it (`wire.loads_bounded`), a 422 in the API's
+  error shape otherwise. At most `max_in_flight` requests are worked on at once (counted once their body
+  is in, so slow senders do not take the places); beyond that a 503 with `Retry-After`. `/healthz` is
+  never refused, so a health check passes while the service is busy.
 - `Headers`: a strict Content-Security-Policy (scripts and styles from this origin only; style
   attributes allowed for the bars' widths), nosniff, a referrer policy, no framing; caching that
   keeps versioned static files for good and pages not at all; and HEAD answered wherever GET is,
@@ -28,6 +32,9 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 BODY_TIMEOUT_S: Final = 10.0
+MAX_IN_FLIGHT: Final = 256
+RETRY_AFTER_S: Final = 1
+HEALTH_PATH: Final = "/healthz"
 # Responses are gzipped from this size on, at this level (cheap, and most of what the default's ratio gives for the
 # page's markup); an answer kept compressed by its route uses the same.
 GZIP_MINIMUM_BYTES: Final = 512
@@ -60,55 +67,79 @@ async def _respond(send: Send, status: int, loc: list[str], message: str, header
 
 class Guard:
     def __init__(self, app: ASGIApp, *, max_body_bytes: int = MAX_BODY_BYTES,
-                 body_timeout_s: float = BODY_TIMEOUT_S) -> None:
+                 body_timeout_s: float = BODY_TIMEOUT_S, max_in_flight: int = MAX_IN_FLIGHT) -> None:
         self.app, self.max_body_bytes, self.body_timeout_s = app, max_body_bytes, body_timeout_s
+        self.max_in_flight, self.in_flight = max_in_flight, 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+        if scope["type"] != "http" or scope["path"] == HEALTH_PATH:
             await self.app(scope, receive, send)
             return
+        if scope["method"] not in ("GET", "HEAD", "OPTIONS"):
+            body = await self._body(scope, receive, send)
+            if body is None:
+                return
+            receive = _replay(body, receive)
+        if self.in_flight >= self.max_in_flight:
+            await _respond(send, 503, ["request"], f"the service is at its limit of {self.max_in_flight} requests "
+                                                   f"at once: try again in {RETRY_AFTER_S} s",
+                           ((b"retry-after", str(RETRY_AFTER_S).encode()),))
+            return
+        self.in_flight += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.in_flight -= 1
+
+    async def _body(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
+        """The whole body, checked; None once a refusal has been sent (or the client left)."""
         headers = dict(scope["headers"])
         declared = headers.get(b"content-length")
         too_large = f"is larger than {self.max_body_bytes:,} bytes"
         if declared is not None and (not declared.isdigit() or int(declared) > self.max_body_bytes):
             await _respond(send, 413, ["body"], too_large if declared.isdigit() else "has an invalid length")
-            return
+            return None
         chunks, size = [], 0
-        while True:
-            try:
-                # asyncio.timeout, not wait_for: no task is made around each receive().
-                async with asyncio.timeout(self.body_timeout_s):
+        try:
+            # One deadline for the whole body (asyncio.timeout makes no task around each receive()).
+            async with asyncio.timeout(self.body_timeout_s):
+                while True:
                     message = await receive()
-            except TimeoutError:
-                await _respond(send, 408, ["body"], f"did not arrive within {self.body_timeout_s:g} s")
-                return
-            if message["type"] == "http.disconnect":
-                return  # the client left: nothing to compute
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                await _respond(send, 413, ["body"], too_large)
-                return
-            chunks.append(chunk)
-            if not message.get("more_body"):
-                break
+                    if message["type"] == "http.disconnect":
+                        return None  # the client left: nothing to compute
+                    chunk = message.get("body", b"")
+                    size += len(chunk)
+                    if size > self.max_body_bytes:
+                        await _respond(send, 413, ["body"], too_large)
+                        return None
+                    chunks.append(chunk)
+                    if not message.get("more_body"):
+                        break
+        except TimeoutError:
+            await _respond(send, 408, ["body"], f"did not arrive in full within {self.body_timeout_s:g} s")
+            return None
         body = b"".join(chunks)
         if scope["path"].startswith("/api/") and body and b"json" in headers.get(b"content-type", b"json"):
             try:
                 loads_bounded(body, "body")
             except DomainError as error:
                 await _respond(send, 422, ["body"], error.message)
-                return
-        delivered = False
+                return None
+        return body
 
-        async def replay() -> Message:
-            nonlocal delivered
-            if not delivered:
-                delivered = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
 
-        await self.app(scope, replay, send)
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A receive() that hands the app the body already read, then what the connection sends next."""
+    delivered = False
+
+    async def replay() -> Message:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
 
 
 def _cache_control(path: str, query: bytes) -> bytes:

@@ -8,9 +8,15 @@ environment.
                            127.0.0.1), as uvicorn's --forwarded-allow-ips
 
 Timeouts: a connection must send its request headers within HEADER_TIMEOUT_S of opening (or of the
-previous response), a request body may pause at most `middleware.BODY_TIMEOUT_S` between chunks,
-an idle keep-alive connection is closed after KEEP_ALIVE_S, and after SIGTERM the server stops within
+previous response), a request body must arrive in full within `middleware.BODY_TIMEOUT_S`, an idle
+keep-alive connection is closed after KEEP_ALIVE_S, and after SIGTERM the server stops within
 GRACEFUL_SHUTDOWN_S even with requests in flight.
+
+Connections: from SHED_AT open connections on, each new one closes the connection that has been idle
+longest (no request, or headers still arriving, or between keep-alive requests), so sockets that send
+nothing cannot crowd out real requests; past MAX_CONNECTIONS with none idle, the new one is closed.
+Requests worked on at once are bounded in the app (`middleware.MAX_IN_FLIGHT`, a 503 with Retry-After),
+not by connections, and `/healthz` is never refused.
 """
 
 from __future__ import annotations
@@ -30,7 +36,8 @@ HEADER_TIMEOUT_S: Final = 10.0
 KEEP_ALIVE_S: Final = 5
 GRACEFUL_SHUTDOWN_S: Final = 5
 MAX_HEADER_BYTES: Final = 16 * 1024
-MAX_CONCURRENCY: Final = 256
+SHED_AT: Final = 256
+MAX_CONNECTIONS: Final = 768  # below the usual 1,024 file descriptors a process may open
 
 
 class TimedH11Protocol(H11Protocol):
@@ -39,7 +46,21 @@ class TimedH11Protocol(H11Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)  # type: ignore[arg-type]
         self._header_timer: asyncio.TimerHandle | None = None
+        self._idle_since = self.loop.time()
         self._start_header_timer()
+        if len(self.connections) > SHED_AT:
+            self._shed()
+
+    def _idle(self) -> bool:
+        return self.cycle is None or self.cycle.response_complete
+
+    def _shed(self) -> None:
+        """Close the connection idle longest, this one if no other is idle and the hard limit is passed."""
+        idle = [c for c in self.connections if c is not self and isinstance(c, TimedH11Protocol) and c._idle()]
+        if idle:
+            min(idle, key=lambda c: c._idle_since).transport.close()
+        elif len(self.connections) > MAX_CONNECTIONS:
+            self.transport.close()
 
     def _start_header_timer(self) -> None:
         self._header_timer = self.loop.call_later(HEADER_TIMEOUT_S, self._headers_too_slow)
@@ -58,6 +79,7 @@ class TimedH11Protocol(H11Protocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
+        self._idle_since = self.loop.time()
         if not self.transport.is_closing() and self._header_timer is None:
             self._start_header_timer()
 
@@ -123,7 +145,6 @@ def serve(settings: Settings) -> None:
         forwarded_allow_ips=settings.forwarded_allow_ips,
         timeout_keep_alive=KEEP_ALIVE_S,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
-        limit_concurrency=MAX_CONCURRENCY,
         h11_max_incomplete_event_size=MAX_HEADER_BYTES,
         server_header=False,
     )

@@ -56,6 +56,28 @@ CASES = [
     Bad("api: \"4096\" for seq_len", "POST", "/api/v1/estimate", 422,
         **_json('{"model": {"preset": "gpt2"}, "training": {"seq_len": "4096"}}')),
     Bad("HEAD /", "HEAD", "/", 200),
+    # Sizes that drive a loop are checked before the loop: 90 bytes once held the event loop for 6.9 s
+    # (per-layer lists built before the layer-count check), and 2**63 layers grew the server to 24 GB.
+    Bad("api: gpt_oss with 100,000,000 layers", "POST", "/api/v1/estimate", 422,
+        **_json('{"model":{"hf_config":{"model_type":"gpt_oss","num_hidden_layers":100000000}}}')),
+    Bad("api: gemma3_text with 2**63 layers", "POST", "/api/v1/estimate", 422,
+        **_json('{"model":{"hf_config":{"model_type":"gemma3_text","num_hidden_layers":9223372036854775807}}}')),
+    Bad("api: qwen2_moe with 100,000,000 layers", "POST", "/api/v1/solve", 422,
+        **_json('{"model":{"hf_config":{"model_type":"qwen2_moe","num_hidden_layers":100000000}}}')),
+    Bad("page: gpt_oss with 100,000,000 layers", "GET",
+        "/?source=config&hf_config=%7B%22model_type%22%3A%22gpt_oss%22%2C%22num_hidden_layers%22%3A100000000%7D",
+        422),
+    # tomllib keeps every prefix of a dotted key: 20,000 parts took 9.3 s and 1.8 GB.
+    Bad("import: TOML key of 20,000 dotted parts", "POST", "/api/v1/import", 422,
+        **_json('{"kind": "auto", "text": "[job]\\n' + "a." * 20_000 + 'a = 1\\n"}')),
+    Bad("import: 900 KB of TOML", "POST", "/api/v1/import", 422,
+        **_json('{"kind": "torchtitan", "text": "[job]\\n' + "x = 1 #" * 128_000 + '\\n"}')),
+    # shlex grows a token a character at a time; variables that double per line grow 4x a line.
+    Bad("import: megatron token of 900 KB", "POST", "/api/v1/import", 422,
+        **_json('{"kind": "megatron", "text": "--num-layers ' + "a" * 900_000 + '"}')),
+    Bad("import: megatron variables doubling per line", "POST", "/api/v1/import", 422,
+        **_json('{"kind": "megatron", "text": "A=xxxxxxxxxxxxxxxx\\n'
+                + "".join("A=$A$A$A$A\\n" for _ in range(40)) + '--num-layers $A"}')),
 ]
 
 

@@ -8,10 +8,12 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 
 import pytest
 
+from app.middleware import BODY_TIMEOUT_S
 from app.serve import HEADER_TIMEOUT_S, Settings, SettingsError, port_taken, settings_from
 
 
@@ -77,3 +79,56 @@ def test_slow_headers_are_cut_off_and_sigterm_ends_it_quickly(server):
     process.wait(timeout=15)
     assert time.monotonic() - start < 8
     idle.close()
+
+
+def _post(port: int, body: bytes, timeout: float = 5) -> int:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/api/v1/estimate", data=body,
+                                     headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def test_idle_and_slow_clients_cannot_take_the_service(server):
+    """300 connections that send nothing and 40 that drip a body: /healthz and an estimate still answer, quickly
+    (before, uvicorn's limit_concurrency=256 counted the idle sockets and answered everything with 503)."""
+    port, _ = server
+    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(300)]
+    slow = []
+    for _ in range(40):
+        s = socket.create_connection(("127.0.0.1", port))
+        s.sendall(b"POST /api/v1/estimate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 100\r\n\r\n{")
+        slow.append(s)
+    try:
+        start = time.monotonic()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as response:
+            assert response.status == 200
+        assert _post(port, b'{"model": {"preset": "llama-3-8b"}}') == 200
+        assert time.monotonic() - start < 3
+    finally:
+        for s in idle + slow:
+            s.close()
+
+
+def test_a_body_that_drips_meets_one_deadline(server):
+    """A byte every second keeps every gap short, but the whole body must arrive within BODY_TIMEOUT_S."""
+    port, _ = server
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(b"POST /api/v1/estimate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: 100\r\n\r\n")
+    s.setblocking(False)
+    start, answer = time.monotonic(), b""
+    while time.monotonic() - start < BODY_TIMEOUT_S + 5 and not answer:
+        try:
+            s.sendall(b" ")
+            answer = s.recv(4096)
+        except BlockingIOError:
+            time.sleep(1)
+        except OSError:
+            break
+    s.close()
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:80]
+    assert time.monotonic() - start < BODY_TIMEOUT_S + 3

@@ -83,6 +83,12 @@ FP8_RECIPE_CHOICES: Final = ("tensorwise", "delayed", "mxfp8", "blockwise", "cus
 FP8_DEFAULT_HISTORY: Final = 1  # TransformerConfig.fp8_amax_history_len
 
 
+# shlex builds each token a character at a time (cost growing with the square of a token's length) and reads about
+# 2 MB/s: Megatron-LM's example launch scripts are under 8 KB, so the text, and what its variables expand to, stop at
+# 32 KB (a single 32 KB token costs about 30 ms).
+MAX_SCRIPT_BYTES: Final = 32 * 1024
+
+
 def looks_like(text: str) -> bool:
     """Whether a text reads as Megatron-LM flags (for kind 'auto')."""
     return bool(re.search(r"--(num-layers|hidden-size|tensor-model-parallel-size|micro-batch-size|seq-length)\b",
@@ -96,7 +102,13 @@ def words(text: str, field: str) -> tuple[list[str], dict[str, str]]:
     variables: dict[str, str] = {}
 
     def expand(value: str) -> str:
+        grown = sum(len(variables.get(m.group(1) or m.group(2), "")) for m in VARIABLE.finditer(value))
+        if len(value) + grown > MAX_SCRIPT_BYTES:
+            raise DomainError(field, f"expands past {MAX_SCRIPT_BYTES:,} characters through its variables")
         return VARIABLE.sub(lambda m: variables.get(m.group(1) or m.group(2), m.group(0)), value)
+
+    if len(text) > MAX_SCRIPT_BYTES:
+        raise DomainError(field, f"is longer than {MAX_SCRIPT_BYTES:,} characters: no Megatron-LM launch script is")
 
     for line in joined.splitlines():
         match = ASSIGNMENT.match(line)

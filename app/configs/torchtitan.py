@@ -44,7 +44,20 @@ FSDP_NOTE: Final = ("FSDP2 keeps the sharded parameters in fp32 as the master co
                     "compute (mixed_precision_param)")
 
 
+# tomllib's cost grows with the square of a dotted key's parts (it keeps every prefix of a key) and its plain parsing
+# runs near 2 MB/s: torchtitan's own job configs are under 10 KB, their longest key three parts.
+MAX_TOML_BYTES: Final = 64 * 1024
+# A dotted key lies on one line (TOML 1.0: dot-sep = ws "." ws, ws = space or tab), so the sum over lines of the
+# square of their dots bounds what tomllib stores for keys: 1,000,000 is one key of 1,000 parts, about 20 ms.
+MAX_DOT_SQUARES: Final = 1_000_000
+
+
 def loads(text: str, field: str) -> Any:
+    """TOML as data, its size and its dotted keys bounded before the parser sees them."""
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_TOML_BYTES:
+        raise DomainError(field, f"is larger than {MAX_TOML_BYTES:,} bytes: no torchtitan job config is")
+    if sum(line.count(".") ** 2 for line in text.splitlines()) > MAX_DOT_SQUARES:
+        raise DomainError(field, "has keys of too many dotted parts: torchtitan's keys have at most three")
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:

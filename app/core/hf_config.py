@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
-from app.core.architecture import TOPK_METHODS, Architecture
+from app.core.architecture import MAX_LAYERS, TOPK_METHODS, Architecture
 from app.core.errors import DomainError
 
 SUPPORTED_MODEL_TYPES: Final = ("gpt2", "llama", "mistral", "qwen2", "gemma", "gemma2", "phi3", "mixtral", "qwen3",
@@ -108,6 +108,13 @@ class _Reader:
             return default
         if isinstance(value, bool) or not isinstance(value, int):
             raise DomainError(self._field(name), f"must be an integer, got {_short(value)}")
+        return value
+
+    def layers(self, name: str, default: int | None) -> int:
+        """A layer count, checked against its limit before any per-layer list is built from it."""
+        value = self.int(name, default)
+        if not 1 <= value <= MAX_LAYERS:
+            raise DomainError(self._field(name), f"must be between 1 and {MAX_LAYERS:,}, got {_short(value)}")
         return value
 
     def int(self, name: str, default: int | None = None) -> int:
@@ -209,7 +216,7 @@ def _gpt2(reader: _Reader) -> Architecture:
     if act not in GELU_NAMES and act != "relu":
         raise DomainError(f"{FIELD_PREFIX}.activation_function", f"unsupported activation {act!r}")
     return Architecture(
-        num_hidden_layers=reader.int("n_layer", 12),
+        num_hidden_layers=reader.layers("n_layer", 12),
         hidden_size=hidden,
         num_attention_heads=reader.int("n_head", 12),
         intermediate_size=reader.int("n_inner", 4 * hidden),
@@ -264,7 +271,7 @@ def _deepseek_common(reader: _Reader, d: dict[str, int], routed_scaling: float) 
     q_lora = None if "q_lora_rank" in reader.config and reader.config["q_lora_rank"] is None \
         else reader.int("q_lora_rank", d["q_lora_rank"])
     return {
-        "num_hidden_layers": reader.int("num_hidden_layers", d["num_hidden_layers"]),
+        "num_hidden_layers": reader.layers("num_hidden_layers", d["num_hidden_layers"]),
         "hidden_size": reader.int("hidden_size", d["hidden_size"]),
         "num_attention_heads": heads,
         # MLA expands keys and values to every head; the configs' None falls back to the query heads.
@@ -378,7 +385,7 @@ def _gpt_oss(reader: _Reader) -> Architecture:
     d = GPT_OSS_DEFAULTS
     heads = reader.int("num_attention_heads", d["num_attention_heads"])
     hidden = reader.int("hidden_size", d["hidden_size"])
-    layers = reader.int("num_hidden_layers", d["num_hidden_layers"])
+    layers = reader.layers("num_hidden_layers", d["num_hidden_layers"])
     head_dim = None if "head_dim" in reader.config and reader.config["head_dim"] is None \
         else reader.int("head_dim", d["head_dim"])
     kv_heads = heads if "num_key_value_heads" in reader.config and reader.config["num_key_value_heads"] is None \
@@ -438,7 +445,7 @@ def _qwen2_moe(reader: _Reader) -> Architecture:
     where a config.json gives it, as Qwen2MoeAttention reads it.
     """
     d = QWEN2_MOE_DEFAULTS
-    layers = reader.int("num_hidden_layers", d["num_hidden_layers"])
+    layers = reader.layers("num_hidden_layers", d["num_hidden_layers"])
     heads = reader.int("num_attention_heads", d["num_attention_heads"])
     act = reader.str("hidden_act", "silu")
     if act not in ("silu", "swish"):
@@ -496,7 +503,8 @@ def _qwen2_moe_dense_layers(reader: _Reader, layers: int) -> int:
     only = reader.config.get("mlp_only_layers") or []
     if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
         raise DomainError(reader._field("mlp_only_layers"), f"must be a list of layer indices, got {_short(only)}")
-    dense = [i for i in range(layers) if i in only or (i + 1) % step]
+    only_set = set(only)
+    dense = [i for i in range(layers) if i in only_set or (i + 1) % step]
     if dense != list(range(len(dense))):
         by_step = [i for i in range(layers) if (i + 1) % step]
         key = "mlp_only_layers" if by_step == list(range(len(by_step))) else "decoder_sparse_step"
@@ -513,7 +521,7 @@ def _layer_list(indices: list[int]) -> str:
 def _llama_family(reader: _Reader, model_type: str) -> Architecture:
     defaults = CONFIG_DEFAULTS.get(model_type, {})
     heads = reader.int("num_attention_heads", defaults.get("num_attention_heads"))
-    layers = reader.int("num_hidden_layers", defaults.get("num_hidden_layers"))
+    layers = reader.layers("num_hidden_layers", defaults.get("num_hidden_layers"))
     gemma = model_type in GEMMA_TYPES
     act = reader.str("hidden_activation", "") or reader.str("hidden_act", "gelu_pytorch_tanh" if gemma else "silu")
     mlp: Literal["swiglu", "geglu"]
