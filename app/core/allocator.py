@@ -1,0 +1,304 @@
+"""PyTorch's CUDA caching allocator, replayed: what it reserves from the driver for a sequence of allocations.
+
+A training step asks the allocator for tensors and gives them back; the allocator asks the driver for segments
+and keeps freed blocks cached for reuse. Out-of-memory is raised when a request fits no cached block and the
+driver has no room for a new segment even after the cache is released. What decides OOM is therefore the
+*reserved* memory (`torch.cuda.memory_reserved()`), not the allocated bytes.
+
+Modelled from ``c10/cuda/CUDACachingAllocator.cpp`` (pytorch/pytorch 001074d2; line numbers at that commit), one
+stream, default settings (no ``max_split_size_mb``, so ``release_available_cached_blocks`` returns at once, 2731-2733;
+no garbage-collection threshold; no ``roundup_power2_divisions``):
+
+- Sizes round up to a multiple of 512 B (``kMinBlockSize``, 118; ``round_size``, 2026-2037).
+- A rounded size of at most 1 MiB (``kSmallSize``, 120) comes from the small pool (2463-2467), whose segments are
+  2 MiB (``kSmallBuffer``, 121); a larger one from the large pool, whose segments are 20 MiB (``kLargeBuffer``, 48)
+  below 10 MiB (``kMinLargeAlloc``, 123) and the size rounded up to 2 MiB (``kRoundLarge``, 125) from there
+  (``get_allocation_size``, 2488-2496).
+- A request takes the smallest cached block of its pool that holds it, lowest address among equals
+  (``get_free_block``, 2498-2555: ``lower_bound`` over blocks ordered by stream, size, address, 746-754).
+- A block is split when what remains is at least 512 B in the small pool (or with expandable segments), and more
+  than 1 MiB in the large (``should_split``, 2478-2486); the remainder is cached. A freed block merges with free
+  neighbours of its segment alike in mapping (``free_block``, 2331-2408; ``try_merge_blocks``, 2412-2443), so
+  blocks of different segments never merge.
+- With no cached block, a new segment is asked of the driver (``alloc_block``, 2630-2723); when the driver has no
+  room, every cached segment that is wholly free is returned to it (``release_cached_blocks``, 2772-2797;
+  ``release_blocks``, 2930-2931) and the request tried once more; then out of memory (``malloc``, 1247-1255, 1351).
+- ``expandable_segments:True``: one segment per pool and stream that maps pages (2 MiB in the small pool, 20 MiB in
+  the large, 2211) into the lowest unmapped range that, with the free block before it, holds the request, else at
+  its end (``try_allocate_expandable_block``, 2178-2232, 2297-2328; ``map``, 414-449), so a request that fits no
+  cached block costs only the pages it lacks; releasing the cache unmaps the whole pages inside free blocks
+  (``unmap_block``, 2850-2914). Its best fit also weighs a free block with the unmapped range after it
+  (2511-2527); here such a block is used only when no cached block holds the request, which yields the same block.
+- ``reserved_bytes`` (``torch.cuda.memory_reserved``) grows with each segment or mapped page (2706, 2279) and
+  shrinks with each release or unmapping (2828, 2897); its peak is ``max_memory_reserved``.
+
+The recorded H200 runs (PyTorch 2.11) ran with ``expandable_segments:True`` (validation/gpu.py sets it): replaying
+the storage log of their two steps, traced on CPU at real size, through this model gives their
+``max_memory_reserved()`` within 0.01% (docs/VALIDATION.md, "Reserved memory").
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+MIN_BLOCK_BYTES: Final = 512  # kMinBlockSize
+SMALL_BYTES: Final = 1 << 20  # kSmallSize: the largest request the small pool serves
+SMALL_SEGMENT_BYTES: Final = 2 << 20  # kSmallBuffer
+MIN_LARGE_ALLOC_BYTES: Final = 10 << 20  # kMinLargeAlloc
+LARGE_SEGMENT_BYTES: Final = 20 << 20  # kLargeBuffer
+ROUND_LARGE_BYTES: Final = 2 << 20  # kRoundLarge
+
+AllocatorKind = Literal["default", "expandable-segments"]
+ALLOCATORS: Final = ("default", "expandable-segments")
+
+
+class OutOfMemory(Exception):
+    """The driver had no room for a segment even after the cache was released."""
+
+    def __init__(self, requested: int, reserved: int) -> None:
+        super().__init__(f"out of memory: {requested:,} B requested with {reserved:,} B reserved")
+        self.requested, self.reserved = requested, reserved
+
+
+def round_size(size: int) -> int:
+    """The block size a request of `size` bytes takes (``round_size``): a multiple of 512 B, at least 512 B."""
+    return MIN_BLOCK_BYTES if size < MIN_BLOCK_BYTES else -(-size // MIN_BLOCK_BYTES) * MIN_BLOCK_BYTES
+
+
+def segment_size(rounded: int) -> int:
+    """The segment asked of the driver for a block of `rounded` bytes that no cached block holds
+    (``get_allocation_size``)."""
+    if rounded <= SMALL_BYTES:
+        return SMALL_SEGMENT_BYTES
+    if rounded < MIN_LARGE_ALLOC_BYTES:
+        return LARGE_SEGMENT_BYTES
+    return -(-rounded // ROUND_LARGE_BYTES) * ROUND_LARGE_BYTES
+
+
+@dataclass(eq=False)
+class _Block:
+    address: int
+    size: int
+    segment: _Segment
+    allocated: bool = False
+    mapped: bool = True
+    prev: _Block | None = None
+    next: _Block | None = None
+
+
+@dataclass(eq=False)
+class _Segment:
+    small: bool
+    base: int
+    mapped_bytes: int = 0  # for an expandable segment: the pages mapped, wherever they lie
+    head: _Block | None = None
+
+
+@dataclass
+class _Pool:
+    small: bool
+    free: list[tuple[int, int, int]] = field(default_factory=list)  # (size, address, id) of cached blocks
+    blocks: dict[int, _Block] = field(default_factory=dict)  # id -> cached block
+    expandable: _Segment | None = None
+
+    def add(self, block: _Block) -> None:
+        insort(self.free, (block.size, block.address, id(block)))
+        self.blocks[id(block)] = block
+
+    def remove(self, block: _Block) -> None:
+        entry = (block.size, block.address, id(block))
+        del self.free[bisect_left(self.free, entry)]
+        del self.blocks[id(block)]
+
+    def best_fit(self, size: int) -> _Block | None:
+        index = bisect_left(self.free, (size, -1, -1))
+        return self.blocks[self.free[index][2]] if index < len(self.free) else None
+
+
+class CachingAllocator:
+    """One device's caching allocator on one stream. `limit` is what the driver can give it (None: no limit)."""
+
+    def __init__(self, kind: AllocatorKind = "default", *, limit: int | None = None) -> None:
+        self.expandable = kind == "expandable-segments"
+        self.limit = limit
+        self.small, self.large = _Pool(True), _Pool(False)
+        self.segments: list[_Segment] = []
+        self.reserved = self.allocated = self.max_reserved = self.max_allocated = 0
+        self._next_address = 0
+        self._tensors: dict[int, _Block] = {}
+        self._next_handle = 0
+
+    # --- the requests -------------------------------------------------------------------------------------------
+
+    def malloc(self, size: int) -> int:
+        """A tensor of `size` bytes; returns a handle for `free`. Raises OutOfMemory as the allocator would."""
+        rounded = round_size(size)
+        pool = self.small if rounded <= SMALL_BYTES else self.large
+        block = pool.best_fit(rounded)
+        if block is None:
+            block = self._new_block(pool, rounded)
+            if block is None:
+                self.release_cache()
+                block = self._new_block(pool, rounded)
+            if block is None:
+                raise OutOfMemory(rounded, self.reserved)
+        else:
+            pool.remove(block)
+        remaining = block.size - rounded
+        if remaining >= MIN_BLOCK_BYTES if pool.small or self.expandable else remaining > SMALL_BYTES:
+            self._split(pool, block, rounded)
+        block.allocated = True
+        self.allocated += block.size
+        self.max_allocated = max(self.max_allocated, self.allocated)
+        self._next_handle += 1
+        self._tensors[self._next_handle] = block
+        return self._next_handle
+
+    def free(self, handle: int) -> None:
+        block = self._tensors.pop(handle)
+        block.allocated = False
+        self.allocated -= block.size
+        pool = self.small if block.segment.small else self.large
+        for neighbour in (block.prev, block.next):
+            if neighbour is not None and not neighbour.allocated and neighbour.mapped == block.mapped:
+                pool.remove(neighbour)
+                self._merge(block, neighbour)
+        if block.mapped:
+            pool.add(block)
+
+    def release_cache(self) -> None:
+        """``empty_cache``: wholly free segments go back to the driver; in an expandable segment, the whole pages
+        inside free blocks are unmapped."""
+        for pool in (self.large, self.small):
+            for block in list(pool.blocks.values()):
+                if self.expandable:
+                    self._unmap(pool, block)
+                elif block.prev is None and block.next is None:
+                    pool.remove(block)
+                    self.segments.remove(block.segment)
+                    self.reserved -= block.size
+
+    # --- segments -----------------------------------------------------------------------------------------------
+
+    def _new_block(self, pool: _Pool, rounded: int) -> _Block | None:
+        if self.expandable:
+            return self._grow(pool, rounded)
+        size = segment_size(rounded)
+        if self.limit is not None and self.reserved + size > self.limit:
+            return None
+        segment = _Segment(pool.small, self._next_address)
+        self._next_address += size
+        block = segment.head = _Block(segment.base, size, segment)
+        self.segments.append(segment)
+        self._reserve(size)
+        return block
+
+    def _grow(self, pool: _Pool, rounded: int) -> _Block | None:
+        """Map pages for `rounded` bytes: into an unmapped range (with the free block just before it), lowest
+        address first; the segment's unmapped end always qualifies."""
+        page = SMALL_SEGMENT_BYTES if pool.small else LARGE_SEGMENT_BYTES
+        segment = pool.expandable
+        if segment is None:
+            segment = pool.expandable = _Segment(pool.small, self._next_address)
+            self._next_address += 1 << 50  # the virtual range: never exhausted here
+            segment.head = _Block(segment.base, 1 << 50, segment, mapped=False)
+            self.segments.append(segment)
+        block: _Block | None = segment.head
+        while block is not None:
+            if not block.mapped:
+                before = block.prev
+                start = before if before is not None and before.mapped and not before.allocated else block
+                lacking = rounded - (start.size if start is not block else 0)
+                if lacking <= block.size:  # else a hole too small: the next range (the end always fits)
+                    return self._map(pool, start, block, lacking, page)
+            block = block.next
+        return None
+
+    def _map(self, pool: _Pool, start: _Block, unmapped: _Block, lacking: int, page: int) -> _Block | None:
+        """Map the pages of `unmapped` that a block from `start` lacks; None if the driver has no room."""
+        pages = -(-lacking // page) * page
+        if self.limit is not None and self.reserved + pages > self.limit:
+            return None
+        self._reserve(pages)
+        unmapped.segment.mapped_bytes += pages
+        if pages < unmapped.size:
+            rest = _Block(unmapped.address + pages, unmapped.size - pages, unmapped.segment, mapped=False)
+            self._link_after(unmapped, rest)
+            unmapped.size = pages
+        unmapped.mapped = True
+        if start is not unmapped:
+            pool.remove(start)
+            self._merge(start, unmapped)
+        return start
+
+    def _unmap(self, pool: _Pool, block: _Block) -> None:
+        """Unmap the whole pages inside a cached block of an expandable segment; what is left either side stays
+        cached, and the unmapped range joins the unmapped ranges beside it."""
+        page = SMALL_SEGMENT_BYTES if pool.small else LARGE_SEGMENT_BYTES
+        base = block.segment.base
+        low = base + -(-(block.address - base) // page) * page
+        high = base + (block.address + block.size - base) // page * page
+        if high <= low:
+            return
+        pool.remove(block)
+        end = block.address + block.size
+        self.reserved -= high - low
+        block.segment.mapped_bytes -= high - low
+        if block.address < low:  # a mapped head stays cached
+            head = _Block(block.address, low - block.address, block.segment)
+            self._link_before(block, head)
+            pool.add(head)
+        if high < end:  # and so does a mapped tail
+            tail = _Block(high, end - high, block.segment)
+            self._link_after(block, tail)
+            pool.add(tail)
+        block.address, block.size, block.mapped = low, high - low, False
+        for neighbour in (block.prev, block.next):
+            if neighbour is not None and not neighbour.mapped:
+                self._merge(block, neighbour)
+
+    def _reserve(self, size: int) -> None:
+        self.reserved += size
+        self.max_reserved = max(self.max_reserved, self.reserved)
+
+    # --- blocks -------------------------------------------------------------------------------------------------
+
+    def _split(self, pool: _Pool, block: _Block, size: int) -> None:
+        rest = _Block(block.address + size, block.size - size, block.segment)
+        block.size = size
+        self._link_after(block, rest)
+        pool.add(rest)
+
+    @staticmethod
+    def _link_after(block: _Block, new: _Block) -> None:
+        new.prev, new.next = block, block.next
+        if block.next is not None:
+            block.next.prev = new
+        block.next = new
+
+    @staticmethod
+    def _link_before(block: _Block, new: _Block) -> None:
+        new.prev, new.next = block.prev, block
+        if block.prev is not None:
+            block.prev.next = new
+        else:
+            block.segment.head = new
+        block.prev = new
+
+    @staticmethod
+    def _merge(block: _Block, neighbour: _Block) -> None:
+        """Fold `neighbour` (adjacent, free, alike in mapping) into `block`."""
+        if neighbour is block.prev:
+            block.address = neighbour.address
+            block.prev = neighbour.prev
+            if neighbour.prev is not None:
+                neighbour.prev.next = block
+            else:
+                block.segment.head = block
+        else:
+            block.next = neighbour.next
+            if neighbour.next is not None:
+                neighbour.next.prev = block
+        block.size += neighbour.size
