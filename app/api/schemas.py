@@ -180,7 +180,13 @@ class TrainingIn(BaseModel):
     )
     framework_overhead_bytes: int = Field(
         default=limits.DEFAULT_FRAMEWORK_OVERHEAD_BYTES, ge=0, le=limits.MAX_OVERHEAD_BYTES,
-        description="CUDA context and allocator reserve per GPU, in bytes (default 1 GiB).",
+        description="An extra per GPU outside what is modelled (e.g. communication buffers), in bytes (default 0; the "
+        "CUDA context, the workspaces and the allocator's cache are counted).",
+    )
+    allocator: Literal[limits.ALLOCATORS] = Field(  # type: ignore[valid-type]
+        default="default", description="PyTorch's CUDA caching allocator: default (as shipped) or "
+        "expandable-segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: one segment per pool grown by pages, "
+        "so freed blocks and new requests fragment less).",
     )
 
 
@@ -303,6 +309,12 @@ class PeakOut(BaseModel):
     event: str = Field(description="The event of the step where it happens, e.g. 'backward: loss gradients'.")
     step: int = Field(description="1: the first step (no optimizer state before its optimizer.step); 2: every later step.")
     breakdown: dict[str, int] = Field(description="Bytes alive at the peak, by category.")
+    reserved_bytes: int | None = Field(
+        description="The caching allocator's reserved memory at its worst moment of the two steps "
+        "(torch.cuda.max_memory_reserved()): the tensors, their rounding and the freed blocks it keeps cached. With a "
+        "GPU, near its capacity, the cache as released before the allocator gives up. For a bare parameter count (no "
+        "tensor shapes to replay), the allocated peak. null for a sweep point worked out from the fitted polynomial "
+        "rather than replayed (its fits still follows the reserve).")
 
 
 class TimelinePointOut(BaseModel):
@@ -310,6 +322,8 @@ class TimelinePointOut(BaseModel):
     step: int = Field(description="1 or 2 (2 stands for every later step).")
     bytes: int = Field(description="Bytes alive at this event (the most during it), on the most-loaded GPU.")
     breakdown: dict[str, int] = Field(description="The same bytes by category.")
+    reserved_bytes: int | None = Field(description="The allocator's reserved memory, the most during this event; "
+                                       "null for a bare parameter count.")
 
 
 class BufferOut(BaseModel):
@@ -326,8 +340,15 @@ class GpuFitOut(BaseModel):
     id: str = Field(description="GPU id from GET /api/v1/gpus.")
     name: str = Field(description="Marketing name.")
     capacity: int = Field(description="Usable memory in bytes, as the driver reports it.")
-    fits: bool = Field(description="Whether the peak on the most-loaded GPU fits in capacity.")
-    headroom: int = Field(description="capacity - peak, in bytes; negative when it does not fit.")
+    fits: bool = Field(description="Whether the step runs without CUDA out of memory: the allocator's reserved peak "
+                       "plus what lives outside it fits in capacity, and a replay of the step within capacity (the "
+                       "allocator releasing its cache before it gives up) never fails.")
+    headroom: int = Field(description="capacity - (reserved_bytes + outside_allocator_bytes), in bytes; negative when "
+                          "it does not fit.")
+    reserved_bytes: int = Field(description="The allocator's reserved peak on this GPU, the libraries' workspaces "
+                                "included.")
+    outside_allocator_bytes: int = Field(description="Memory outside PyTorch's allocator: the CUDA context and "
+                                         "modules (the GPU catalogue's context_bytes) and training.framework_overhead_bytes.")
 
 
 class HostOut(BaseModel):

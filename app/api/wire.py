@@ -182,7 +182,8 @@ def breakdown_json(breakdown: core.Breakdown) -> dict[str, int | None]:
 
 
 def peak_json(peak: core.Peak) -> dict[str, Any]:
-    return {"bytes": peak.bytes, "event": peak.event, "step": peak.step, "breakdown": peak.breakdown.categories()}
+    return {"bytes": peak.bytes, "event": peak.event, "step": peak.step, "breakdown": peak.breakdown.categories(),
+            "reserved_bytes": peak.reserved_bytes}
 
 
 def estimate_json(result: core.Estimate) -> dict[str, Any]:
@@ -190,7 +191,8 @@ def estimate_json(result: core.Estimate) -> dict[str, Any]:
     gpu = None
     if result.gpu is not None:
         gpu = {"id": result.gpu.gpu.id, "name": result.gpu.gpu.name, "capacity": result.gpu.gpu.capacity_bytes,
-               "fits": result.gpu.fits, "headroom": result.gpu.headroom_bytes}
+               "fits": result.gpu.fits, "headroom": result.gpu.headroom_bytes,
+               "reserved_bytes": result.gpu.reserved_bytes, "outside_allocator_bytes": result.gpu.outside_bytes}
     return {
         "param_count": result.param_count,
         "trainable_param_count": result.trainable_param_count,
@@ -204,8 +206,10 @@ def estimate_json(result: core.Estimate) -> dict[str, Any]:
         "explanation": [{"category": b.category, "label": b.label, "formula": b.formula, "bytes": b.bytes}
                         for b in result.ledger],
         "peak": peak_json(result.peak),
-        "timeline": [{"event": p.event, "step": p.step, "bytes": p.bytes, "breakdown": p.breakdown.categories()}
-                     for p in result.timeline],
+        "timeline": [{"event": p.event, "step": p.step, "bytes": p.bytes, "breakdown": p.breakdown.categories(),
+                      "reserved_bytes": reserved}
+                     for p, reserved in zip(result.timeline, result.reserved_timeline or [None] * len(result.timeline),
+                                            strict=True)],
         "ledger": [_buffer_json(b) for b in result.ledger],
         "attention_kernel": result.attention_kernel,
         "host": None if result.host is None else {
@@ -249,6 +253,6 @@ def series_json(field: str, points: tuple[SeriesPoint, ...]) -> dict[str, Any]:
     """The answer of POST /api/v1/sweep."""
     return {
         "field": field,
-        "points": [{"value": point.value, "peak": peak_json(point.peak), "per_gpu": breakdown_json(point.per_gpu),
-                    "fits": point.fits} for point in points],
+        "points": [{"value": point.value, "peak": peak_json(point.peak) | {"reserved_bytes": point.reserved_bytes},
+                    "per_gpu": breakdown_json(point.per_gpu), "fits": point.fits} for point in points],
     }

@@ -232,7 +232,7 @@ def _check_combination(kinds: list[str], single: bool) -> None:
 def _check_request(request: dict[str, Any], sources: dict[str, tuple[int, str]], where: dict[int, str]) -> None:
     """The body must be one the estimate accepts; what the core refuses is reported at the config key it came from."""
     try:
-        wire.job_from(request).estimate()
+        wire.job_from(request).estimate(reserve=False)  # only whether the core accepts it
     except DomainError as error:
         field = error.field
         source = sources.get(field)

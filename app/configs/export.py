@@ -179,7 +179,7 @@ def complete(body: dict[str, Any]) -> dict[str, Any]:
     training = {k: v for k, v in (body.get("training") or {}).items() if v is not None}
     parallelism = {k: v for k, v in (body.get("parallelism") or {}).items() if v is not None}
     wire.job_from({"model": model, "training": training, "parallelism": parallelism,
-                   "finetuning": body.get("finetuning"), "gpu": body.get("gpu")}).estimate()
+                   "finetuning": body.get("finetuning"), "gpu": body.get("gpu")}).estimate(reserve=False)
     values = defaults()
     out_training = {name: training.get(name, values[f"training.{name}"]) for name in TRAINING_FIELDS}
     out_training["framework_overhead_bytes"] = training.get("framework_overhead_bytes",

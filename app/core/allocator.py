@@ -77,15 +77,15 @@ def segment_size(rounded: int) -> int:
     return -(-rounded // ROUND_LARGE_BYTES) * ROUND_LARGE_BYTES
 
 
-@dataclass(eq=False)
-class _Block:
+@dataclass(eq=False, slots=True)
+class Block:
     address: int
     size: int
     segment: _Segment
     allocated: bool = False
     mapped: bool = True
-    prev: _Block | None = None
-    next: _Block | None = None
+    prev: Block | None = None
+    next: Block | None = None
 
 
 @dataclass(eq=False)
@@ -93,28 +93,27 @@ class _Segment:
     small: bool
     base: int
     mapped_bytes: int = 0  # for an expandable segment: the pages mapped, wherever they lie
-    head: _Block | None = None
+    head: Block | None = None
+    unmapped: dict[int, Block] = field(default_factory=dict)  # an expandable segment's unmapped ranges, by id
 
 
 @dataclass
 class _Pool:
     small: bool
-    free: list[tuple[int, int, int]] = field(default_factory=list)  # (size, address, id) of cached blocks
-    blocks: dict[int, _Block] = field(default_factory=dict)  # id -> cached block
+    # The cached blocks as (size, address, block), in best-fit order; (size, address) is unique, so the block itself
+    # is never compared.
+    free: list[tuple[int, int, Block]] = field(default_factory=list)
     expandable: _Segment | None = None
 
-    def add(self, block: _Block) -> None:
-        insort(self.free, (block.size, block.address, id(block)))
-        self.blocks[id(block)] = block
+    def add(self, block: Block) -> None:
+        insort(self.free, (block.size, block.address, block))
 
-    def remove(self, block: _Block) -> None:
-        entry = (block.size, block.address, id(block))
-        del self.free[bisect_left(self.free, entry)]
-        del self.blocks[id(block)]
+    def remove(self, block: Block) -> None:
+        free = self.free
+        del free[bisect_left(free, (block.size, block.address))]
 
-    def best_fit(self, size: int) -> _Block | None:
-        index = bisect_left(self.free, (size, -1, -1))
-        return self.blocks[self.free[index][2]] if index < len(self.free) else None
+    def blocks(self) -> list[Block]:
+        return [entry[2] for entry in self.free]
 
 
 class CachingAllocator:
@@ -127,52 +126,61 @@ class CachingAllocator:
         self.segments: list[_Segment] = []
         self.reserved = self.allocated = self.max_reserved = self.max_allocated = 0
         self._next_address = 0
-        self._tensors: dict[int, _Block] = {}
-        self._next_handle = 0
 
     # --- the requests -------------------------------------------------------------------------------------------
 
-    def malloc(self, size: int) -> int:
-        """A tensor of `size` bytes; returns a handle for `free`. Raises OutOfMemory as the allocator would."""
-        rounded = round_size(size)
-        pool = self.small if rounded <= SMALL_BYTES else self.large
-        block = pool.best_fit(rounded)
-        if block is None:
-            block = self._new_block(pool, rounded)
-            if block is None:
-                self.release_cache()
-                block = self._new_block(pool, rounded)
-            if block is None:
-                raise OutOfMemory(rounded, self.reserved)
+    def malloc(self, size: int) -> Block:
+        """A tensor of `size` bytes; returns its block, the handle for `free`. Raises OutOfMemory as the allocator
+        would."""
+        rounded = MIN_BLOCK_BYTES if size < MIN_BLOCK_BYTES else -(-size // MIN_BLOCK_BYTES) * MIN_BLOCK_BYTES
+        small = rounded <= SMALL_BYTES
+        pool = self.small if small else self.large
+        free = pool.free
+        index = bisect_left(free, (rounded, -1))
+        if index < len(free):
+            block = free.pop(index)[2]
         else:
-            pool.remove(block)
+            found = self._new_block(pool, rounded)
+            if found is None:
+                self.release_cache()
+                found = self._new_block(pool, rounded)
+            if found is None:
+                raise OutOfMemory(rounded, self.reserved)
+            block = found
         remaining = block.size - rounded
-        if remaining >= MIN_BLOCK_BYTES if pool.small or self.expandable else remaining > SMALL_BYTES:
-            self._split(pool, block, rounded)
+        if remaining >= MIN_BLOCK_BYTES if small or self.expandable else remaining > SMALL_BYTES:
+            rest = Block(block.address + rounded, remaining, block.segment, False, True, block, block.next)
+            if block.next is not None:
+                block.next.prev = rest
+            block.next = rest
+            block.size = rounded
+            insort(free, (remaining, rest.address, rest))
         block.allocated = True
         self.allocated += block.size
-        self.max_allocated = max(self.max_allocated, self.allocated)
-        self._next_handle += 1
-        self._tensors[self._next_handle] = block
-        return self._next_handle
+        if self.allocated > self.max_allocated:
+            self.max_allocated = self.allocated
+        return block
 
-    def free(self, handle: int) -> None:
-        block = self._tensors.pop(handle)
+    def free(self, block: Block) -> None:
+        if not block.allocated:
+            raise ValueError("freed twice")
         block.allocated = False
         self.allocated -= block.size
         pool = self.small if block.segment.small else self.large
+        mapped = block.mapped
         for neighbour in (block.prev, block.next):
-            if neighbour is not None and not neighbour.allocated and neighbour.mapped == block.mapped:
-                pool.remove(neighbour)
+            if neighbour is not None and not neighbour.allocated and neighbour.mapped == mapped:
+                if mapped:
+                    pool.remove(neighbour)
                 self._merge(block, neighbour)
-        if block.mapped:
+        if mapped:
             pool.add(block)
 
     def release_cache(self) -> None:
         """``empty_cache``: wholly free segments go back to the driver; in an expandable segment, the whole pages
         inside free blocks are unmapped."""
         for pool in (self.large, self.small):
-            for block in list(pool.blocks.values()):
+            for block in pool.blocks():
                 if self.expandable:
                     self._unmap(pool, block)
                 elif block.prev is None and block.next is None:
@@ -182,7 +190,7 @@ class CachingAllocator:
 
     # --- segments -----------------------------------------------------------------------------------------------
 
-    def _new_block(self, pool: _Pool, rounded: int) -> _Block | None:
+    def _new_block(self, pool: _Pool, rounded: int) -> Block | None:
         if self.expandable:
             return self._grow(pool, rounded)
         size = segment_size(rounded)
@@ -190,12 +198,12 @@ class CachingAllocator:
             return None
         segment = _Segment(pool.small, self._next_address)
         self._next_address += size
-        block = segment.head = _Block(segment.base, size, segment)
+        block = segment.head = Block(segment.base, size, segment)
         self.segments.append(segment)
         self._reserve(size)
         return block
 
-    def _grow(self, pool: _Pool, rounded: int) -> _Block | None:
+    def _grow(self, pool: _Pool, rounded: int) -> Block | None:
         """Map pages for `rounded` bytes: into an unmapped range (with the free block just before it), lowest
         address first; the segment's unmapped end always qualifies."""
         page = SMALL_SEGMENT_BYTES if pool.small else LARGE_SEGMENT_BYTES
@@ -203,20 +211,18 @@ class CachingAllocator:
         if segment is None:
             segment = pool.expandable = _Segment(pool.small, self._next_address)
             self._next_address += 1 << 50  # the virtual range: never exhausted here
-            segment.head = _Block(segment.base, 1 << 50, segment, mapped=False)
+            segment.head = Block(segment.base, 1 << 50, segment, mapped=False)
+            segment.unmapped[id(segment.head)] = segment.head
             self.segments.append(segment)
-        block: _Block | None = segment.head
-        while block is not None:
-            if not block.mapped:
-                before = block.prev
-                start = before if before is not None and before.mapped and not before.allocated else block
-                lacking = rounded - (start.size if start is not block else 0)
-                if lacking <= block.size:  # else a hole too small: the next range (the end always fits)
-                    return self._map(pool, start, block, lacking, page)
-            block = block.next
+        for block in sorted(segment.unmapped.values(), key=lambda b: b.address):
+            before = block.prev
+            start = before if before is not None and before.mapped and not before.allocated else block
+            lacking = rounded - (start.size if start is not block else 0)
+            if lacking <= block.size:  # else a hole too small: the next range (the end always fits)
+                return self._map(pool, start, block, lacking, page)
         return None
 
-    def _map(self, pool: _Pool, start: _Block, unmapped: _Block, lacking: int, page: int) -> _Block | None:
+    def _map(self, pool: _Pool, start: Block, unmapped: Block, lacking: int, page: int) -> Block | None:
         """Map the pages of `unmapped` that a block from `start` lacks; None if the driver has no room."""
         pages = -(-lacking // page) * page
         if self.limit is not None and self.reserved + pages > self.limit:
@@ -224,16 +230,18 @@ class CachingAllocator:
         self._reserve(pages)
         unmapped.segment.mapped_bytes += pages
         if pages < unmapped.size:
-            rest = _Block(unmapped.address + pages, unmapped.size - pages, unmapped.segment, mapped=False)
+            rest = Block(unmapped.address + pages, unmapped.size - pages, unmapped.segment, mapped=False)
             self._link_after(unmapped, rest)
+            unmapped.segment.unmapped[id(rest)] = rest
             unmapped.size = pages
         unmapped.mapped = True
+        del unmapped.segment.unmapped[id(unmapped)]
         if start is not unmapped:
             pool.remove(start)
             self._merge(start, unmapped)
         return start
 
-    def _unmap(self, pool: _Pool, block: _Block) -> None:
+    def _unmap(self, pool: _Pool, block: Block) -> None:
         """Unmap the whole pages inside a cached block of an expandable segment; what is left either side stays
         cached, and the unmapped range joins the unmapped ranges beside it."""
         page = SMALL_SEGMENT_BYTES if pool.small else LARGE_SEGMENT_BYTES
@@ -247,39 +255,36 @@ class CachingAllocator:
         self.reserved -= high - low
         block.segment.mapped_bytes -= high - low
         if block.address < low:  # a mapped head stays cached
-            head = _Block(block.address, low - block.address, block.segment)
+            head = Block(block.address, low - block.address, block.segment)
             self._link_before(block, head)
             pool.add(head)
         if high < end:  # and so does a mapped tail
-            tail = _Block(high, end - high, block.segment)
+            tail = Block(high, end - high, block.segment)
             self._link_after(block, tail)
             pool.add(tail)
         block.address, block.size, block.mapped = low, high - low, False
+        block.segment.unmapped[id(block)] = block
         for neighbour in (block.prev, block.next):
             if neighbour is not None and not neighbour.mapped:
+                del block.segment.unmapped[id(neighbour)]
                 self._merge(block, neighbour)
 
     def _reserve(self, size: int) -> None:
         self.reserved += size
-        self.max_reserved = max(self.max_reserved, self.reserved)
+        if self.reserved > self.max_reserved:
+            self.max_reserved = self.reserved
 
     # --- blocks -------------------------------------------------------------------------------------------------
 
-    def _split(self, pool: _Pool, block: _Block, size: int) -> None:
-        rest = _Block(block.address + size, block.size - size, block.segment)
-        block.size = size
-        self._link_after(block, rest)
-        pool.add(rest)
-
     @staticmethod
-    def _link_after(block: _Block, new: _Block) -> None:
+    def _link_after(block: Block, new: Block) -> None:
         new.prev, new.next = block, block.next
         if block.next is not None:
             block.next.prev = new
         block.next = new
 
     @staticmethod
-    def _link_before(block: _Block, new: _Block) -> None:
+    def _link_before(block: Block, new: Block) -> None:
         new.prev, new.next = block.prev, block
         if block.prev is not None:
             block.prev.next = new
@@ -288,7 +293,7 @@ class CachingAllocator:
         block.prev = new
 
     @staticmethod
-    def _merge(block: _Block, neighbour: _Block) -> None:
+    def _merge(block: Block, neighbour: Block) -> None:
         """Fold `neighbour` (adjacent, free, alike in mapping) into `block`."""
         if neighbour is block.prev:
             block.address = neighbour.address

@@ -13,7 +13,7 @@ from functools import lru_cache
 from typing import Final
 
 from app.core import activations as act
-from app.core import states
+from app.core import reserve, states
 from app.core.architecture import Architecture, active_param_count, param_count
 from app.core.categories import CATEGORIES, MODEL_STATE_CATEGORIES, Breakdown
 from app.core.errors import DomainError
@@ -71,6 +71,8 @@ class Estimate:
     trainable_param_count: int = 0  # parameters that train (all of them unless fine-tuning freezes some)
     host: Host | None = None  # host memory, when offloading
     active_param_count: int = 0  # parameters one token uses (fewer than param_count for mixtures of experts)
+    reserved_timeline: tuple[int, ...] = ()  # the allocator's reserved bytes, the most within each event
+    outside_allocator_bytes: int = 0  # per GPU: the CUDA context and the user's extra
 
 
 @dataclass(frozen=True)
@@ -99,12 +101,15 @@ def estimate(
     parallelism: Parallelism | None = None,
     gpu: Gpu | None = None,
     device: act.Device = "cuda",
+    reserve: bool = True,
 ) -> Estimate:
     """Memory for training, per GPU (most-loaded rank) and for the whole cluster, with its timeline and peak.
 
     Give either `architecture` (everything is computed) or `num_params` (model states only:
     activations and temporaries need the shapes and are reported as None). `device` chooses whose
-    kernels decide what is saved: ``cuda`` (the product) or ``cpu`` (to compare with CPU runs).
+    kernels decide what is saved: ``cuda`` (the product) or ``cpu`` (to compare with CPU runs). Without `reserve`
+    the allocator's replay is skipped: the tensors' timeline and peak only, with no reserved bytes and no verdict
+    (for charts of the tensors, and to rule out a setup whose tensors alone pass the capacity).
     """
     training = training or Training()
     parallelism = parallelism or Parallelism()
@@ -114,11 +119,11 @@ def estimate(
     if architecture is None:
         assert num_params is not None  # one of the two, checked above
         return _from_count(num_params, training, parallelism, gpu)
-    return _from_architecture(architecture, training, parallelism, gpu, device)
+    return _from_architecture(architecture, training, parallelism, gpu, device, reserve)
 
 
 def _from_architecture(arch: Architecture, training: Training, parallelism: Parallelism, gpu: Gpu | None,
-                       device: act.Device) -> Estimate:
+                       device: act.Device, with_reserve: bool = True) -> Estimate:
     setup = activation_setup(training, parallelism, device=device)
     layer_saved = fp8_layer_saved(arch, training, setup, act.layer_activations(arch, setup))
     m = training.gradient_accumulation_steps
@@ -150,6 +155,17 @@ def _from_architecture(arch: Architecture, training: Training, parallelism: Para
     assert best is not None
     _, kind, ledger, host, steps, live, live_totals = best
     points, peak = timeline_points(steps, live, live_totals)
+    kept_layer = act.checkpointed_layer_activations(arch, setup, training.activation_checkpointing, full=layer_saved)
+    full_layer = [saved.bytes for saved in layer_saved]
+    stage_reserve = None
+    if with_reserve:
+        stage_reserve = reserve.stage_reserve(
+            ledger, steps, {ACTS: kind.layers, FORWARDED: kind.layers, GRADS: kind.layers, GRADS_DONE: kind.layers},
+            templates=reserve.stage_templates(arch, parallelism, kind, ledger, full_layer, [t.bytes for t in kept_layer]),
+            forward_transient=full_layer if training.activation_checkpointing == "full" else (),
+            kind=training.allocator, gpu=gpu, extra_bytes=training.framework_overhead_bytes,  # type: ignore[arg-type]
+            allocated_peak_bytes=peak.bytes - training.framework_overhead_bytes)
+        peak = peak._replace(reserved_bytes=stage_reserve.reserved.max_bytes)
     ledger = tuple(buffer if buffer.cluster_bytes == cluster_by_key[buffer.key] else
                    _with_cluster(buffer, cluster_by_key[buffer.key]) for buffer in ledger)
     per_gpu = _sum_by_category(ledger)
@@ -166,7 +182,9 @@ def _from_architecture(arch: Architecture, training: Training, parallelism: Para
         param_count=count,
         per_gpu=per_gpu,
         cluster=Breakdown(cluster),
-        gpu=fit(gpu, total_bytes=peak.bytes) if gpu else None,
+        gpu=fit(gpu, total_bytes=peak.reserved_bytes + stage_reserve.outside_bytes, reserved_bytes=peak.reserved_bytes,
+                outside_bytes=stage_reserve.outside_bytes, out_of_memory=stage_reserve.out_of_memory)
+        if gpu and stage_reserve else None,
         warnings=tuple(estimate_warnings(
             arch, training, parallelism, kernel=kernel, peak=peak, per_gpu=per_gpu,
             experts_backward_known=moe_backward_modelled(arch, training, parallelism, setup))),
@@ -176,11 +194,12 @@ def _from_architecture(arch: Architecture, training: Training, parallelism: Para
         peak=peak,
         timeline=points,
         attention_kernel=kernel,
-        layer_activations=act.checkpointed_layer_activations(arch, setup, training.activation_checkpointing,
-                                                             full=layer_saved),
+        layer_activations=kept_layer,
         trainable_param_count=trainable,
         host=_host(host, parallelism),
         active_param_count=count - _inactive_params(arch),
+        reserved_timeline=stage_reserve.reserved.per_event if stage_reserve else (),
+        outside_allocator_bytes=stage_reserve.outside_bytes if stage_reserve else 0,
     )
 
 
@@ -268,13 +287,15 @@ def _from_count(num_params: int, training: Training, parallelism: Parallelism, g
     ledger = tuple(buffers)
     steps = plan(phases, micro_batches=training.gradient_accumulation_steps, carried={})
     points, peak = sweep([(b.category, b.bytes, b.life) for b in ledger], steps, {})
+    peak = peak._replace(reserved_bytes=peak.bytes)  # no shapes to replay: the tensors' own bytes
     per_gpu = _sum_by_category(ledger, unknown=("activations",))
     cluster = _sum_cluster(ledger)
     return Estimate(
         param_count=num_params,
         per_gpu=per_gpu,
         cluster=cluster,
-        gpu=fit(gpu, total_bytes=peak.bytes) if gpu else None,
+        gpu=fit(gpu, total_bytes=peak.bytes + gpu.context_bytes, reserved_bytes=peak.bytes,
+                outside_bytes=gpu.context_bytes) if gpu else None,
         warnings=tuple(count_warnings(training, parallelism, scratch_known=scratch.of == "all" or not scratch.copies))
         + tuple(notes),
         pipeline_stage=0,

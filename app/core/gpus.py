@@ -16,15 +16,22 @@ class Gpu:
     name: str
     capacity_bytes: int
     source: str
+    context_bytes: int = 0  # in use outside the allocator before the first tensor (CUDA context, modules)
+    workspace_bytes: int = 0  # the libraries' workspaces, allocated through the allocator and kept
+    context_source: str = ""
 
 
 @dataclass(frozen=True)
 class GpuFit:
-    """Whether a per-GPU total fits: headroom is capacity minus total (negative when it does not fit)."""
+    """Whether a step fits: the allocator's reserved peak and what lives outside it (the context, an extra the user
+    sets) against the capacity. Headroom is capacity minus that total (negative when it does not fit); `fits` is
+    also false when the replay ran out of memory with the cache released, whatever the total says."""
 
     gpu: Gpu
     fits: bool
     headroom_bytes: int
+    reserved_bytes: int = 0  # the allocator's reserved peak
+    outside_bytes: int = 0  # the CUDA context and the user's extra, outside the allocator
 
 
 @cache
@@ -33,7 +40,9 @@ def gpu_catalogue() -> dict[str, Gpu]:
     # importing tempfile, shutil and the compression modules into the command line's start-up.
     raw = json.loads(pkgutil.get_data("app.core", "data/gpus.json").decode("utf-8"))  # type: ignore[union-attr]
     return {
-        gpu_id: Gpu(id=gpu_id, name=entry["name"], capacity_bytes=entry["capacity_bytes"], source=entry["source"])
+        gpu_id: Gpu(id=gpu_id, name=entry["name"], capacity_bytes=entry["capacity_bytes"], source=entry["source"],
+                    context_bytes=entry["context_bytes"], workspace_bytes=entry["workspace_bytes"],
+                    context_source=entry["context_source"])
         for gpu_id, entry in raw.items()
         if not gpu_id.startswith("_")
     }
@@ -46,6 +55,8 @@ def get_gpu(gpu_id: str) -> Gpu:
     return catalogue[gpu_id]
 
 
-def fit(gpu: Gpu, *, total_bytes: int) -> GpuFit:
+def fit(gpu: Gpu, *, total_bytes: int, reserved_bytes: int = 0, outside_bytes: int = 0,
+        out_of_memory: bool = False) -> GpuFit:
     headroom_bytes = gpu.capacity_bytes - total_bytes
-    return GpuFit(gpu=gpu, fits=headroom_bytes >= 0, headroom_bytes=headroom_bytes)
+    return GpuFit(gpu=gpu, fits=headroom_bytes >= 0 and not out_of_memory, headroom_bytes=headroom_bytes,
+                  reserved_bytes=reserved_bytes, outside_bytes=outside_bytes)

@@ -13,6 +13,7 @@ from typing import Any, Final, Literal
 
 from app.core import activations as act
 from app.core import finetuning as ft
+from app.core.allocator import ALLOCATORS
 from app.core.architecture import MAX_LAYERS, Architecture
 from app.core.errors import DomainError
 from app.core.estimate import Estimate, estimate
@@ -51,9 +52,19 @@ class Job:
     parallelism: Parallelism = field(default_factory=Parallelism)
     gpu: Gpu | None = None
 
-    def estimate(self) -> Estimate:
+    def estimate(self, *, reserve: bool = True) -> Estimate:
         return estimate(architecture=self.architecture, num_params=self.num_params, training=self.training,
-                        parallelism=self.parallelism, gpu=self.gpu)
+                        parallelism=self.parallelism, gpu=self.gpu, reserve=reserve)
+
+    def surely_over(self) -> bool:
+        """Whether the tensors alone, with what lives outside the allocator, pass the GPU's capacity: the job does
+        not fit whatever the allocator does (its reserved memory holds at least its tensors), so no replay is
+        needed to say so."""
+        if self.gpu is None:
+            return False
+        tensors = self.estimate(reserve=False).peak.bytes - self.training.framework_overhead_bytes
+        outside = self.gpu.context_bytes + self.training.framework_overhead_bytes
+        return tensors + outside > self.gpu.capacity_bytes
 
     @property
     def gpu_count(self) -> int:
@@ -99,6 +110,7 @@ def _job_fields() -> dict[str, JobField]:
         JobField("training.attention", "choice", choices=tuple(act.ATTENTION_CHOICES)),
         JobField("training.implementation", "choice", choices=tuple(act.IMPLEMENTATION_CHOICES)),
         JobField("training.loop", "choice", choices=tuple(LOOPS)),
+        JobField("training.allocator", "choice", choices=ALLOCATORS),
         JobField("training.loss", "choice", choices=tuple(LOSSES)),
         JobField("training.loss_chunks", "int", 1, MAX_LOSS_CHUNKS),
         JobField("training.framework", "choice", choices=tuple(FRAMEWORKS)),

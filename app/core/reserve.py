@@ -1,9 +1,11 @@
 """The allocator's reserved memory through the two steps: the ledger's buffers as the tensors a step allocates and
 frees, in order, replayed through the caching allocator (`app.core.allocator`).
 
-Each buffer becomes tensors by a template of relative sizes: the model states one tensor per parameter (the stage's
-parameter shapes), a layer's gradients one per parameter of a layer, a layer's saved activations the tensors the
-layer keeps, the recomputed layer the tensors a full layer keeps; any other buffer is one tensor. Between two
+Each buffer becomes tensors by a template of relative sizes (`stage_templates`): the optimizer's state and the
+gradients one tensor per parameter (the stage's parameter shapes), the weights, the master copy and the optimizer
+step's scratch a piece per layer, a layer's gradients one tensor per parameter of a layer, a layer's saved
+activations the tensors the layer keeps, the recomputed layer the tensors a full layer keeps; any other buffer is
+one tensor; tensors of at most 1 MiB are packed together (`_pack_small`). Between two
 events, buffers that end are freed first, then the layers' ramps move one layer at a time (in a layer's forward
 under recomputation its working set is allocated and freed around what it keeps; in backward its gradients are
 allocated before its activations are freed), then buffers that begin are allocated, in the ledger's order.
@@ -15,8 +17,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from app.core.allocator import AllocatorKind, CachingAllocator, OutOfMemory
+from app.core import states
+from app.core.allocator import SMALL_BYTES, AllocatorKind, Block, CachingAllocator, OutOfMemory, round_size
+from app.core.architecture import Architecture, layer_tensors
+from app.core.gpus import Gpu
 from app.core.ledger import Buffer
+from app.core.setup import Parallelism
+from app.core.stages import StageKind
 from app.core.timeline import Plan
 
 # Within an event, these buffers are allocated in this order after all others: the order in which the loss runs
@@ -32,6 +39,8 @@ SUCCEEDS: Final = {"loss.logits_previous": "loss.logits"}
 # the gate projection, its activation and the up projection (measured on the storage log of a real-size
 # forward: docs/VALIDATION.md, "Reserved memory").
 WORKING_WINDOW: Final = 3
+# The user's extra per GPU stands for memory outside the allocator, so it is not replayed.
+OUTSIDE_KEY: Final = "overhead"
 
 
 @dataclass(frozen=True)
@@ -58,7 +67,7 @@ def split(total: int, template: Sequence[int]) -> tuple[int, ...]:
 def replay(ledger: Sequence[Buffer], steps: Plan, ramp_totals: Mapping[str, int], *,
            templates: Mapping[str, Sequence[int]], forward_transient: Sequence[int] = (),
            kind: AllocatorKind = "default", limit: int | None = None, preallocated: Sequence[int] = ()) -> Reserved:
-    """Replay the step's allocations; `templates` maps a buffer key (or its first dotted part) to the relative
+    """Replay the step's allocations; `templates` maps a buffer key to the relative
     sizes of its tensors (for a ramp, of one layer's); `forward_transient` is a layer's working set in forward
     when it keeps less than that (recomputation); `preallocated` are tensors live before the step (workspaces)."""
     allocator = CachingAllocator(kind, limit=limit)
@@ -68,7 +77,7 @@ def replay(ledger: Sequence[Buffer], steps: Plan, ramp_totals: Mapping[str, int]
     index_of = {buffer.key: i for i, buffer in enumerate(ledger)}
     successors = {i: index_of[SUCCEEDS[buffer.key]] for i, buffer in enumerate(ledger)
                   if buffer.key in SUCCEEDS and SUCCEEDS[buffer.key] in index_of}
-    held: list[list[list[int]]] = [[] for _ in ledger]  # per buffer, per unit (layer), the handles
+    held: list[list[list[Block]]] = [[] for _ in ledger]  # per buffer, per unit (layer), the handles
     counts = [_counts(buffer, steps, len(events)) for buffer in ledger]
     units = [_units(buffer, ramp_totals, templates) for buffer in ledger]
     per_event: list[int] = []
@@ -99,14 +108,33 @@ def _counts(buffer: Buffer, steps: Plan, length: int) -> list[int]:
 
 def _units(buffer: Buffer, ramp_totals: Mapping[str, int], templates: Mapping[str, Sequence[int]]) -> tuple[int, ...]:
     """The tensor sizes of one unit of the buffer: one layer of a ramp, or the whole buffer."""
-    template = templates.get(buffer.key) or templates.get(buffer.key.split(".")[0]) or (1,)
+    template = templates.get(buffer.key) or (1,)
     if buffer.life.ramp is None:
-        return split(buffer.bytes, template)
-    return split(buffer.bytes // max(ramp_totals[buffer.life.ramp], 1), template)
+        return _pack_small(split(buffer.bytes, template))
+    return _pack_small(split(buffer.bytes // max(ramp_totals[buffer.life.ramp], 1), template))
+
+
+def _pack_small(sizes: tuple[int, ...]) -> tuple[int, ...]:
+    """The small pool's tensors (at most 1 MiB: norms, biases) of one unit packed into pieces of at most 1 MiB, each
+    where its first tensor stood: they share 2 MiB segments either way, and the replay takes fewer steps."""
+    out: list[int] = []
+    piece, at = 0, -1
+    for size in sizes:
+        if size > SMALL_BYTES:
+            out.append(size)
+            continue
+        rounded = round_size(size)
+        if at >= 0 and piece + rounded <= SMALL_BYTES:
+            piece += rounded
+            out[at] = piece
+        else:
+            piece, at = rounded, len(out)
+            out.append(piece)
+    return tuple(out)
 
 
 def _transition(allocator: CachingAllocator, ledger: Sequence[Buffer], order: Sequence[int],
-                successors: Mapping[int, int], held: list[list[list[int]]], units: list[tuple[int, ...]],
+                successors: Mapping[int, int], held: list[list[list[Block]]], units: list[tuple[int, ...]],
                 previous: list[int], now: list[int], forward_transient: Sequence[int]) -> None:
     ramps = [i for i, buffer in enumerate(ledger) if buffer.life.ramp is not None and previous[i] != now[i]]
     for i in order:
@@ -137,11 +165,11 @@ def _transition(allocator: CachingAllocator, ledger: Sequence[Buffer], order: Se
                 held[i].append(new)
 
 
-def _forward_working_set(allocator: CachingAllocator, tensors: Sequence[int]) -> list[int]:
+def _forward_working_set(allocator: CachingAllocator, tensors: Sequence[int]) -> list[Block]:
     """A layer's forward that keeps less than it makes: its tensors made in order, each freed once the next
     WORKING_WINDOW have been made (an operation's output outlives its input by an operation or two); returns
     the handles still held, freed after the layer's kept tensors are allocated."""
-    live: list[int] = []
+    live: list[Block] = []
     for size in tensors:
         live.append(allocator.malloc(size))
         if len(live) > WORKING_WINDOW:
@@ -149,7 +177,77 @@ def _forward_working_set(allocator: CachingAllocator, tensors: Sequence[int]) ->
     return live
 
 
-def _free_units(allocator: CachingAllocator, units: list[list[int]], count: int) -> None:
+def _free_units(allocator: CachingAllocator, units: list[list[Block]], count: int) -> None:
     for _ in range(count):
         for handle in units.pop():
             allocator.free(handle)
+
+
+@dataclass(frozen=True)
+class StageReserve:
+    """The reserve of the reported stage: the replay, what lives outside the allocator, and whether it fits."""
+
+    reserved: Reserved
+    outside_bytes: int  # the CUDA context and the user's extra, per GPU
+    out_of_memory: bool  # the replay ran out with the cache released, within the GPU's capacity
+
+
+def _elements(shapes: Sequence[tuple[tuple[int, ...], int]]) -> list[int]:
+    sizes = []
+    for shape, repeats in shapes:
+        count = 1
+        for dim in shape:
+            count *= dim
+        sizes += [count] * repeats
+    return sizes
+
+
+def stage_templates(arch: Architecture, parallelism: Parallelism, kind: StageKind, ledger: Sequence[Buffer],
+                    full_layer: Sequence[int], kept_layer: Sequence[int]) -> dict[str, Sequence[int]]:
+    """How each buffer of a stage splits into tensors: model states per parameter, a layer's gradients per
+    parameter of a layer, a layer's activations per saved tensor, the recomputed layer as a whole layer's."""
+    dense = states.dense_layers_on(arch, first_layer=kind.first_layer - 1, layers=kind.layers, count=kind.count)
+    shapes = states.stage_shapes(arch, parallelism.tensor, layers=kind.layers, first=kind.first, last=kind.last,
+                                 dense=dense, expert_parallel=parallelism.expert,
+                                 expert_tensor=parallelism.expert_tensor_degree)
+    stage_shapes = shapes.rank_ep_shapes or shapes.rank_shapes
+    per_param = _elements(stage_shapes)
+    one_layer = _elements(states.rank_shapes(((tensor, 1) for tensor in layer_tensors(arch)), parallelism.tensor))
+    # The weights and the master copy are made before anything is freed, so a layer's parameters lie side by side
+    # whether made one by one or at once: a piece per layer (the embedding and output layer on their own). The
+    # optimizer step's scratch too, made and freed within the step (per parameter or per layer, the recorded runs'
+    # reserved peaks agree within 1%, docs/VALIDATION.md); the optimizer's state stays per parameter, as it settles
+    # into the holes the step before left.
+    layered = sum(_elements([(shape, repeats) for shape, repeats in stage_shapes if repeats > 1]))
+    per_layer = [layered // kind.layers] * kind.layers if kind.layers and layered else []
+    by_layer = per_layer + _elements([(shape, repeats) for shape, repeats in stage_shapes if repeats == 1])
+    sizes = {buffer.key: buffer.bytes for buffer in ledger}
+    reference = sizes.get("master_weights") or sizes.get("weights") or 1
+    moments = min(2, max(1, round(sizes.get("optimizer_states", 0) / reference)))  # Adam's two, SGD's one
+    return {"weights": by_layer, "master_weights": by_layer, "gradients": per_param, "optimizer.scratch": by_layer,
+            "optimizer_states": per_param * moments, "gradients.layers": one_layer,
+            "activations.layers": kept_layer, "recompute": full_layer}
+
+
+def stage_reserve(ledger: Sequence[Buffer], steps: Plan, ramp_totals: Mapping[str, int], *,
+                  templates: Mapping[str, Sequence[int]], forward_transient: Sequence[int], kind: AllocatorKind,
+                  gpu: Gpu | None, extra_bytes: int, allocated_peak_bytes: int) -> StageReserve:
+    """The replay without a limit; on a GPU where that passes the capacity left beside the context and the user's
+    extra, once more within it, as the allocator releases its cache before it gives up (not when the tensors alone
+    pass it: `allocated_peak_bytes`, the ledger's peak without the user's extra)."""
+    replayed = [buffer for buffer in ledger if buffer.key != OUTSIDE_KEY]
+    workspaces = (gpu.workspace_bytes,) if gpu is not None and gpu.workspace_bytes else ()
+    args = {"templates": templates, "forward_transient": forward_transient, "kind": kind, "preallocated": workspaces}
+    free = replay(replayed, steps, ramp_totals, **args)  # type: ignore[arg-type]
+    if gpu is None:
+        return StageReserve(free, extra_bytes, False)
+    outside = gpu.context_bytes + extra_bytes
+    limit = gpu.capacity_bytes - outside
+    if free.max_bytes <= limit:
+        return StageReserve(free, outside, False)
+    if allocated_peak_bytes > limit:
+        return StageReserve(free, outside, True)
+    bounded = replay(replayed, steps, ramp_totals, limit=max(limit, 0), **args)  # type: ignore[arg-type]
+    if bounded.out_of_memory_at is None:
+        return StageReserve(bounded, outside, False)
+    return StageReserve(free, outside, True)

@@ -10,7 +10,10 @@ polynomial by its forward differences,
     f(x0 + k) = f(x0) + Δf·k + Δ²f·k(k − 1)/2,
 
 which is exact in integers. The fit is checked against a full estimate at the largest value asked
-for. Some buffers are polynomial only piecewise: a layer's backward working set is counted where it
+for. The allocator's reserved memory is not a polynomial (it follows which cached block each tensor
+lands in): a fitted point has none, and its fit on the GPU comes from the largest value that fits,
+found by bisection over the values asked for with full estimates (more memory for more tokens or
+sequences: the fit changes once). Some buffers are polynomial only piecewise: a layer's backward working set is counted where it
 exceeds the gradients not yet written, sdpa's math-path transients where they exceed what the layer
 keeps, a sliding window's tensors once the sequence passes the window. Where the check disagrees,
 the last value the fit still gives exactly is found by bisection (each step a full estimate), and a
@@ -20,6 +23,7 @@ new fit starts after it, up to `MAX_SEGMENTS` pieces; values left over get one e
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from itertools import pairwise
 from typing import Final, NamedTuple, cast
 
@@ -27,7 +31,7 @@ from app.core import activations as act
 from app.core.categories import CATEGORIES, Breakdown
 from app.core.errors import DomainError
 from app.core.estimate import Estimate
-from app.core.gpus import fit, get_gpu
+from app.core.gpus import get_gpu
 from app.core.job import Job, check_value, job_field, with_field
 from app.core.precision import TENSOR_CLASSES
 from app.core.setup import activation_setup
@@ -51,10 +55,14 @@ class SeriesPoint(NamedTuple):
     peak: Peak
     per_gpu: Breakdown
     fits: bool | None  # None without a GPU
+    reserved_bytes: int | None = None  # the allocator's reserved peak, where a full estimate ran (not fitted)
 
 
-def series(job: Job, path: str, values: Sequence[object]) -> tuple[SeriesPoint, ...]:
-    """The peak, the per-GPU sum and the fit for each value of the field at `path` (values in the order given)."""
+def series(job: Job, path: str, values: Sequence[object], *, verdicts: bool = True) -> tuple[SeriesPoint, ...]:
+    """The peak, the per-GPU sum and the fit for each value of the field at `path` (values in the order given).
+    Without `verdicts`, the tensors only: no allocator replay, no fit (None), for charts of the peak."""
+    if not verdicts:
+        job = replace(job, gpu=None)
     item = job_field(path)
     if not values:
         raise DomainError("vary.values", "give at least one value")
@@ -72,6 +80,9 @@ def series(job: Job, path: str, values: Sequence[object]) -> tuple[SeriesPoint, 
     if path == "gpu":
         return _over_gpus(job, values)
     pieces = Fit.pieces(job, path, [value for _, value in distinct]) if path in POLYNOMIAL else []
+    if pieces and job.gpu is not None:
+        largest = _largest_fitting(job, path, sorted(cast("int", value) for _, value in distinct))
+        pieces = [(low, high, fitted.with_fit_below(largest)) for low, high, fitted in pieces]
     points: dict[tuple[type, object], SeriesPoint] = {}
     for key, index in distinct.items():
         value = key[1]
@@ -81,7 +92,7 @@ def series(job: Job, path: str, values: Sequence[object]) -> tuple[SeriesPoint, 
         else:
             where = f"vary.values.{index}"
             try:
-                points[key] = _point(value, with_field(job, path, value, where=where).estimate())
+                points[key] = _point(value, with_field(job, path, value, where=where).estimate(reserve=verdicts))
             except DomainError as error:
                 if error.field == where:
                     raise
@@ -90,15 +101,41 @@ def series(job: Job, path: str, values: Sequence[object]) -> tuple[SeriesPoint, 
 
 
 def _point(value: object, result: Estimate) -> SeriesPoint:
-    return SeriesPoint(value, result.peak, result.per_gpu, result.gpu.fits if result.gpu else None)
+    return SeriesPoint(value, result.peak, result.per_gpu, result.gpu.fits if result.gpu else None,
+                       result.peak.reserved_bytes)
+
+
+def _largest_fitting(job: Job, path: str, values: list[int]) -> int | None:
+    """The largest of the (sorted) values whose full estimate fits on the job's GPU, by bisection; None if none."""
+    def fits(index: int) -> bool:
+        varied = with_field(job, path, values[index])
+        if varied.surely_over():
+            return False
+        result = varied.estimate()
+        return bool(result.gpu and result.gpu.fits)
+
+    if not fits(0):
+        return None
+    good, bad = 0, len(values)
+    if fits(bad - 1):
+        return values[-1]
+    bad -= 1
+    while bad - good > 1:
+        middle = (good + bad) // 2
+        if fits(middle):
+            good = middle
+        else:
+            bad = middle
+    return values[good]
 
 
 def _over_gpus(job: Job, values: Sequence[object]) -> tuple[SeriesPoint, ...]:
     """The GPU changes only the fit: one estimate serves every value."""
-    result = job.estimate()
-    peak = result.peak
-    return tuple(SeriesPoint(value, peak, result.per_gpu, fit(get_gpu(value), total_bytes=peak.bytes).fits)  # type: ignore[arg-type]
-                 for value in values)
+    points = []
+    for value in values:
+        result = replace(job, gpu=get_gpu(value)).estimate()  # type: ignore[arg-type]
+        points.append(_point(value, result))
+    return tuple(points)
 
 
 def polynomial(job: Job, path: str) -> bool:
@@ -158,6 +195,7 @@ class Fit:
         self.per_gpu = tuple(_differences([sample.per_gpu[c] or 0 for sample in samples]) for c in CATEGORIES)
         self.totals = totals
         self.candidates = list(enumerate(totals))
+        self.largest_fitting: int | None = None  # the largest value asked for that fits on the job's GPU
 
     def keep_candidates(self, low: int, high: int) -> None:
         """Keep the events that can be the peak somewhere in x0 + [low, high].
@@ -194,11 +232,11 @@ class Fit:
             if fitted is None:
                 break
             high = ints[-1]
-            if high > start + degree and not fitted.agrees(high, with_field(job, path, high).estimate()):
+            if high > start + degree and not fitted.agrees(high, with_field(job, path, high).estimate(reserve=False)):
                 good, bad = start + degree, high  # the fit holds at `good` (a sample), not at `bad`
                 while bad - good > 1:
                     middle = (good + bad) // 2
-                    if fitted.agrees(middle, with_field(job, path, middle).estimate()):
+                    if fitted.agrees(middle, with_field(job, path, middle).estimate(reserve=False)):
                         good = middle
                     else:
                         bad = middle
@@ -213,7 +251,7 @@ class Fit:
     @classmethod
     def of(cls, job: Job, path: str, x0: int, degree: int) -> Fit | None:
         """The fit from full estimates at x0, x0 + 1, ..., x0 + degree; None where their events differ."""
-        samples = [with_field(job, path, x0 + k).estimate() for k in range(degree + 1)]
+        samples = [with_field(job, path, x0 + k).estimate(reserve=False) for k in range(degree + 1)]
         if len({tuple((p.event, p.step) for p in sample.timeline) for sample in samples}) != 1:
             return None
         return cls(job, path, x0, samples)
@@ -240,5 +278,9 @@ class Fit:
         event, step = self.events[top]
         peak = Peak(top_bytes, event, step, Breakdown.of([a + b * k + c * pair for a, b, c in self.breakdowns[top]]))
         per_gpu = Breakdown.of([a + b * k + c * pair for a, b, c in self.per_gpu])
-        gpu = self.job.gpu
-        return SeriesPoint(value, peak, per_gpu, None if gpu is None else top_bytes <= gpu.capacity_bytes)
+        fits = None if self.job.gpu is None else self.largest_fitting is not None and k + self.x0 <= self.largest_fitting
+        return SeriesPoint(value, peak, per_gpu, fits)
+
+    def with_fit_below(self, largest: int | None) -> Fit:
+        self.largest_fitting = largest
+        return self

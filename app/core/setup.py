@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from app.core import activations as act
+from app.core.allocator import ALLOCATORS
 from app.core.architecture import Architecture
 from app.core.errors import DomainError
 from app.core.finetuning import Finetuning, experts_wrapped, validate_finetuning
@@ -22,7 +23,9 @@ GIB: Final = 1 << 30
 # few hundred MiB more in a training loop. 1 GiB is a round default; set it to your measurement. On an H200
 # (torch 2.11), six out-of-memory errors left the process 0.78 to 1.16 GiB above what tensors held
 # (docs/VALIDATION.md, "On a GPU").
-DEFAULT_FRAMEWORK_OVERHEAD_BYTES: Final = 1 * GIB
+# An extra a user reserves per GPU beyond what is modelled (the CUDA context, workspaces and the allocator's cache are
+# modelled: app.core.gpus, app.core.reserve); none by default.
+DEFAULT_FRAMEWORK_OVERHEAD_BYTES: Final = 0
 # DeepSpeed 0.19.8's DeepSpeedZeroConfig.reduce_bucket_size default (deepspeed/runtime/zero/config.py:113), and the
 # most this calculator takes (elements).
 DEEPSPEED_REDUCE_BUCKET_SIZE: Final = 500_000_000
@@ -276,6 +279,7 @@ class Training:
     loop: LoopId = "plain"
     gradient_accumulation_steps: int = 1
     framework_overhead_bytes: int = DEFAULT_FRAMEWORK_OVERHEAD_BYTES
+    allocator: str = "default"  # a key of ALLOCATORS: PyTorch's caching allocator as shipped, or expandable segments
     loss: str = "standard"  # a key of LOSSES
     loss_chunks: int = 8  # for the chunked loss
     framework: str = "pytorch"  # a key of FRAMEWORKS
@@ -466,6 +470,7 @@ def validate_setup(training: Training, parallelism: Parallelism, arch: Architect
     check_choice("training.attention", training.attention, act.ATTENTION_CHOICES)
     check_choice("training.implementation", training.implementation, act.IMPLEMENTATION_CHOICES)
     check_choice("training.loop", training.loop, LOOPS)
+    check_choice("training.allocator", training.allocator, ALLOCATORS)
     check_choice("training.loss", training.loss, LOSSES)
     check_int("training.loss_chunks", training.loss_chunks, low=1, high=MAX_LOSS_CHUNKS)
     check_choice("training.framework", training.framework, FRAMEWORKS)

@@ -11,6 +11,7 @@ sides, searching outward from the guess where the check disagrees.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Final
 
@@ -67,11 +68,11 @@ class Fix:
     cost: Cost
 
 
-def solve(job: Job, target: str, *, with_fixes: bool = True) -> Solution:
+def solve(job: Job, target: str, *, with_fixes: bool = True, given: Estimate | None = None) -> Solution:
     """The largest micro-batch or sequence, or the smallest data-parallel degree, whose peak fits the job's GPU.
 
     The fixes are the same whatever the target: `with_fixes=False` leaves them out (for a caller asking
-    several targets, who needs them once)."""
+    several targets, who needs them once). `given` is the job's own estimate, where the caller has it."""
     if target not in TARGETS:
         raise DomainError("target", f"must be one of {', '.join(TARGETS)}, got {target!r}")
     if job.gpu is None:
@@ -79,7 +80,7 @@ def solve(job: Job, target: str, *, with_fixes: bool = True) -> Solution:
     if target != "data" and job.architecture is None:
         raise DomainError("model", f"solving for {target} needs an architecture (a preset, a config or its fields), "
                                    "not num_params: a bare count has no activations")
-    given = job.estimate()
+    given = given or job.estimate()
     path = TARGETS[target]
     probe = _Probe(job, path)
     if target == "data":
@@ -104,7 +105,10 @@ class _Probe:
         return self.cache[value]
 
     def fits(self, value: int) -> bool:
-        return self.estimate(value).peak.bytes <= self.capacity
+        if value not in self.cache and with_field(self.job, self.path, value).surely_over():
+            return False
+        gpu = self.estimate(value).gpu
+        return gpu is not None and gpu.fits
 
 
 def _largest(job: Job, path: str, probe: _Probe) -> tuple[int | None, str | None]:
@@ -118,9 +122,13 @@ def _largest(job: Job, path: str, probe: _Probe) -> tuple[int | None, str | None
         return probe.fits(value * step)
 
     if not probe.fits(low):
-        peak, gpu = probe.estimate(low).peak, job.gpu
+        result = probe.estimate(low)
+        peak, fitted = result.peak, result.gpu
+        assert fitted is not None  # the probe has a GPU
         return None, (f"even {name} = {low} does not fit: its peak, {peak.bytes:,} B at '{peak.event}' (step "
-                      f"{peak.step}), exceeds the {gpu.name}'s {gpu.capacity_bytes:,} B")  # type: ignore[union-attr]
+                      f"{peak.step}), {fitted.reserved_bytes:,} B reserved by the allocator and "
+                      f"{fitted.outside_bytes:,} B outside it exceed the {fitted.gpu.name}'s "
+                      f"{fitted.gpu.capacity_bytes:,} B")
     guess = _polynomial_guess(job, path, probe.capacity, high) if step == 1 else None
     value = step * _boundary(fits, low // step, high // step, guess)
     note = None
@@ -212,25 +220,37 @@ def _smallest_data(job: Job, probe: _Probe) -> tuple[int | None, str | None]:
 def fixes(job: Job, given: Estimate | None = None) -> tuple[Fix, ...]:
     """The single changes that make a job that does not fit fit, cheapest first (`Cost` kinds in order)."""
     given = given or job.estimate()
-    if job.gpu is None or given.peak.bytes <= job.gpu.capacity_bytes:
+    if job.gpu is None or given.gpu is None or given.gpu.fits:
         return ()
     found = []
-    for change, summary, cost in _candidates(job):
+    token = _ESTIMATES.set({})  # the candidates' makers and this loop ask for the same jobs: each replayed once
+    try:
+        candidates = _candidates(job)
+    finally:
+        seen = _ESTIMATES.get() or {}
+        _ESTIMATES.reset(token)
+    for change, summary, cost in candidates:
         try:
             varied = job
             for path, value in change.items():
                 varied = with_field(varied, path, value)
-            result = varied.estimate()
+            if varied.surely_over():
+                continue
+            result = seen.get(varied) or varied.estimate()
         except DomainError:
             continue
         if result.gpu is not None and result.gpu.fits:
             found.append(Fix(change, summary, result, cost))
-    found.sort(key=lambda fix: (COST_ORDER.index(fix.cost.kind), fix.cost.extra_compute or 0,
+    # A setting of the allocator changes nothing the job computes: offered first whenever it alone decides.
+    found.sort(key=lambda fix: (COST_ORDER.index(fix.cost.kind), "training.allocator" not in fix.change,
+                                fix.cost.extra_compute or 0,
                                 fix.cost.extra_communication or 0, fix.cost.extra_gpus or 0, fix.estimate.peak.bytes))
     return tuple(found)
 
 
 Candidate = tuple[dict[str, object], str, Cost]
+# While fixes() gathers its candidates: the estimates made to check them, by job.
+_ESTIMATES: ContextVar[dict[Job, Estimate] | None] = ContextVar("solver_estimates", default=None)
 
 
 def _candidates(job: Job) -> list[Candidate]:
@@ -246,6 +266,11 @@ def _candidates(job: Job) -> list[Candidate]:
 def _free_changes(job: Job) -> list[Candidate]:
     training, arch = job.training, job.architecture
     out: list[Candidate] = []
+    if training.allocator == "default" and arch is not None:
+        out.append(({"training.allocator": "expandable-segments"},
+                    "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+                    Cost("none", "same arithmetic: the allocator grows one segment by pages instead of asking for a "
+                                 "segment per large tensor, so freed blocks are reused and fewer sit cached unused")))
     scratch = OPTIMIZER_INFO[training.optimizer].scratch
     if scratch["fused"].copies < scratch[training.optimizer_implementation].copies:
         out.append(({"training.optimizer_implementation": "fused"}, "Use the fused optimizer step (fused=True)",
@@ -276,7 +301,7 @@ def _batch_shape(job: Job) -> list[Candidate]:
             continue
         varied = with_field(with_field(job, "training.micro_batch_size", smaller),
                             "training.gradient_accumulation_steps", per_step // smaller)
-        if varied.estimate().peak.bytes <= job.gpu.capacity_bytes:  # type: ignore[union-attr]
+        if _fits(varied):
             steps = per_step // smaller
             return [({"training.micro_batch_size": smaller, "training.gradient_accumulation_steps": steps},
                      f"Micro-batch {smaller} with {steps} accumulation steps (still {per_step} sequences per step)",
@@ -383,7 +408,15 @@ def _fits(varied: Job) -> bool:
     """Whether a changed job fits its GPU; a change the rest of the setup does not allow (tensor parallelism for a
     layout that refuses it) does not."""
     try:
-        return varied.estimate().peak.bytes <= varied.gpu.capacity_bytes  # type: ignore[union-attr]
+        if varied.surely_over():
+            return False
+        seen = _ESTIMATES.get()
+        result = seen.get(varied) if seen is not None else None
+        if result is None:
+            result = varied.estimate()
+            if seen is not None:
+                seen[varied] = result
+        return result.gpu is not None and result.gpu.fits
     except DomainError:
         return False
 

@@ -98,6 +98,7 @@ class Peak(NamedTuple):
     event: str
     step: int
     breakdown: Breakdown
+    reserved_bytes: int = 0  # the caching allocator's reserved memory at its worst moment of the two steps
 
 
 def events(phases: Sequence[Phase], *, micro_batches: int, carried: dict[str, int]) -> tuple[Event, ...]:

@@ -113,9 +113,10 @@ def _solutions(job: Job) -> Solutions:
     """
     answers: list[Solved | str] = []
     found: tuple[Fix, ...] | None = None
+    given = job.estimate()
     for target in TARGETS:
         try:
-            solution = solve(job, target, with_fixes=found is None)
+            solution = solve(job, target, with_fixes=found is None, given=given)
         except core.DomainError as error:  # a bare parameter count has no batch or sequence to solve for
             answers.append(_sentence(error.message))
             continue
@@ -123,7 +124,7 @@ def _solutions(job: Job) -> Solutions:
         if found is None:
             found = solution.fixes
     if found is None:
-        found = fixes(job)
+        found = fixes(job, given)
     kept = tuple(Found(tuple(fix.change.items()), fix.summary, fix.estimate.peak.bytes,
                        fix.estimate.gpu.headroom_bytes if fix.estimate.gpu else 0, fix.cost.kind, fix.cost.text)
                  for fix in found)

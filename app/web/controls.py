@@ -31,7 +31,8 @@ LABELS: Final[dict[str, str]] = {
     "activation_checkpointing": "Activation checkpointing",
     "attention": "Attention kernel",
     "implementation": "Implementation",
-    "framework_overhead_bytes": "Framework overhead per GPU",
+    "framework_overhead_bytes": "Extra per GPU, outside what is modelled",
+    "allocator": "PyTorch's CUDA allocator",
     "data": "Data parallel",
     "zero_stage": "ZeRO stage",
     "framework": "Memory convention",
@@ -96,7 +97,10 @@ EXTRA_HELP: Final[dict[str, str]] = {
     "precision": "The dtype of each kind of tensor; open Per-tensor dtypes to see or set them.",
     "gpu": "Usable memory as the driver reports it.",
     "unit": "GB = 10⁹ bytes; GiB = 2³⁰ bytes (what nvidia-smi and PyTorch report).",
-    "framework_overhead_bytes": "CUDA context and allocator reserve per GPU, e.g. 1 GiB or 512 MiB.",
+    "framework_overhead_bytes": "e.g. 512 MiB for communication buffers. The CUDA context, the libraries' "
+    "workspaces and the allocator's cache are counted already.",
+    "allocator": "expandable segments: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, which PyTorch's own "
+    "out-of-memory message suggests.",
     "fill": "Set the fields below to the chosen model's.",
     "expert_load": "× balanced routing: 1.25 for a capacity factor of 1.25 (tokens over it dropped), or the "
     "imbalance a dropless run expects.",
@@ -131,6 +135,7 @@ CHOICE_LABELS: Final[dict[str, dict[str, str]]] = {
     "framework": {item.id: item.label for item in core.FRAMEWORKS.values()},
     "fp8": {item.id: item.label for item in core.FP8_RECIPES.values()},
     "optimizer_implementation": {"foreach": "foreach (torch's default)", "fused": "fused", "for-loop": "for-loop"},
+    "allocator": {"default": "Default (as shipped)", "expandable-segments": "Expandable segments"},
     "zero_stage": {"0": "0: none", "1": "1: optimizer state", "2": "2: + gradients", "3": "3: + weights"},
     "mlp": {"gelu": "GeLU (2 matrices)", "relu": "ReLU (2 matrices)", "swiglu": "SwiGLU (3 matrices)", "geglu": "GeGLU (3 matrices)"},
     "norm": {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm"},
@@ -204,7 +209,8 @@ def options() -> dict[str, tuple[Option, ...]]:
     }
     for name in ("weights", "gradients", "optimizer_states", "activations"):
         result[name] = tuple(Option(d, d) for d in dtypes)
-    for name in ("activation_checkpointing", "attention", "implementation", "loop", "optimizer_implementation"):
+    for name in ("activation_checkpointing", "attention", "implementation", "loop", "optimizer_implementation",
+                 "allocator"):
         result[name] = _labelled(name, _literal_values(TrainingIn.model_fields[name].annotation))
     for name in ("mlp", "norm", "position_embedding"):
         result[name] = _labelled(name, _literal_values(ModelIn.model_fields[name].annotation))

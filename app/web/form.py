@@ -49,7 +49,7 @@ TRUE: Final = "true"
 TRAINING_INTS: Final = ("micro_batch_size", "seq_len", "gradient_accumulation_steps")
 PARALLEL_INTS: Final = ("data", "tensor", "pipeline", "zero_stage", "context")
 TRAINING_CHOICES: Final = ("optimizer", "optimizer_implementation", "activation_checkpointing", "attention",
-                           "implementation", "loop", "loss", "framework", "fp8")
+                           "implementation", "loop", "loss", "framework", "fp8", "allocator")
 # Controls read only when shown (the rest of the time the API's default stands): name -> (control, values shown for).
 LOSS_CHUNKS: Final = "loss_chunks"
 PARALLEL_SHOWN: Final = ("offload", "gpus_per_node", "virtual_stages", "reduce_bucket_size", "expert", "expert_tensor",

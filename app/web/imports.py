@@ -294,7 +294,7 @@ def _dropped(request: Mapping[str, Any], said: set[str], state: Mapping[str, str
         if path not in said or path not in shown or shown[path] == value or path not in JOB_FIELDS:
             continue
         try:
-            peak = with_field(job, path, value).estimate().peak.bytes
+            peak = with_field(job, path, value).estimate(reserve=False).peak.bytes
         except core.DomainError:
             peak = None
         if peak != form.estimate.peak.bytes:

@@ -51,7 +51,7 @@ def recompute_choices(job: Job, given: core.Estimate, unit: Unit) -> tuple[Choic
     for choice, info in core.CHECKPOINTING_CHOICES.items():
         current = choice == training.activation_checkpointing
         try:
-            peak = given.peak.bytes if current else with_field(job, PATH, choice).estimate().peak.bytes
+            peak = given.peak.bytes if current else with_field(job, PATH, choice).estimate(reserve=False).peak.bytes
         except core.DomainError:  # a choice this setup does not allow
             continue
         delta = peak - given.peak.bytes

@@ -146,7 +146,7 @@ def _sequence_points(job: Job, values: tuple[int, ...]) -> tuple[SeriesPoint, ..
 def _data_peaks(job: Job, values: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
     """The peak per GPU at each value, one tuple per ZeRO stage."""
     return tuple(tuple(point.peak.bytes for point in series(with_field(job, "parallelism.zero_stage", stage), DATA_PATH,
-                                                            values))
+                                                            values, verdicts=False))
                  for stage in ZERO_STAGES)
 
 
@@ -168,7 +168,7 @@ def _sequence_text(values: Sequence[int], points: Sequence[SeriesPoint], *, curr
         desc += (f" Doubling the length from {half:,} to {values[-1]:,} tokens multiplies the activations at the "
                  f"peak by {ratio:.2f}.")
     if gpu is not None:
-        fitting = [value for value, point in zip(values, points, strict=True) if point.peak.bytes <= gpu.capacity_bytes]
+        fitting = [value for value, point in zip(values, points, strict=True) if point.fits]
         if not fitting:
             desc += f" None of these lengths fits the {gpu.name}."
         elif fitting[-1] == values[-1]:
@@ -188,7 +188,8 @@ def _sequence_text(values: Sequence[int], points: Sequence[SeriesPoint], *, curr
 
 
 def _fits(point: SeriesPoint, gpu: core.Gpu) -> tuple[str]:
-    return ("yes" if point.peak.bytes <= gpu.capacity_bytes else "no",)
+    """The point's verdict on the GPU: the allocator's reserve and the context counted, as the estimate's."""
+    return ("yes" if point.fits else "no",)
 
 
 def _data_chart(job: Job, given: core.Estimate, *, size: Callable[[int], str], unit: str, unit_bytes: int,

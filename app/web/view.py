@@ -227,25 +227,34 @@ def host_view(host: Host, host_ram: int | None, unit: Unit) -> HostView:
 CAPACITY_LABEL_FLIP_PERCENT: Final = 55.0
 
 
+# Beyond the tensors, on the per-GPU bar: (id, label, letter) of the allocator's cached free blocks and of the
+# memory outside it.
+RESERVE_SEGMENTS: Final = (("cached", "Cached by the allocator, free", "R"),
+                           ("outside", "Outside the allocator (CUDA context, your extra)", "X"))
+
+
 def _bar(title: str, breakdown: Mapping[str, int | None], capacity: int | None, unit: Unit, *,
-         over: bool, unknown: frozenset[str] = frozenset()) -> Bar:
+         over: bool, unknown: frozenset[str] = frozenset(), beyond: Mapping[str, int] | None = None) -> Bar:
     """Segments scaled so that the whole bar is the larger of the total and the capacity line.
 
     `over` colours the capacity line as exceeded: the fit follows the peak, so a bar of sums can
     pass its line while the job still fits. Categories in `unknown` are not computed and get no segment.
     """
-    total = sum(value or 0 for value in breakdown.values())
+    beyond = beyond or {}
+    total = sum(value or 0 for value in breakdown.values()) + sum(beyond.values())
     scale = max(total, capacity or 0)
+    named = [(category, CATEGORY_LABELS[category], CATEGORY_SHORT[category], breakdown[category])
+             for category in core.CATEGORIES if category not in unknown]
+    named += [(key, label, short, beyond[key]) for key, label, short in RESERVE_SEGMENTS if beyond.get(key)]
     segments = []
-    for category in core.CATEGORIES:
-        value = breakdown[category]
-        if value is None or category in unknown:
+    for category, label, short, value in named:
+        if value is None:
             continue
         share = 100 * value / scale if scale else 0.0
-        short_text = CATEGORY_SHORT[category] if share >= SHORT_LABEL_MIN_PERCENT else ""
-        text = CATEGORY_LABELS[category] if share >= LABEL_MIN_PERCENT else short_text
+        short_text = short if share >= SHORT_LABEL_MIN_PERCENT else ""
+        text = label if share >= LABEL_MIN_PERCENT else short_text
         segments.append(Segment(
-            category=category, label=CATEGORY_LABELS[category], short=CATEGORY_SHORT[category], bytes=value,
+            category=category, label=label, short=short, bytes=value,
             size=format_bytes(value, unit), exact=format_exact_bytes(value), width=percent(value, scale), text=text, short_text=short_text,
         ))
     return Bar(
@@ -261,7 +270,8 @@ def _bar(title: str, breakdown: Mapping[str, int | None], capacity: int | None, 
 
 
 def verdict(fit: core.GpuFit | None, peak_bytes: int, unit: Unit, *, gpus: int, at: str = "") -> Verdict:
-    """In words: fits with N to spare, or does not fit by N, on the chosen GPU, judged at the peak.
+    """In words: fits with N to spare, or does not fit by N, on the chosen GPU, judged by what decides CUDA out of
+    memory: the allocator's reserved peak and what lives outside it.
 
     `at` names where the peak is ("optimizer.step, step 1"), when known.
     """
@@ -271,12 +281,16 @@ def verdict(fit: core.GpuFit | None, peak_bytes: int, unit: Unit, *, gpus: int, 
         return Verdict("none", f"{peak} at the peak per GPU", "Choose a GPU to see whether it fits.")
     name, capacity = fit.gpu.name, format_bytes(fit.gpu.capacity_bytes, unit)
     where = f"each of {gpus:,} × {name}" if gpus > 1 else f"one {name}"
+    needs = fit.reserved_bytes + fit.outside_bytes
+    held = (f"{where_peak} its tensors take {peak}; the caching allocator holds {format_bytes(fit.reserved_bytes, unit)} "
+            f"at its worst and {format_bytes(fit.outside_bytes, unit)} lies outside it (the CUDA context)")
     if fit.fits:
         return Verdict("fits", f"Fits, with {format_bytes(fit.headroom_bytes, unit)} to spare",
-                       f"{where_peak} it needs {peak} of the {capacity} on {where} "
-                       f"({_share(peak_bytes, fit.gpu.capacity_bytes)} used).")
-    return Verdict("over", f"Does not fit, by {format_bytes(-fit.headroom_bytes, unit)}",
-                   f"{where_peak} it needs {peak} on {where}, which has {capacity}.")
+                       f"{held}: {format_bytes(min(needs, fit.gpu.capacity_bytes), unit)} of the {capacity} on {where} "
+                       f"({_share(min(needs, fit.gpu.capacity_bytes), fit.gpu.capacity_bytes)} used).")
+    short = format_bytes(-fit.headroom_bytes, unit) if fit.headroom_bytes < 0 else "its cache"
+    return Verdict("over", f"Does not fit, by {short}",
+                   f"{held}, on {where}, which has {capacity}.")
 
 
 def compact_verdict(full: Verdict, peak_bytes: int, capacity: int | None, unit: Unit) -> CompactVerdict:
@@ -357,7 +371,8 @@ def result_view(result: core.Estimate, parallelism: core.Parallelism, unit: Unit
         unit=unit,
         unit_name=UNIT_NAMES[unit],
         verdict=said,
-        compact=compact_verdict(said, peak.bytes, capacity, unit),
+        compact=compact_verdict(said, result.gpu.reserved_bytes + result.gpu.outside_bytes if result.gpu else peak.bytes,
+                                capacity, unit),
         peak_total=format_bytes(peak.bytes, unit),
         peak_total_exact=format_exact_bytes(peak.bytes),
         per_gpu_total=format_bytes(per_gpu_total, unit),
@@ -369,7 +384,7 @@ def result_view(result: core.Estimate, parallelism: core.Parallelism, unit: Unit
         stage_note=stage_note,
         model_states_only=result.per_gpu["activations"] is None,
         per_gpu_bar=_bar("Per GPU at the peak (most-loaded rank)", peak.breakdown, capacity, unit, over=over,
-                         unknown=unknown),
+                         unknown=unknown, beyond=_beyond(result)),
         cluster_bar=_bar(f"Cluster, sum of every buffer, {world:,} {gpus_word}", result.cluster,
                          capacity * world if capacity else None, unit, over=over),
         legend=legend,
@@ -385,6 +400,12 @@ def result_view(result: core.Estimate, parallelism: core.Parallelism, unit: Unit
         trainable=trainable_note(result.param_count, result.trainable_param_count),
         host=host_view(result.host, host_ram, unit) if result.host is not None else None,
     )
+
+
+def _beyond(result: core.Estimate) -> dict[str, int]:
+    """The allocator's cache beyond the tensors at the peak, and the memory outside it (on a GPU)."""
+    outside = result.gpu.outside_bytes if result.gpu else 0
+    return {"cached": max(result.peak.reserved_bytes - result.peak.bytes, 0), "outside": outside}
 
 
 def _maybe_bytes(value: int | None, unit: Unit) -> str:

@@ -74,7 +74,9 @@ def test_each_sweep_point_is_what_estimate_says(field, values):
     assert answer["field"] == field and [point["value"] for point in answer["points"]] == values
     for point in answer["points"]:
         expected = _estimate(_with(BODY, field, point["value"]))
-        assert point["peak"] == expected["peak"]
+        # the tensors' peak exactly; the allocator's reserve where the point was replayed (not fitted)
+        assert point["peak"] | {"reserved_bytes": None} == expected["peak"] | {"reserved_bytes": None}
+        assert point["peak"]["reserved_bytes"] in (None, expected["peak"]["reserved_bytes"])
         assert point["per_gpu"] == expected["per_gpu"]
         assert point["fits"] == expected["gpu"]["fits"]
 

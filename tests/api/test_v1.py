@@ -29,9 +29,14 @@ def test_estimate_contract_for_llama_3_8b_adamw():
     # Default precision bf16 with an fp32 master copy: 2 + 2 + 4 + 8 bytes per parameter.
     p = 8_030_261_248
     assert [body["per_gpu"][c] for c in CATEGORIES[:4]] == [2 * p, 2 * p, 4 * p, 8 * p]
-    assert set(body["gpu"]) == {"id", "name", "capacity", "fits", "headroom"}
+    assert set(body["gpu"]) == {"id", "name", "capacity", "fits", "headroom", "reserved_bytes",
+                                "outside_allocator_bytes"}
     assert body["gpu"]["capacity"] == 81559 * 1024**2  # nvidia-smi total for an H100 80GB HBM3
-    assert body["gpu"]["headroom"] == body["gpu"]["capacity"] - body["peak"]["bytes"]
+    # What decides out of memory: the allocator's reserve and the CUDA context beside it.
+    assert body["gpu"]["reserved_bytes"] == body["peak"]["reserved_bytes"] >= body["peak"]["bytes"]
+    assert body["gpu"]["headroom"] == (body["gpu"]["capacity"] - body["peak"]["reserved_bytes"]
+                                       - body["gpu"]["outside_allocator_bytes"])
+    assert body["peak"]["reserved_bytes"] == max(point["reserved_bytes"] for point in body["timeline"])
     # The peak is what is alive at once: less than the sum of every buffer, and it names its event.
     assert body["peak"]["bytes"] < body["per_gpu"]["total"]
     assert body["peak"]["bytes"] == max(point["bytes"] for point in body["timeline"])
@@ -57,7 +62,8 @@ def test_num_params_only_reports_null_activations():
     assert body["peak"] == {"bytes": 20 * 7_500_000_000, "event": "optimizer.step", "step": 1,
                             "breakdown": {"weights": 2 * 7_500_000_000, "gradients": 2 * 7_500_000_000,
                                           "master_weights": 4 * 7_500_000_000, "optimizer_states": 8 * 7_500_000_000,
-                                          "activations": 0, "temporary": 4 * 7_500_000_000}}
+                                          "activations": 0, "temporary": 4 * 7_500_000_000},
+                            "reserved_bytes": 20 * 7_500_000_000}  # no shapes to replay: the tensors' bytes
 
 
 def test_architecture_fields_and_hf_config_agree_with_the_preset():

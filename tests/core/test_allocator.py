@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from app.core.allocator import CachingAllocator, OutOfMemory, round_size, segment_size
+from app.core.allocator import Block, CachingAllocator, OutOfMemory, round_size, segment_size
 
 KIB, MIB = 1 << 10, 1 << 20
 
@@ -150,7 +150,7 @@ def test_accounting_holds_under_random_sequences(kind):
     cache returns every byte."""
     rng = random.Random(7)
     allocator = CachingAllocator(kind)
-    live: dict[int, int] = {}
+    live: dict[Block, int] = {}
     for _ in range(3000):
         if live and rng.random() < 0.45:
             handle = rng.choice(list(live))

@@ -10,6 +10,7 @@ from app.core.gpus import Gpu, fit, get_gpu, gpu_catalogue
 MIB = 1024**2
 
 AMD_IDS = {"mi300x-192gb"}
+MEASURED_IDS = {"h200-141gb"}  # cudaMemGetInfo totals from a run, not nvidia-smi MiB
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +37,7 @@ def test_every_entry_is_well_formed(gpus: dict[str, Gpu]) -> None:
 
 def test_nvidia_capacities_are_whole_mib(gpus: dict[str, Gpu]) -> None:
     for gpu_id, gpu in gpus.items():
-        if gpu_id in AMD_IDS:
+        if gpu_id in AMD_IDS or gpu_id in MEASURED_IDS:
             continue
         assert gpu.capacity_bytes % MIB == 0, gpu_id
 
@@ -55,8 +56,8 @@ def test_sources_point_somewhere_concrete(gpus: dict[str, Gpu]) -> None:
         ("a100-80gb", 81920 * MIB),
         # nvidia-smi "40960MiB" in https://github.com/bottlerocket-os/bottlerocket-core-kit/pull/834
         ("a100-40gb", 40960 * MIB),
-        # nvidia-smi "143771MiB" in https://github.com/sgl-project/sglang/issues/3196
-        ("h200-141gb", 143771 * MIB),
+        # torch.cuda.mem_get_info() total on the H200 of validation/gpu-runs (nvidia-smi says 143771MiB)
+        ("h200-141gb", 150_109_880_320),
         # nvidia-smi "95830MiB" in https://github.com/NVIDIA/gpu-admin-tools/issues/4
         ("h100-nvl-94gb", 95830 * MIB),
         # nvidia-smi "23034MiB" in https://github.com/speaches-ai/speaches/pull/438
@@ -110,3 +111,16 @@ def test_fit_exactly_at_capacity_fits() -> None:
     result = fit(gpu, total_bytes=gpu.capacity_bytes)
     assert result.fits is True
     assert result.headroom_bytes == 0
+
+
+def test_the_h200_figures_are_the_recorded_runs(gpus: dict[str, Gpu]) -> None:
+    # validation/gpu-runs/*.json, "environment": total_bytes and free_bytes_at_start; "workspace_bytes"
+    h200 = gpus["h200-141gb"]
+    assert h200.capacity_bytes - h200.context_bytes == 149_557_477_376
+    assert h200.workspace_bytes == 68_157_440
+
+
+def test_every_gpu_says_where_its_context_figure_comes_from(gpus: dict[str, Gpu]) -> None:
+    for gpu_id, gpu in gpus.items():
+        assert 0 < gpu.context_bytes < gpu.capacity_bytes // 10, gpu_id
+        assert gpu.context_source.startswith(("measured", "not measured")), gpu_id

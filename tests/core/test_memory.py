@@ -132,10 +132,13 @@ def test_impossible_parallelism_names_the_field(parallelism, field):
     assert error.value.field == field
 
 
-def test_fit_check_uses_the_peak():
+def test_fit_check_uses_the_reserved_peak_and_what_lies_outside_the_allocator():
     gpu = get_gpu("h100-80gb")
     small = estimate(architecture=get_preset("gpt2").architecture, gpu=gpu)
-    assert small.gpu is not None and small.gpu.fits and small.gpu.headroom_bytes == gpu.capacity_bytes - small.peak.bytes
+    assert small.gpu is not None and small.gpu.fits
+    assert small.gpu.headroom_bytes == gpu.capacity_bytes - small.peak.reserved_bytes - gpu.context_bytes
+    assert small.gpu.outside_bytes == gpu.context_bytes
+    assert small.peak.bytes <= small.peak.reserved_bytes
     assert small.peak.bytes < small.per_gpu.total_bytes
     big = estimate(architecture=get_preset("llama-3-70b").architecture, gpu=gpu)
     assert big.gpu is not None and not big.gpu.fits and big.gpu.headroom_bytes < 0

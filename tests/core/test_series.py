@@ -50,7 +50,9 @@ JOBS = {
 
 
 def _same(point, result: core.Estimate) -> None:
-    assert point.peak == result.peak
+    # The allocated peak is exact at every point; the allocator's reserve only where a full estimate ran.
+    assert point.peak == result.peak._replace(reserved_bytes=point.peak.reserved_bytes)
+    assert point.reserved_bytes in (None, result.peak.reserved_bytes)
     assert dict(point.peak.breakdown) == dict(result.peak.breakdown)
     assert dict(point.per_gpu) == dict(result.per_gpu)
     assert point.fits == (result.gpu.fits if result.gpu else None)

@@ -1,0 +1,82 @@
+"""The step replayed through the allocator: how buffers become tensors, the verdict under pressure, and the fix that
+costs nothing."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from app import core
+from app.core.finetuning import Finetuning
+from app.core.job import Job
+from app.core.reserve import _pack_small, split
+from app.core.solver import fixes
+
+LLAMA = core.get_preset("llama-3-8b").architecture
+H100 = core.get_gpu("h100-80gb")
+MIB = 1 << 20
+
+
+def test_split_is_proportional_and_loses_no_byte():
+    assert split(100, (1, 1, 2)) == (25, 25, 50)
+    assert split(101, (1, 2)) == (33, 68)
+    assert split(10, (1,)) == (10,) and split(0, (1, 2)) == ()
+
+
+def test_small_tensors_are_packed_up_to_a_mebibyte_where_the_first_stood():
+    big = 4 * MIB
+    assert _pack_small((100, big, 600, 300 * 1024, big)) == (512 + 1024 + 300 * 1024, big, big)
+    assert _pack_small((MIB, 1)) == (MIB, 512)  # 1 MiB is full: the next starts a piece of its own
+
+
+def _lora(seq_len: int, **changes) -> core.Training:
+    return core.Training(seq_len=seq_len, activation_checkpointing="full", finetuning=Finetuning(method="lora"),
+                         precision=core.precision_preset("bf16"), **changes)
+
+
+def test_the_reserve_holds_at_least_the_tensors():
+    for training in (core.Training(), _lora(4096), core.Training(seq_len=4096, allocator="expandable-segments")):
+        result = core.estimate(architecture=LLAMA, training=training)
+        assert result.peak.reserved_bytes >= result.peak.bytes
+        assert len(result.reserved_timeline) == len(result.timeline)
+        assert all(reserved >= point.bytes for reserved, point in zip(result.reserved_timeline, result.timeline,
+                                                                       strict=True))
+
+
+def test_near_the_capacity_the_cache_is_released_before_the_allocator_gives_up():
+    # Without a limit the default allocator would reserve more than the H100 has; within it, freeing its cached
+    # segments lets the step run: it fits, with the reserve capped by the capacity.
+    training = _lora(26624)
+    free = core.estimate(architecture=LLAMA, training=training)
+    on_h100 = core.estimate(architecture=LLAMA, training=training, gpu=H100)
+    assert free.peak.reserved_bytes > H100.capacity_bytes - H100.context_bytes
+    assert on_h100.gpu is not None and on_h100.gpu.fits
+    assert on_h100.peak.reserved_bytes <= H100.capacity_bytes - H100.context_bytes
+
+
+def test_expandable_segments_come_first_when_they_decide():
+    job = Job(architecture=LLAMA, training=_lora(30720), gpu=H100)
+    given = job.estimate()
+    assert given.gpu is not None and not given.gpu.fits
+    found = fixes(job, given)
+    assert found and found[0].change == {"training.allocator": "expandable-segments"}
+    assert found[0].cost.kind == "none"
+    assert found[0].estimate.gpu is not None and found[0].estimate.gpu.fits
+
+
+@pytest.mark.parametrize("allocator", ["default", "expandable-segments"])
+def test_the_extra_the_user_sets_lies_outside_the_allocator(allocator):
+    base = core.estimate(architecture=LLAMA, training=core.Training(allocator=allocator), gpu=H100)
+    extra = core.estimate(architecture=LLAMA, training=core.Training(allocator=allocator,
+                                                                     framework_overhead_bytes=512 * MIB), gpu=H100)
+    assert extra.peak.reserved_bytes == base.peak.reserved_bytes
+    assert extra.gpu is not None and base.gpu is not None
+    assert extra.gpu.outside_bytes == base.gpu.outside_bytes + 512 * MIB
+    assert extra.gpu.headroom_bytes == base.gpu.headroom_bytes - 512 * MIB
+
+
+def test_an_unknown_allocator_is_refused_by_name():
+    with pytest.raises(core.DomainError) as error:
+        core.estimate(architecture=LLAMA, training=dataclasses.replace(core.Training(), allocator="buddy"))
+    assert error.value.field == "training.allocator"
