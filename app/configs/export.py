@@ -141,6 +141,8 @@ _SCRIPT_WHY: Final = {
     "parallelism.expert_load": "the most-loaded expert GPU's load is an outcome of routing (bounded by a capacity "
                                "factor set in the model code or Megatron-LM's --moe-expert-capacity-factor), not a "
                                "setting of these files",
+    "training.allocator": "PyTorch's allocator is set in the environment of the process, not in these files: "
+                          "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
     "training.fp8": "torchao's float8 training is applied in the script (convert_to_float8_training, or torchtitan's "
                     "float8 converter); Transformer Engine's recipes by Megatron-LM's own flags (--fp8-format, "
                     "--fp8-recipe), which accelerate's Megatron-LM plugin does not pass on",
@@ -184,6 +186,7 @@ def complete(body: dict[str, Any]) -> dict[str, Any]:
     out_training = {name: training.get(name, values[f"training.{name}"]) for name in TRAINING_FIELDS}
     out_training["framework_overhead_bytes"] = training.get("framework_overhead_bytes",
                                                             core.DEFAULT_FRAMEWORK_OVERHEAD_BYTES)
+    out_training["allocator"] = training.get("allocator", "default")
     precision = out_training["precision"]
     if isinstance(precision, dict):
         dtypes = {k: precision.get(k) for k in ("weights", "gradients", "master_weights", "optimizer_states",
@@ -241,6 +244,8 @@ def differences(setup: dict[str, Any], back: dict[str, Any]) -> list[tuple[str, 
             out.append((f"training.{name}", mine))
     if training["framework_overhead_bytes"] != core.DEFAULT_FRAMEWORK_OVERHEAD_BYTES:
         out.append(("training.framework_overhead_bytes", training["framework_overhead_bytes"]))
+    if training["allocator"] != "default":
+        out.append(("training.allocator", training["allocator"]))
     for name in PARALLELISM_FIELDS:
         mine, theirs = setup["parallelism"][name], back["parallelism"][name]
         if name == "gpus_per_node":  # at most the job's GPUs count (the core caps it)

@@ -290,5 +290,8 @@ def test_export_refuses_what_the_estimate_refuses():
 
 def test_a_gpu_and_an_overhead_are_reported_as_not_carried():
     out = export_config({"model": {"preset": "gpt2"}, "gpu": "h100-80gb",
-                         "training": {"framework_overhead_bytes": 0}}, "accelerate")
-    assert {"gpu", "training.framework_overhead_bytes"} <= {entry["field"] for entry in out["unexpressed"]}
+                         "training": {"framework_overhead_bytes": 1 << 30, "allocator": "expandable-segments"}},
+                        "accelerate")
+    unexpressed = {entry["field"]: entry["why"] for entry in out["unexpressed"]}
+    assert {"gpu", "training.framework_overhead_bytes", "training.allocator"} <= set(unexpressed)
+    assert "PYTORCH_CUDA_ALLOC_CONF" in unexpressed["training.allocator"]

@@ -48,7 +48,8 @@ def test_every_fix_link_gives_the_setup_the_fix_promises_and_it_fits():
 
 
 def test_the_largest_micro_batch_and_longest_sequence_are_links_to_setups_that_fit():
-    job, _, answers = _answers(FITS | {"seq_len": "1024"})
+    # The fused step leaves room for more than one sequence (foreach's scratch and the allocator's reserve do not).
+    job, _, answers = _answers(FITS | {"seq_len": "1024", "optimizer_implementation": "fused"})
     by_question = {answer.question: answer for answer in answers.answers}
     batch = by_question["Largest micro-batch that fits"]
     solved = solve(job, "micro_batch_size").value

@@ -44,12 +44,18 @@ def test_the_per_gpu_bar_is_what_is_alive_at_the_peak_scaled_to_the_larger_of_pe
     result = _estimate(gpu=gpu)
     view = result_view(result, core.Parallelism(), "GiB")
     bar = view.per_gpu_bar
-    scale = max(result.peak.bytes, gpu.capacity_bytes)
-    assert [s.category for s in bar.segments] == list(core.CATEGORIES)
+    assert result.gpu is not None
+    cached = result.peak.reserved_bytes - result.peak.bytes
+    whole = result.peak.reserved_bytes + result.gpu.outside_bytes
+    scale = max(whole, gpu.capacity_bytes)
+    assert [s.category for s in bar.segments] == [*core.CATEGORIES, "cached", "outside"]
+    beyond = {"cached": cached, "outside": gpu.context_bytes}
     for segment in bar.segments:
-        assert segment.bytes == result.peak.breakdown[segment.category]
+        assert segment.bytes == (result.peak.breakdown[segment.category] if segment.category in core.CATEGORIES
+                                 else beyond[segment.category])
         assert float(segment.width) == round(100 * segment.bytes / scale, 3)
-    assert sum(segment.bytes for segment in bar.segments) == result.peak.bytes < result.per_gpu.total_bytes
+    assert sum(segment.bytes for segment in bar.segments) == whole
+    assert result.peak.bytes < result.per_gpu.total_bytes
     assert bar.capacity_at is not None and float(bar.capacity_at) == round(100 * gpu.capacity_bytes / scale, 3)
     assert not bar.over
     # Beside the bar, the sum of every buffer.
@@ -81,8 +87,10 @@ def test_verdict_in_words():
 def test_the_verdict_is_judged_at_the_peak():
     gpu = core.get_gpu("h100-80gb")
     at = "backward: loss gradients, step 2"
-    over = verdict(core.GpuFit(gpu, False, -5 * GIB), gpu.capacity_bytes + 5 * GIB, "GiB", gpus=8, at=at)
-    assert over.detail.startswith(f"At the peak ({at}) it needs ")
+    fit = core.GpuFit(gpu, False, -5 * GIB, reserved_bytes=gpu.capacity_bytes + 4 * GIB, outside_bytes=GIB)
+    over = verdict(fit, gpu.capacity_bytes + 3 * GIB, "GiB", gpus=8, at=at)
+    assert over.detail.startswith(f"At the peak ({at}) its tensors take 82.65 GiB; the caching allocator holds "
+                                  "83.65 GiB at its worst and 1.00 GiB lies outside it")
     assert "on each of 8 × NVIDIA H100" in over.detail
     assert verdict(None, 3 * GIB, "GiB", gpus=1).headline == "3.00 GiB at the peak per GPU"
 
@@ -92,9 +100,10 @@ def test_an_estimate_that_does_not_fit_at_its_peak_says_so():
     gpu = core.get_gpu("h100-80gb")
     result = _estimate(gpu=gpu)
     view = result_view(result, core.Parallelism(), "GiB")
-    assert result.peak.bytes > gpu.capacity_bytes
+    assert result.peak.bytes > gpu.capacity_bytes and result.gpu is not None
     assert view.verdict.kind == "over" and view.per_gpu_bar.over and view.cluster_bar.over
-    over_by = format_bytes(result.peak.bytes - gpu.capacity_bytes, "GiB")
+    # short by the allocator's reserve and the context beyond the capacity, not by the tensors alone
+    over_by = format_bytes(result.peak.reserved_bytes + gpu.context_bytes - gpu.capacity_bytes, "GiB")
     assert view.verdict.headline == f"Does not fit, by {over_by}"
     assert f"At the peak ({result.peak.event}, step {result.peak.step})" in view.verdict.detail
     # The chart marks the same point the verdict is judged at.
