@@ -86,12 +86,12 @@ def _peak(result: dict[str, Any]) -> int:
 
 def trace_replay(result: dict[str, Any]) -> int | None:
     """The run's storage log, traced on CPU, through the allocator model: its reserved peak (None if the case does
-    not trace on CPU, as peft's adapters under FakeTensorMode do not)."""
+    not trace on CPU: peft's adapters do not build under FakeTensorMode, torchao's float8 needs a GPU)."""
     from validation import gpu
     from validation import timeline as tl
 
     case = gpu.case_from(result["case"])
-    if case.lora_rank:
+    if case.lora_rank or case.fp8 != "none":  # torchao's float8 is not installed here
         return None
     measurement = tl.measure(case)
     tracker = measurement.tracker

@@ -199,7 +199,7 @@ def test_the_timeline_marks_the_peak_the_verdict_speaks_of_and_follows_the_form(
     before = label.text_content()
     assert before is not None
     peak = _peak_size(before)
-    expect(page.locator("#results .verdict-detail")).to_contain_text(f"it needs {peak}")
+    expect(page.locator("#results .verdict-detail")).to_contain_text(f"its tensors take {peak}")
     expect(page.locator("#results .totals")).to_contain_text(peak)
 
     # A longer sequence: the chart is swapped in place (no navigation) and names a higher peak.
@@ -210,7 +210,7 @@ def test_the_timeline_marks_the_peak_the_verdict_speaks_of_and_follows_the_form(
     after = label.text_content()
     assert after is not None
     assert float(_peak_size(after).split()[0].replace(",", "")) > float(peak.split()[0].replace(",", ""))
-    expect(page.locator("#results .verdict-detail")).to_contain_text(f"it needs {_peak_size(after)}")
+    expect(page.locator("#results .verdict-detail")).to_contain_text(f"its tensors take {_peak_size(after)}")
     expect(page.locator(".attention-kernel")).to_contain_text("sdpa → flash")
 
     # The text alternative: every point as a table, reachable from the keyboard.
