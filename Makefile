@@ -86,6 +86,7 @@ validate: $(VENV)/.validate $(DEEPSPEED_ENV)/.installed
 	HF_HUB_OFFLINE=1 $(BIN)/python -m validation.timeline
 	HF_HUB_OFFLINE=1 $(BIN)/python -m validation --full
 	HF_HUB_OFFLINE=1 $(BIN)/python -m validation.gpu write validation/gpu-runs/*.json
+	HF_HUB_OFFLINE=1 $(BIN)/python -m validation.reserved --traces --write
 	HF_HUB_OFFLINE=1 $(BIN)/python -m validation.finetuning --write
 	HF_HUB_OFFLINE=1 $(BIN)/python -m validation.moe --write
 	HF_HUB_OFFLINE=1 $(BIN)/python -m validation.fsdp2 --write

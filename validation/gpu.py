@@ -33,7 +33,7 @@ os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
-from app.core import DEFAULT_FRAMEWORK_OVERHEAD_BYTES, Estimate, architecture_from_hf_config, estimate  # noqa: E402
+from app.core import Estimate, architecture_from_hf_config, estimate  # noqa: E402
 from validation import peak  # noqa: E402
 from validation import timeline as tl  # noqa: E402
 from validation.sections import write_section  # noqa: E402
@@ -388,15 +388,15 @@ def section(results: dict) -> tuple[list[str], dict]:
         f"{capacity - env['free_bytes_at_start']:,} B before any tensor) with Python {env['python']}, {packages}. "
         f"Before the first case, a warm-up left {results['workspace_bytes']:,} B allocated (cuBLAS's workspaces, "
         "kept for the process); each case is measured above what was allocated when it began, and trainmem counts "
-        "such buffers, with the CUDA context, in its framework overhead. "
+        "such buffers in the GPU catalogue's workspace, and the CUDA context beside the allocator. "
         f"{len(rows)} cases ran. Worst peak error: **{worst.error_pct:+.4f}%** ({worst.error_bytes:+,} B, "
         f"{worst.label}); the predicted peak is in the measured peak's event in **{same} of {len(rows)}** cases.",
         *(["", " ".join(
             f"{label}, run again on a fresh machine: {first:,} B then {again:,} B "
             f"({'the same to the byte' if first == again else f'{again - first:+,} B'})."
             for label, first, again in results["repeats"])] if results.get("repeats") else []),
-        *(["", "What the GPU needs beyond the tensors (trainmem's framework overhead, "
-               f"{DEFAULT_FRAMEWORK_OVERHEAD_BYTES / 2**30:g} GiB unless set): at the {len(pressure)} out-of-memory "
+        *(["", "What the GPU needs beyond the tensors (modelled in \"Reserved memory and the verdict\" below): "
+               f"at the {len(pressure)} out-of-memory "
                "errors, PyTorch's own message put the process's memory in use "
                f"{min(pressure):.2f} to {max(pressure):.2f} GiB above what was allocated to tensors (the CUDA "
                "context and the caching allocator's unallocated reserve). With room to spare the allocator keeps "

@@ -138,18 +138,23 @@ def section(table: list[dict[str, Any]], traces: dict[str, int]) -> list[str]:
         + ", ".join(f"{row['error_pct']:+.2f}%" for row in largest) + ".",
     ]
     if traces:
-        exact = [(label, value) for label, value in traces.items()]
         measured = {row["label"]: row["measured_reserved_bytes"] for row in ran}
-        errors = [100 * (value / measured[label] - 1) for label, value in exact if label in measured]
-        lines.append(f"- **The allocator model alone:** the storage log of {len(errors)} runs, traced on CPU at real "
-                     "size and replayed through it, gives their measured reserved peak within "
-                     f"{max(abs(e) for e in errors if abs(e) < 5):.3f}%" + _trace_outliers(exact, measured) + ".")
+        errors = {label: 100 * (value / measured[label] - 1) for label, value in traces.items() if label in measured}
+        close = sorted(label for label, error in errors.items() if abs(error) <= 0.2)
+        far = {label: error for label, error in errors.items() if abs(error) > 0.2}
+        lines.append(f"- **The allocator model alone:** the storage logs of {len(errors)} runs, traced on CPU at real "
+                     f"size and replayed through it, give their measured reserved peak within 0.2% on {len(close)} "
+                     f"of them ({sum(abs(errors[label]) < 0.001 for label in close)} within 0.001%); "
+                     + "; ".join(f"{label}: {error:+.2f}%" for label, error in sorted(far.items()))
+                     + " (CPU kernels differ there: DeepSeek-V2-Lite's experts, fp32 attention). Where the trace is "
+                     "exact and the estimate is not, the difference is the order the ledger gives the tensors, "
+                     "not the allocator.")
     lines += [
-        "- **Outside 2%** (marked ⚠ below): DeepSeek-V2-Lite, whose experts run another path on CPU (its storage log "
-        "peaks 15% above the GPU's allocated peak), so the order of its expert tensors is not known here; and Gemma 3 "
-        "with eager attention, gpt-oss-20b with LoRA and Mistral-7B at 32,768 tokens, where most likely the "
-        "temporaries inside a layer's backward, which the ledger counts as one moment, land in other blocks than the "
-        "replay puts them (not yet traced: the LoRA runs do not build under FakeTensorMode with peft 0.21).",
+        "- **Outside 2%** (marked ⚠ below): DeepSeek-V2-Lite, whose experts run another path on CPU, so the order of "
+        "its expert tensors is not known here; Gemma 3 with eager attention and Mistral-7B with SGD at 32,768 tokens, "
+        "whose traces are exact: the temporaries inside a layer, which the ledger counts as one moment, are made in "
+        "another order than the replay makes them; gpt-oss-20b and Mistral-7B with LoRA, not traced (peft's adapters "
+        "do not build under FakeTensorMode), most likely the same.",
         "- **Default allocator:** not measured (no run used it); its predicted reserve is listed beside.",
         "",
         "| run | measured reserved B | predicted B | error | allocated peak B | default allocator B |",
@@ -163,14 +168,6 @@ def section(table: list[dict[str, Any]], traces: dict[str, int]) -> list[str]:
               "| run | predicted to fit | allocated peak B |", "| --- | --- | ---: |",
               *(f"| {row['label']} | {'yes' if row['fits'] else 'no'} | {row['allocated_bytes']:,} |" for row in died)]
     return lines
-
-
-def _trace_outliers(exact: list[tuple[str, int]], measured: dict[str, int]) -> str:
-    far = [(label, 100 * (value / measured[label] - 1)) for label, value in exact
-           if label in measured and abs(100 * (value / measured[label] - 1)) >= 5]
-    if not far:
-        return ""
-    return " (" + "; ".join(f"{label}: {error:+.1f}%, its CPU path differs" for label, error in far) + ")"
 
 
 def main(argv: list[str] | None = None) -> int:
