@@ -88,7 +88,7 @@ class Block:
     next: Block | None = None
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Segment:
     small: bool
     base: int
@@ -123,7 +123,7 @@ class CachingAllocator:
         self.expandable = kind == "expandable-segments"
         self.limit = limit
         self.small, self.large = _Pool(True), _Pool(False)
-        self.segments: list[_Segment] = []
+        self.segment_count = 0  # segments asked of the driver and not yet given back (expandable: one per pool)
         self.reserved = self.allocated = self.max_reserved = self.max_allocated = 0
         self._next_address = 0
 
@@ -166,15 +166,24 @@ class CachingAllocator:
             raise ValueError("freed twice")
         block.allocated = False
         self.allocated -= block.size
-        pool = self.small if block.segment.small else self.large
-        mapped = block.mapped
-        for neighbour in (block.prev, block.next):
-            if neighbour is not None and not neighbour.allocated and neighbour.mapped == mapped:
-                if mapped:
-                    pool.remove(neighbour)
-                self._merge(block, neighbour)
-        if mapped:
-            pool.add(block)
+        free = (self.small if block.segment.small else self.large).free
+        before, after = block.prev, block.next  # an allocated block is mapped: it merges with mapped free neighbours
+        if before is not None and not before.allocated and before.mapped:
+            del free[bisect_left(free, (before.size, before.address))]
+            block.address = before.address
+            block.size += before.size
+            block.prev = before.prev
+            if before.prev is not None:
+                before.prev.next = block
+            else:
+                block.segment.head = block
+        if after is not None and not after.allocated and after.mapped:
+            del free[bisect_left(free, (after.size, after.address))]
+            block.size += after.size
+            block.next = after.next
+            if after.next is not None:
+                after.next.prev = block
+        insort(free, (block.size, block.address, block))
 
     def release_cache(self) -> None:
         """``empty_cache``: wholly free segments go back to the driver; in an expandable segment, the whole pages
@@ -185,7 +194,7 @@ class CachingAllocator:
                     self._unmap(pool, block)
                 elif block.prev is None and block.next is None:
                     pool.remove(block)
-                    self.segments.remove(block.segment)
+                    self.segment_count -= 1
                     self.reserved -= block.size
 
     # --- segments -----------------------------------------------------------------------------------------------
@@ -196,11 +205,14 @@ class CachingAllocator:
         size = segment_size(rounded)
         if self.limit is not None and self.reserved + size > self.limit:
             return None
-        segment = _Segment(pool.small, self._next_address)
-        self._next_address += size
-        block = segment.head = Block(segment.base, size, segment)
-        self.segments.append(segment)
-        self._reserve(size)
+        base = self._next_address
+        segment = _Segment(pool.small, base)
+        self._next_address = base + size
+        block = segment.head = Block(base, size, segment)
+        self.segment_count += 1
+        self.reserved += size
+        if self.reserved > self.max_reserved:
+            self.max_reserved = self.reserved
         return block
 
     def _grow(self, pool: _Pool, rounded: int) -> Block | None:
@@ -213,7 +225,7 @@ class CachingAllocator:
             self._next_address += 1 << 50  # the virtual range: never exhausted here
             segment.head = Block(segment.base, 1 << 50, segment, mapped=False)
             segment.unmapped[id(segment.head)] = segment.head
-            self.segments.append(segment)
+            self.segment_count += 1
         for block in sorted(segment.unmapped.values(), key=lambda b: b.address):
             before = block.prev
             start = before if before is not None and before.mapped and not before.allocated else block
