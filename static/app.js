@@ -87,6 +87,8 @@
     return new URLSearchParams(detail.formData).toString();
   }
   document.addEventListener("htmx:configRequest", function (event) {
+    /* The make-it-fit panel that an update leaves to a request of its own changes no field. */
+    if (event.detail.elt.id === "answers") return;
     if (event.detail.elt.id !== "calc") {
       /* A link that applies an answer brings a new form: whatever it sends next is news. */
       shownQuery = null;

@@ -96,8 +96,12 @@ def finetuning_presets(form: ParsedForm, params: Mapping[str, str],
     return out
 
 
-def page_context(form: ParsedForm, params: Mapping[str, str]) -> dict[str, Any]:
-    """What the templates need for `form`; `params` is the query, whose state the answers' links carry on."""
+def page_context(form: ParsedForm, params: Mapping[str, str], *, later_answers: bool = False) -> dict[str, Any]:
+    """What the templates need for `form`; `params` is the query, whose state the answers' links carry on.
+
+    With `later_answers` (htmx's update) the make-it-fit panel is left to a request of its own (GET /answers, which
+    the panel's placeholder sends when it lands): the solver and its fixes replay the allocator a dozen times, and
+    the verdict should not wait for them. A whole page (without JavaScript too) has the panel filled in."""
     values = dict(form.values)
     if not form.errors.get("framework_overhead_bytes") and form.request is not None:
         values["framework_overhead_bytes"] = format_size_input(form.request.training.framework_overhead_bytes)
@@ -110,7 +114,8 @@ def page_context(form: ParsedForm, params: Mapping[str, str]) -> dict[str, Any]:
         view = result_view(form.estimate, to_parallelism(form.request.parallelism), unit,
                            attention=form.request.training.attention, host_ram=form.host_ram_bytes)
         if job is not None:
-            answers = fit_answers(job, form.estimate, links.state_of(params, names=STATE_NAMES), unit)
+            if not later_answers:
+                answers = fit_answers(job, form.estimate, links.state_of(params, names=STATE_NAMES), unit)
             charts = sweeps(job, form.estimate, size=lambda value: format_bytes(value, unit), unit=unit,
                             unit_bytes=UNIT_BYTES[unit])
             recompute = recompute_choices(job, form.estimate, unit)
@@ -120,6 +125,8 @@ def page_context(form: ParsedForm, params: Mapping[str, str]) -> dict[str, Any]:
         "errors": form.errors,
         "view": view,
         "answers": answers,
+        "answers_later": f"/answers?{urlencode(list(params.items()))}"
+        if later_answers and job is not None and job.gpu is not None and view is not None else None,
         "sweeps": charts,
         "recompute": recompute,
         "pinned": pin(params, form, form.unit),
@@ -223,7 +230,7 @@ def rendered_update(query: str) -> update.Update:
     """The htmx update for the setup in `query` (a query string), split into its fragments."""
     params = QueryParams(query)
     form = parse_form(params)
-    context = page_context(form, params) | _swaps(form) | {"marks": update.MARKS}
+    context = page_context(form, params, later_answers=True) | _swaps(form) | {"marks": update.MARKS}
     swapped = form.ok and context["view"] is not None
     return update.split(templates.get_template("update.html").render(context), swapped=swapped)
 
@@ -279,6 +286,24 @@ def _page(request: Request, from_htmx: bool) -> HTMLResponse:
     status = 200 if form.ok or from_htmx else 422
     response = templates.TemplateResponse(request, "page.html", page_context(form, request.query_params),
                                           status_code=status)
+    response.headers["Vary"] = VARY
+    return response
+
+
+@router.get("/answers", response_class=HTMLResponse)
+async def answers_panel(request: Request) -> HTMLResponse:
+    """The make-it-fit panel for the setup in the query, alone: what an htmx update's placeholder asks for."""
+    return await run_in_threadpool(_answers_panel, request)
+
+
+def _answers_panel(request: Request) -> HTMLResponse:
+    params = request.query_params
+    form = parse_form(params)
+    job = _job(form)
+    answers = None
+    if form.ok and form.estimate is not None and job is not None:
+        answers = fit_answers(job, form.estimate, links.state_of(params, names=STATE_NAMES), form.unit)
+    response = templates.TemplateResponse(request, "answers-panel.html", {"answers": answers, "answers_later": None})
     response.headers["Vary"] = VARY
     return response
 

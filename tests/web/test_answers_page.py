@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from html import unescape
+from urllib.parse import parse_qs, urlparse
 
 import pytest
 from fastapi.testclient import TestClient
@@ -58,11 +59,24 @@ def test_the_page_offers_ways_to_fit_as_links(client):
     assert re.search(r'<div id="verdict-bar".*?href="#answers">Ways to fit</a>', html, re.S)
 
 
-def test_the_htmx_answer_refreshes_the_panel_out_of_band(client):
-    fragment = client.get(OVER + "&precision=bf16", headers=HX).text
-    assert re.search(r'<section id="answers"[^>]*hx-swap-oob="true"', fragment)
-    assert "How far it goes on the" in fragment
-    assert "Ways to fit" not in fragment  # it fits
+def test_the_htmx_answer_refreshes_the_panel_out_of_band_and_fills_it_in_a_request_of_its_own(client):
+    # The solver and its fixes replay the allocator a dozen times: the update sends the verdict at once and a
+    # placeholder that asks for the panel as it lands (GET /answers, the same setup).
+    fragment = client.get(OVER + "&precision=bf16&gpu=h200-141gb", headers=HX).text
+    placeholder = re.search(r'<section id="answers"[^>]*hx-swap-oob="true"[^>]*>', fragment)
+    assert placeholder and 'hx-trigger="load"' in placeholder.group(0)
+    assert "How far it goes on the" not in fragment and "Ways to fit" not in fragment  # it fits
+    found = re.search(r'hx-get="(/answers\?[^"]+)"', placeholder.group(0))
+    assert found
+    href = unescape(found.group(1))
+    assert parse_qs(urlparse(href).query)["precision"] == ["bf16"]
+    panel = client.get(href).text
+    assert panel.lstrip().startswith('<section id="answers"') and "How far it goes on the" in panel
+    assert "hx-swap-oob" not in panel and 'hx-target="#calc"' in panel
+
+
+def test_the_panel_alone_without_a_gpu_is_empty(client):
+    assert re.fullmatch(r'\s*<section id="answers"[^>]*>\s*</section>\s*', client.get("/answers?gpu=").text)
 
 
 def test_a_link_that_applies_an_answer_gets_the_whole_page(client):
