@@ -3,7 +3,8 @@ environment.
 
     TRAINMEM_HOST          address to listen on (default 127.0.0.1; the container sets 0.0.0.0)
     PORT                   port (default 8000)
-    TRAINMEM_WORKERS       worker processes (default 1)
+    TRAINMEM_WORKERS       worker processes: a number, or auto for one per CPU the process may use (default 1;
+                           the container sets auto); WEB_CONCURRENCY, the usual name, when it is not set
     FORWARDED_ALLOW_IPS    proxies whose X-Forwarded-For/-Proto are trusted, comma-separated or * (default
                            127.0.0.1), as uvicorn's --forwarded-allow-ips
 
@@ -36,6 +37,7 @@ HEADER_TIMEOUT_S: Final = 10.0
 KEEP_ALIVE_S: Final = 5
 GRACEFUL_SHUTDOWN_S: Final = 5
 MAX_HEADER_BYTES: Final = 16 * 1024
+MAX_WORKERS: Final = 64
 SHED_AT: Final = 256
 MAX_CONNECTIONS: Final = 768  # below the usual 1,024 file descriptors a process may open
 
@@ -112,10 +114,17 @@ def settings_from(env: Mapping[str, str]) -> Settings:
             raise SettingsError(f"{name} must be a whole number from {low} to {high}, got {raw[:20]!r}")
         return int(raw)
 
+    def workers() -> int:
+        name = "TRAINMEM_WORKERS" if env.get("TRAINMEM_WORKERS", "").strip() else "WEB_CONCURRENCY"
+        if env.get(name, "").strip().lower() == "auto":
+            return max(1, min(MAX_WORKERS, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                              else os.cpu_count() or 1))
+        return number(name, 1, 1, MAX_WORKERS)
+
     return Settings(
         host=env.get("TRAINMEM_HOST", "").strip() or "127.0.0.1",
         port=number("PORT", 8000, 1, 65535),
-        workers=number("TRAINMEM_WORKERS", 1, 1, 64),
+        workers=workers(),
         forwarded_allow_ips=env.get("FORWARDED_ALLOW_IPS", "").strip() or "127.0.0.1",
     )
 

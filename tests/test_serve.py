@@ -21,7 +21,10 @@ def test_settings_from_the_environment():
     assert settings_from({}) == Settings()
     assert settings_from({"TRAINMEM_HOST": "0.0.0.0", "PORT": "9000", "TRAINMEM_WORKERS": "4",
                           "FORWARDED_ALLOW_IPS": "10.0.0.1"}) == Settings("0.0.0.0", 9000, 4, "10.0.0.1")
-    for bad in ({"PORT": "http"}, {"PORT": "70000"}, {"TRAINMEM_WORKERS": "0"}):
+    assert settings_from({"WEB_CONCURRENCY": "3"}).workers == 3
+    assert settings_from({"TRAINMEM_WORKERS": "2", "WEB_CONCURRENCY": "3"}).workers == 2
+    assert 1 <= settings_from({"TRAINMEM_WORKERS": "auto"}).workers == len(os.sched_getaffinity(0))
+    for bad in ({"PORT": "http"}, {"PORT": "70000"}, {"TRAINMEM_WORKERS": "0"}, {"WEB_CONCURRENCY": "many"}):
         with pytest.raises(SettingsError, match=next(iter(bad))):
             settings_from(bad)
 
