@@ -22,7 +22,7 @@ new fit starts after it, up to `MAX_SEGMENTS` pieces; values left over get one e
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from itertools import pairwise
 from typing import Final, NamedTuple, cast
@@ -106,7 +106,7 @@ def _point(value: object, result: Estimate) -> SeriesPoint:
 
 
 def _largest_fitting(job: Job, path: str, values: list[int]) -> int | None:
-    """The largest of the (sorted) values whose full estimate fits on the job's GPU, by bisection; None if none."""
+    """The largest of the (sorted) values whose full estimate fits on the job's GPU; None if none does."""
     def fits(index: int) -> bool:
         varied = with_field(job, path, values[index])
         if varied.surely_over():
@@ -116,17 +116,36 @@ def _largest_fitting(job: Job, path: str, values: list[int]) -> int | None:
 
     if not fits(0):
         return None
-    good, bad = 0, len(values)
-    if fits(bad - 1):
-        return values[-1]
-    bad -= 1
+    # Where the tensors alone pass the capacity is found without a replay; the reserve only lowers it from there.
+    below = boundary(lambda index: not with_field(job, path, values[index]).surely_over(), 0, len(values) - 1, None)
+    return values[boundary(fits, 0, below, below)]
+
+
+def boundary(fits: Callable[[int], bool], low: int, high: int, guess: int | None) -> int:
+    """The largest value in [low, high] that fits, given that `low` fits and fitting is monotone.
+
+    Starts from `guess` and gallops outward until the boundary is bracketed, then bisects; a
+    right guess costs two checks.
+    """
+    good, bad = low, high + 1
+    start = low if guess is None else min(max(guess, low), high)
+    if fits(start):
+        good, step = start, 1
+        while good + step <= high and fits(good + step):
+            good, step = good + step, step * 2
+        bad = min(good + step, high + 1)
+    else:
+        bad, step = start, 1
+        while bad - step > low and not fits(bad - step):
+            bad, step = bad - step, step * 2
+        good = max(bad - step, low)
     while bad - good > 1:
         middle = (good + bad) // 2
         if fits(middle):
             good = middle
         else:
             bad = middle
-    return values[good]
+    return good
 
 
 def _over_gpus(job: Job, values: Sequence[object]) -> tuple[SeriesPoint, ...]:

@@ -10,7 +10,6 @@ sides, searching outward from the guess where the check disagrees.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Final
@@ -22,7 +21,7 @@ from app.core.flops import step_flops
 from app.core.job import JOB_FIELDS, Job, field_value, with_field
 from app.core.optimizers import OPTIMIZER_INFO
 from app.core.precision import PRECISION_PRESETS
-from app.core.series import POLYNOMIAL, Fit, polynomial
+from app.core.series import POLYNOMIAL, Fit, boundary, polynomial
 from app.core.setup import activation_setup, data_step, effective_loop
 
 TARGETS: Final = {
@@ -130,7 +129,7 @@ def _largest(job: Job, path: str, probe: _Probe) -> tuple[int | None, str | None
                       f"{fitted.outside_bytes:,} B outside it exceed the {fitted.gpu.name}'s "
                       f"{fitted.gpu.capacity_bytes:,} B")
     guess = _polynomial_guess(job, path, probe.capacity, high) if step == 1 else None
-    value = step * _boundary(fits, low // step, high // step, guess)
+    value = step * boundary(fits, low // step, high // step, guess)
     note = None
     arch = job.architecture
     if name == "seq_len" and arch is not None and value > arch.max_position_embeddings:
@@ -167,33 +166,6 @@ def _polynomial_guess(job: Job, path: str, capacity: int, high: int) -> int | No
     return x0 + low
 
 
-def _boundary(fits: Callable[[int], bool], low: int, high: int, guess: int | None) -> int:
-    """The largest value in [low, high] that fits, given that `low` fits and fitting is monotone.
-
-    Starts from `guess` and gallops outward until the boundary is bracketed, then bisects; a
-    right guess costs two checks.
-    """
-    good, bad = low, high + 1
-    start = low if guess is None else min(max(guess, low), high)
-    if fits(start):
-        good, step = start, 1
-        while good + step <= high and fits(good + step):
-            good, step = good + step, step * 2
-        bad = min(good + step, high + 1)
-    else:
-        bad, step = start, 1
-        while bad - step > low and not fits(bad - step):
-            bad, step = bad - step, step * 2
-        good = max(bad - step, low)
-    while bad - good > 1:
-        middle = (good + bad) // 2
-        if fits(middle):
-            good = middle
-        else:
-            bad = middle
-    return good
-
-
 def _smallest_data(job: Job, probe: _Probe) -> tuple[int | None, str | None]:
     item = JOB_FIELDS["parallelism.data"]
     # Under expert parallelism data × context must be a multiple of the expert degree: only those data degrees count.
@@ -210,7 +182,7 @@ def _smallest_data(job: Job, probe: _Probe) -> tuple[int | None, str | None]:
         return None, (f"even {high:,} data-parallel GPUs leave a peak of {peak.bytes:,} B at '{peak.event}': "
                       f"what ZeRO-{p.zero_stage} does not shard does not fit alone")
     # fits(k × step) is False below the answer and True from it on: bisect on "does not fit".
-    last_bad = _boundary(lambda k: not probe.fits(k * step), 1, high // step, None)
+    last_bad = boundary(lambda k: not probe.fits(k * step), 1, high // step, None)
     return (last_bad + 1) * step, None
 
 
