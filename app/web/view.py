@@ -129,7 +129,7 @@ class CompactVerdict:
 
     kind: Literal["fits", "over", "none"]
     headline: str
-    peak: str  # "peak 152.51 GiB of 80.00 GiB" (or "peak 152.51 GiB per GPU" without a GPU)
+    peak: str  # "needs 152.51 GiB of 80.00 GiB" (or "peak 152.51 GiB per GPU" without a GPU)
     used: str | None  # the peak as a percentage of the capacity, at most 100, for the meter; None without a GPU
 
 
@@ -294,11 +294,12 @@ def verdict(fit: core.GpuFit | None, peak_bytes: int, unit: Unit, *, gpus: int, 
 
 
 def compact_verdict(full: Verdict, peak_bytes: int, capacity: int | None, unit: Unit) -> CompactVerdict:
-    """The headline with the peak against the capacity, and how full the GPU is (capped at 100 %)."""
+    """The headline with what the step needs against the capacity (the allocator's reserve and what lies outside
+    it), and how full the GPU is (capped at 100 %); without a GPU, the tensors' peak."""
     peak = format_bytes(peak_bytes, unit)
     if not capacity:
         return CompactVerdict(full.kind, full.headline, f"peak {peak} per GPU", None)
-    return CompactVerdict(full.kind, full.headline, f"peak {peak} of {format_bytes(capacity, unit)}",
+    return CompactVerdict(full.kind, full.headline, f"needs {peak} of {format_bytes(capacity, unit)}",
                           percent(min(peak_bytes, capacity), capacity))
 
 

@@ -42,7 +42,7 @@ def test_the_verdict_stays_in_view_while_the_last_input_is_edited(watched: Page,
     bar = page.locator("#verdict-bar")
     expect(bar).to_be_visible()
     expect(bar).to_contain_text("Does not fit, by")
-    expect(bar).to_contain_text("peak ")
+    expect(bar).to_contain_text("needs ")
     page.wait_for_timeout(300)  # the bar slides in
     assert not page.locator("#summary .verdict").evaluate("e => e.getBoundingClientRect().bottom > 0")
     bar_box, input_box = _box(bar), _box(last)

@@ -166,7 +166,7 @@ def test_the_compact_verdict_is_the_headline_with_the_peak_against_the_capacity(
     said = verdict(core.GpuFit(gpu, True, gpu.capacity_bytes - 60 * GIB), 60 * GIB, "GiB", gpus=1)
     compact = compact_verdict(said, 60 * GIB, gpu.capacity_bytes, "GiB")
     assert compact.headline == said.headline and compact.kind == "fits"
-    assert compact.peak == f"peak 60.00 GiB of {format_bytes(gpu.capacity_bytes, 'GiB')}"
+    assert compact.peak == f"needs 60.00 GiB of {format_bytes(gpu.capacity_bytes, 'GiB')}"
     assert compact.used is not None and float(compact.used) == round(100 * 60 * GIB / gpu.capacity_bytes, 3)
     over = compact_verdict(said, 2 * gpu.capacity_bytes, gpu.capacity_bytes, "GiB")
     assert over.used == "100.000"
