@@ -303,6 +303,8 @@ class _Parser:
         return None
 
     def key(self, text: str, line: _Line) -> str:
+        if not text:  # ": value": PyYAML reads a null key, which no config's key is
+            raise YamlError(line.number, "a key is empty")
         self.refuse_indicators(text, line)
         if text[0] in "\"'":
             return _unquote(text, line.number)

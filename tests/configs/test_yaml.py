@@ -67,6 +67,9 @@ def test_scalars_and_collections(text, value):
     ("a:\n  b: 1\n c: 2", "line 3: unexpected indentation"),
     ("%YAML 1.2\n---\na: 1", "directives"),
     ("? a\n: b", "line 1"),
+    # An empty key, which PyYAML reads as null (schemathesis sent ':' to /api/v1/import and got a 500).
+    (":", "line 1: a key is empty"),
+    ("a: 1\n: 2", "line 2: a key is empty"),
 ])
 def test_refusals_name_the_line(text, words):
     with pytest.raises(DomainError) as error:
