@@ -91,6 +91,7 @@ class Row:
     size: str
     exact: str
     peak: bool
+    reserved: str | None = None  # the allocator's reserve there, where worked out
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,7 @@ class Chart:
     xs: tuple[float, ...]  # one per timeline point, in order
     ys: tuple[float, ...]  # the total alive at each point
     line: str  # the total as polyline points
+    reserved_line: str  # the allocator's reserve at each point as polyline points ("" when not worked out)
     bands: tuple[Band, ...]  # in painting order: the top category first
     ticks: tuple[Tick, ...]  # from zero up
     steps: tuple[StepMark, ...]
@@ -186,13 +188,17 @@ def timeline_chart(
     unit_bytes: int,
     size: Callable[[int], str],
     capacity_bytes: int | None = None,
+    reserved: Sequence[int] = (),
 ) -> Chart:
-    """The chart of `points` (the core's timeline, in order); `size` formats bytes for labels and rows."""
+    """The chart of `points` (the core's timeline, in order); `size` formats bytes for labels and rows. `reserved`
+    is the allocator's reserve at each point (the estimate's `reserved_timeline`), drawn as a dashed line above
+    the tensors when given."""
     if not points:
         raise ValueError("a timeline has at least one point")
     totals = [point.bytes for point in points]
     top_index = max(range(len(points)), key=lambda index: (totals[index], -index))
-    axis = value_axis(max(totals[top_index], capacity_bytes or 0), unit=unit, unit_bytes=unit_bytes)
+    axis = value_axis(max(totals[top_index], max(reserved, default=0), capacity_bytes or 0), unit=unit,
+                      unit_bytes=unit_bytes)
     left = axis.left
     right, top, bottom = float(WIDTH - RIGHT_GAP), TOP, float(HEIGHT - BOTTOM_GAP)
 
@@ -212,12 +218,14 @@ def timeline_chart(
     if capacity_bytes:
         capacity = _capacity(y_of(capacity_bytes), f"capacity {size(capacity_bytes)}", peak_x=peak.x,
                              left=left, right=right, over=totals[top_index] > capacity_bytes)
-    rows = tuple(Row(point.event, point.step, size(point.bytes), f"{point.bytes:,} bytes", index == top_index)
+    rows = tuple(Row(point.event, point.step, size(point.bytes), f"{point.bytes:,} bytes", index == top_index,
+                     size(reserved[index]) if reserved else None)
                  for index, point in enumerate(points))
     return Chart(
         width=WIDTH, height=HEIGHT, left=left, top=top, right=right, bottom=bottom, tick_label_x=rounded(left - PAD),
         step_label_y=bottom + BOTTOM_GAP - PAD - 1, divider_bottom=bottom + BOTTOM_GAP - PAD, line_gap=LINE, xs=xs, ys=ys,
-        line=points_attr(xs, ys), bands=bands, ticks=ticks, steps=steps, peak=peak, capacity=capacity,
+        line=points_attr(xs, ys), reserved_line=points_attr(xs, tuple(y_of(value) for value in reserved)) if reserved else "",
+        bands=bands, ticks=ticks, steps=steps, peak=peak, capacity=capacity,
         title=f"Memory alive per GPU through {_steps_words(points)}",
         desc=_desc(points, top_index, size, capacity_bytes),
         rows=rows,

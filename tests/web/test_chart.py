@@ -163,3 +163,21 @@ def test_every_coordinate_stays_inside_the_box():
 def test_empty_timeline_is_refused():
     with pytest.raises(ValueError):
         timeline_chart((), unit="GiB", unit_bytes=GIB, size=_size)
+
+
+def test_the_allocators_reserve_is_a_line_above_the_tensors():
+    # Reserved 12, 40, 45, 45, 90, 90 GiB: the axis grows to the reserve's 90 (four ticks of 25 cover it), and each
+    # point of the dashed line sits at its own height on that axis.
+    reserved = [gib * GIB for gib in (12, 40, 45, 45, 90, 90)]
+    drawn = timeline_chart(POINTS, unit="GiB", unit_bytes=GIB, size=_size, capacity_bytes=CAPACITY, reserved=reserved)
+    plain = timeline_chart(POINTS, unit="GiB", unit_bytes=GIB, size=_size, capacity_bytes=CAPACITY)
+    assert plain.reserved_line == "" and all(row.reserved is None for row in plain.rows)
+    pairs = [tuple(map(float, pair.split(","))) for pair in drawn.reserved_line.split()]
+    assert [x for x, _ in pairs] == list(drawn.xs)
+    height = drawn.bottom - drawn.top
+    top_of_axis = max(float(t.label.split()[0]) for t in drawn.ticks) * GIB
+    assert top_of_axis >= 90 * GIB
+    for (_, y), value in zip(pairs, reserved, strict=True):
+        assert y == pytest.approx(drawn.bottom - height * value / top_of_axis, abs=0.01)
+    assert all(y_reserved <= y_total for (_, y_reserved), y_total in zip(pairs, drawn.ys, strict=True))
+    assert [row.reserved for row in drawn.rows] == [_size(value) for value in reserved]
