@@ -150,7 +150,7 @@ def fit_answers(job: Job, given: core.Estimate, state: Mapping[str, str], unit: 
     links_to_fixes = tuple(link for link in (_fix_link(fix, state, unit) for fix in found) if link is not None)
     return FitAnswers(
         gpu=job.gpu.name,
-        fits=given.peak.bytes <= job.gpu.capacity_bytes,
+        fits=given.gpu is not None and given.gpu.fits,  # the verdict: the allocator's reserve and the context
         answers=answers,
         fixes=links_to_fixes[:FIXES_SHOWN],
         more_fixes=links_to_fixes[FIXES_SHOWN:],

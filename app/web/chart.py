@@ -189,10 +189,11 @@ def timeline_chart(
     size: Callable[[int], str],
     capacity_bytes: int | None = None,
     reserved: Sequence[int] = (),
+    over: bool | None = None,
 ) -> Chart:
     """The chart of `points` (the core's timeline, in order); `size` formats bytes for labels and rows. `reserved`
     is the allocator's reserve at each point (the estimate's `reserved_timeline`), drawn as a dashed line above
-    the tensors when given."""
+    the tensors when given; `over` is the verdict's "does not fit" (else the tensors' peak against the capacity)."""
     if not points:
         raise ValueError("a timeline has at least one point")
     totals = [point.bytes for point in points]
@@ -217,7 +218,7 @@ def timeline_chart(
     capacity = None
     if capacity_bytes:
         capacity = _capacity(y_of(capacity_bytes), f"capacity {size(capacity_bytes)}", peak_x=peak.x,
-                             left=left, right=right, over=totals[top_index] > capacity_bytes)
+                             left=left, right=right, over=totals[top_index] > capacity_bytes if over is None else over)
     rows = tuple(Row(point.event, point.step, size(point.bytes), f"{point.bytes:,} bytes", index == top_index,
                      size(reserved[index]) if reserved else None)
                  for index, point in enumerate(points))

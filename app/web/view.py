@@ -393,7 +393,7 @@ def result_view(result: core.Estimate, parallelism: core.Parallelism, unit: Unit
                                  format_bytes(result.cluster.total_bytes, unit)),
         timeline=timeline_chart(result.timeline, unit=unit, unit_bytes=UNIT_BYTES[unit],
                                 size=lambda value: format_bytes(value, unit), capacity_bytes=capacity,
-                                reserved=result.reserved_timeline),
+                                reserved=result.reserved_timeline, over=over),
         attention_note=attention_note(attention, result.attention_kernel),
         bytes_per_param_total=format_bytes_per_param(sum(per_param.values())),
         bytes_per_param_sum=" + ".join(format_bytes_per_param(per_param[c]) for c in core.CATEGORIES if c in per_param),

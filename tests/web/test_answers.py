@@ -91,3 +91,14 @@ def test_notes_give_sizes_in_the_page_unit():
                                     f"{format_bytes(capacity, 'GiB')}")
     _, _, answers = _answers({"preset": "llama-3-8b", "seq_len": "4096", "gpu": "rtx-4090-24gb"})
     assert " B " not in answers.answers[0].note and "GiB" in answers.answers[0].note
+
+
+def test_the_panel_follows_the_verdict_not_the_tensors_alone():
+    # Llama-3-8B LoRA with recomputation at 30,720 tokens on an H100: the tensors' peak (74 GiB) is under the
+    # capacity, but the allocator's reserve with the CUDA context is not: the panel says how to make it fit.
+    params = {"preset": "llama-3-8b", "seq_len": "30720", "gpu": "h100-80gb", "method": "lora",
+              "activation_checkpointing": "full", "precision": "bf16"}
+    job, given, answers = _answers(params)
+    assert given.peak.bytes < job.gpu.capacity_bytes and given.gpu is not None and not given.gpu.fits
+    assert answers is not None and not answers.fits
+    assert answers.fixes and "expandable" in answers.fixes[0].summary.lower()
