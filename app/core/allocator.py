@@ -92,7 +92,6 @@ class Block:
 class _Segment:
     small: bool
     base: int
-    mapped_bytes: int = 0  # for an expandable segment: the pages mapped, wherever they lie
     head: Block | None = None
     unmapped: dict[int, Block] = field(default_factory=dict)  # an expandable segment's unmapped ranges, by id
 
@@ -123,8 +122,7 @@ class CachingAllocator:
         self.expandable = kind == "expandable-segments"
         self.limit = limit
         self.small, self.large = _Pool(True), _Pool(False)
-        self.segment_count = 0  # segments asked of the driver and not yet given back (expandable: one per pool)
-        self.reserved = self.allocated = self.max_reserved = self.max_allocated = 0
+        self.reserved = self.allocated = self.max_reserved = 0
         self._next_address = 0
 
     # --- the requests -------------------------------------------------------------------------------------------
@@ -157,8 +155,6 @@ class CachingAllocator:
             insort(free, (remaining, rest.address, rest))
         block.allocated = True
         self.allocated += block.size
-        if self.allocated > self.max_allocated:
-            self.max_allocated = self.allocated
         return block
 
     def free(self, block: Block) -> None:
@@ -194,7 +190,6 @@ class CachingAllocator:
                     self._unmap(pool, block)
                 elif block.prev is None and block.next is None:
                     pool.remove(block)
-                    self.segment_count -= 1
                     self.reserved -= block.size
 
     # --- segments -----------------------------------------------------------------------------------------------
@@ -209,10 +204,7 @@ class CachingAllocator:
         segment = _Segment(pool.small, base)
         self._next_address = base + size
         block = segment.head = Block(base, size, segment)
-        self.segment_count += 1
-        self.reserved += size
-        if self.reserved > self.max_reserved:
-            self.max_reserved = self.reserved
+        self._reserve(size)
         return block
 
     def _grow(self, pool: _Pool, rounded: int) -> Block | None:
@@ -225,7 +217,6 @@ class CachingAllocator:
             self._next_address += 1 << 50  # the virtual range: never exhausted here
             segment.head = Block(segment.base, 1 << 50, segment, mapped=False)
             segment.unmapped[id(segment.head)] = segment.head
-            self.segment_count += 1
         for block in sorted(segment.unmapped.values(), key=lambda b: b.address):
             before = block.prev
             start = before if before is not None and before.mapped and not before.allocated else block
@@ -240,7 +231,6 @@ class CachingAllocator:
         if self.limit is not None and self.reserved + pages > self.limit:
             return None
         self._reserve(pages)
-        unmapped.segment.mapped_bytes += pages
         if pages < unmapped.size:
             rest = Block(unmapped.address + pages, unmapped.size - pages, unmapped.segment, mapped=False)
             self._link_after(unmapped, rest)
@@ -265,7 +255,6 @@ class CachingAllocator:
         pool.remove(block)
         end = block.address + block.size
         self.reserved -= high - low
-        block.segment.mapped_bytes -= high - low
         if block.address < low:  # a mapped head stays cached
             head = Block(block.address, low - block.address, block.segment)
             self._link_before(block, head)

@@ -164,7 +164,7 @@ def _from_architecture(arch: Architecture, training: Training, parallelism: Para
             templates=reserve.stage_templates(arch, parallelism, kind, ledger, full_layer, [t.bytes for t in kept_layer]),
             forward_transient=full_layer if training.activation_checkpointing == "full" else (),
             kind=training.allocator, gpu=gpu, extra_bytes=training.framework_overhead_bytes,  # type: ignore[arg-type]
-            allocated_peak_bytes=peak.bytes - training.framework_overhead_bytes)
+            ledger_peak_bytes=peak.bytes)
         peak = peak._replace(reserved_bytes=stage_reserve.reserved.max_bytes)
     ledger = tuple(buffer if buffer.cluster_bytes == cluster_by_key[buffer.key] else
                    _with_cluster(buffer, cluster_by_key[buffer.key]) for buffer in ledger)

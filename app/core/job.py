@@ -21,6 +21,7 @@ from app.core.gpus import Gpu, get_gpu, gpu_catalogue
 from app.core.optimizers import OPTIMIZER_IMPLEMENTATIONS, OPTIMIZERS
 from app.core.precision import PRECISION_PRESETS, precision_preset
 from app.core.presets import get_preset, model_presets
+from app.core.reserve import tensors_pass
 from app.core.setup import (
     FP8_RECIPES,
     FRAMEWORKS,
@@ -62,9 +63,7 @@ class Job:
         needed to say so."""
         if self.gpu is None:
             return False
-        tensors = self.estimate(reserve=False).peak.bytes - self.training.framework_overhead_bytes
-        outside = self.gpu.context_bytes + self.training.framework_overhead_bytes
-        return tensors + outside > self.gpu.capacity_bytes
+        return tensors_pass(self.gpu, self.estimate(reserve=False).peak.bytes, self.training.framework_overhead_bytes)
 
     @property
     def gpu_count(self) -> int:

@@ -229,12 +229,23 @@ def stage_templates(arch: Architecture, parallelism: Parallelism, kind: StageKin
             "activations.layers": kept_layer, "recompute": full_layer}
 
 
+def allocator_room(gpu: Gpu, extra_bytes: int) -> int:
+    """What the allocator can reserve on `gpu`: its capacity less the CUDA context and the user's extra, which lie
+    outside it."""
+    return gpu.capacity_bytes - gpu.context_bytes - extra_bytes
+
+
+def tensors_pass(gpu: Gpu, ledger_peak_bytes: int, extra_bytes: int) -> bool:
+    """Whether the tensors alone pass the allocator's room: out of memory whatever the allocator does, as its reserve
+    holds at least its tensors (`ledger_peak_bytes` counts the user's extra as a buffer: it is taken off)."""
+    return ledger_peak_bytes - extra_bytes > allocator_room(gpu, extra_bytes)
+
+
 def stage_reserve(ledger: Sequence[Buffer], steps: Plan, ramp_totals: Mapping[str, int], *,
                   templates: Mapping[str, Sequence[int]], forward_transient: Sequence[int], kind: AllocatorKind,
-                  gpu: Gpu | None, extra_bytes: int, allocated_peak_bytes: int) -> StageReserve:
-    """The replay without a limit; on a GPU where that passes the capacity left beside the context and the user's
-    extra, once more within it, as the allocator releases its cache before it gives up (not when the tensors alone
-    pass it: `allocated_peak_bytes`, the ledger's peak without the user's extra)."""
+                  gpu: Gpu | None, extra_bytes: int, ledger_peak_bytes: int) -> StageReserve:
+    """The replay without a limit; on a GPU where that passes the allocator's room, once more within it, as the
+    allocator releases its cache before it gives up (not when the tensors alone pass it: `tensors_pass`)."""
     replayed = [buffer for buffer in ledger if buffer.key != OUTSIDE_KEY]
     workspaces = (gpu.workspace_bytes,) if gpu is not None and gpu.workspace_bytes else ()
     args = {"templates": templates, "forward_transient": forward_transient, "kind": kind, "preallocated": workspaces}
@@ -242,10 +253,10 @@ def stage_reserve(ledger: Sequence[Buffer], steps: Plan, ramp_totals: Mapping[st
     if gpu is None:
         return StageReserve(free, extra_bytes, False)
     outside = gpu.context_bytes + extra_bytes
-    limit = gpu.capacity_bytes - outside
+    limit = allocator_room(gpu, extra_bytes)
     if free.max_bytes <= limit:
         return StageReserve(free, outside, False)
-    if allocated_peak_bytes > limit:
+    if tensors_pass(gpu, ledger_peak_bytes, extra_bytes):
         return StageReserve(free, outside, True)
     bounded = replay(replayed, steps, ramp_totals, limit=max(limit, 0), **args)  # type: ignore[arg-type]
     if bounded.out_of_memory_at is None:

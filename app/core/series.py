@@ -82,7 +82,8 @@ def series(job: Job, path: str, values: Sequence[object], *, verdicts: bool = Tr
     pieces = Fit.pieces(job, path, [value for _, value in distinct]) if path in POLYNOMIAL else []
     if pieces and job.gpu is not None:
         largest = _largest_fitting(job, path, sorted(cast("int", value) for _, value in distinct))
-        pieces = [(low, high, fitted.with_fit_below(largest)) for low, high, fitted in pieces]
+        for _, _, piece in pieces:
+            piece.largest_fitting = largest
     points: dict[tuple[type, object], SeriesPoint] = {}
     for key, index in distinct.items():
         value = key[1]
@@ -149,7 +150,7 @@ def boundary(fits: Callable[[int], bool], low: int, high: int, guess: int | None
 
 
 def _over_gpus(job: Job, values: Sequence[object]) -> tuple[SeriesPoint, ...]:
-    """The GPU changes only the fit: one estimate serves every value."""
+    """An estimate per GPU: each brings its own capacity, context and workspaces, which the replay is judged by."""
     points = []
     for value in values:
         result = replace(job, gpu=get_gpu(value)).estimate()  # type: ignore[arg-type]
@@ -299,7 +300,3 @@ class Fit:
         per_gpu = Breakdown.of([a + b * k + c * pair for a, b, c in self.per_gpu])
         fits = None if self.job.gpu is None else self.largest_fitting is not None and k + self.x0 <= self.largest_fitting
         return SeriesPoint(value, peak, per_gpu, fits)
-
-    def with_fit_below(self, largest: int | None) -> Fit:
-        self.largest_fitting = largest
-        return self

@@ -288,8 +288,7 @@ def verdict(fit: core.GpuFit | None, peak_bytes: int, unit: Unit, *, gpus: int, 
         return Verdict("fits", f"Fits, with {format_bytes(fit.headroom_bytes, unit)} to spare",
                        f"{held}: {format_bytes(min(needs, fit.gpu.capacity_bytes), unit)} of the {capacity} on {where} "
                        f"({_share(min(needs, fit.gpu.capacity_bytes), fit.gpu.capacity_bytes)} used).")
-    short = format_bytes(-fit.headroom_bytes, unit) if fit.headroom_bytes < 0 else "its cache"
-    return Verdict("over", f"Does not fit, by {short}",
+    return Verdict("over", f"Does not fit, by {format_bytes(-fit.headroom_bytes, unit)}",
                    f"{held}, on {where}, which has {capacity}.")
 
 
