@@ -460,7 +460,9 @@ def estimate_text(result: Mapping[str, Any]) -> list[str]:
     lines.append(f"Peak on the most-loaded GPU: {peak_text(result['peak'])}")
     lines.append(f"Reserved by the caching allocator at its worst: {gib(result['peak']['reserved_bytes'])} GiB")
     if result["gpu"]:
-        lines.append(f"Outside the allocator (CUDA context, your extra): {gib(result['gpu']['outside_allocator_bytes'])} GiB")
+        lines.append(f"Outside the allocator (CUDA context, NCCL, your extra): {gib(result['gpu']['outside_allocator_bytes'])} GiB")
+        for group in result["gpu"]["communicators"]:
+            lines.append(f"  NCCL, {group['group']} group of {group['ranks']}: {gib(group['bytes'])} GiB ({group['formula']})")
     lines.append("")
     at_peak, per_gpu = result["peak"]["breakdown"], result["per_gpu"]
     rows = [[category.label, gib(at_peak.get(category.id)), gib(per_gpu[category.id])]

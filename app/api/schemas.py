@@ -336,6 +336,18 @@ class BufferOut(BaseModel):
     freed: str = Field(description="The event after which it is freed.")
 
 
+class CommunicatorOut(BaseModel):
+    group: Literal["tensor", "pipeline", "context", "data", "expert", "expert-data"] = Field(
+        description="The process group: its parallelism (data: the gradient reduction over data × context; "
+                    "expert-data: over the GPUs holding the same experts).")
+    ranks: int = Field(description="GPUs in the group.")
+    pattern: Literal["collective", "point-to-point"] = Field(
+        description="collective: a ring over every channel (and NVLink SHARP's buffers on NVSwitch); "
+                    "point-to-point: a connection per peer and channel.")
+    bytes: int = Field(description="Its buffers on this GPU, in bytes.")
+    formula: str = Field(description="How the bytes add up.")
+
+
 class GpuFitOut(BaseModel):
     id: str = Field(description="GPU id from GET /api/v1/gpus.")
     name: str = Field(description="Marketing name.")
@@ -348,7 +360,12 @@ class GpuFitOut(BaseModel):
     reserved_bytes: int = Field(description="The allocator's reserved peak on this GPU, the libraries' workspaces "
                                 "included.")
     outside_allocator_bytes: int = Field(description="Memory outside PyTorch's allocator: the CUDA context and "
-                                         "modules (the GPU catalogue's context_bytes) and training.framework_overhead_bytes.")
+                                         "modules (the GPU catalogue's context_bytes), communicator_bytes and "
+                                         "training.framework_overhead_bytes.")
+    communicator_bytes: int = Field(description="NCCL's buffers for the process groups this setup creates, summed "
+                                    "over communicators; derived from NCCL 2.30's defaults and the GPU's interconnect, "
+                                    "not measured.")
+    communicators: list[CommunicatorOut] = Field(description="Each process group's NCCL buffers on this GPU.")
 
 
 class HostOut(BaseModel):
@@ -425,6 +442,13 @@ class GpuOut(BaseModel):
     name: str = Field(description="Marketing name.")
     capacity: int = Field(description="Usable memory in bytes, as the driver reports it.")
     source: str = Field(description="Where the capacity figure comes from.")
+    context_bytes: int = Field(description="Memory in use before the first tensor (the CUDA context and the kernels' "
+                               "modules), outside PyTorch's allocator.")
+    workspace_bytes: int = Field(description="The libraries' workspaces (cuBLAS), allocated through the allocator "
+                                 "at the first matrix product and kept.")
+    context_source: str = Field(description="Where the context and workspace figures come from.")
+    interconnect: Literal["nvswitch-hopper", "nvswitch-blackwell", "nvlink", "pcie"] = Field(
+        description="How a node's GPUs reach each other; it sets NCCL's channel counts, hence communicator_bytes.")
 
 
 # --- solver and sweeps --------------------------------------------------------------------------------

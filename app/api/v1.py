@@ -120,4 +120,6 @@ def get_presets() -> PresetsResponse:
 @router.get("/gpus", response_model=list[GpuOut])
 def get_gpus() -> list[GpuOut]:
     """The GPU catalogue: usable capacity in bytes as the driver reports it, with its source."""
-    return [GpuOut(id=g.id, name=g.name, capacity=g.capacity_bytes, source=g.source) for g in core.gpu_catalogue().values()]
+    return [GpuOut(id=g.id, name=g.name, capacity=g.capacity_bytes, source=g.source, context_bytes=g.context_bytes,
+                   workspace_bytes=g.workspace_bytes, context_source=g.context_source, interconnect=g.interconnect)
+            for g in core.gpu_catalogue().values()]

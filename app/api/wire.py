@@ -192,7 +192,10 @@ def estimate_json(result: core.Estimate) -> dict[str, Any]:
     if result.gpu is not None:
         gpu = {"id": result.gpu.gpu.id, "name": result.gpu.gpu.name, "capacity": result.gpu.gpu.capacity_bytes,
                "fits": result.gpu.fits, "headroom": result.gpu.headroom_bytes,
-               "reserved_bytes": result.gpu.reserved_bytes, "outside_allocator_bytes": result.gpu.outside_bytes}
+               "reserved_bytes": result.gpu.reserved_bytes, "outside_allocator_bytes": result.gpu.outside_bytes,
+               "communicator_bytes": result.gpu.communicator_bytes,
+               "communicators": [{"group": c.group, "ranks": c.ranks, "pattern": c.pattern, "bytes": c.bytes,
+                                  "formula": c.formula} for c in result.gpu.communicators]}
     return {
         "param_count": result.param_count,
         "trainable_param_count": result.trainable_param_count,

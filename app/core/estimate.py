@@ -16,6 +16,7 @@ from app.core import activations as act
 from app.core import reserve, states
 from app.core.architecture import Architecture, active_param_count, param_count
 from app.core.categories import CATEGORIES, MODEL_STATE_CATEGORIES, Breakdown
+from app.core.communicators import communicators
 from app.core.errors import DomainError
 from app.core.gpus import Gpu, GpuFit, fit
 from app.core.ledger import (
@@ -158,13 +159,14 @@ def _from_architecture(arch: Architecture, training: Training, parallelism: Para
     kept_layer = act.checkpointed_layer_activations(arch, setup, training.activation_checkpointing, full=layer_saved)
     full_layer = [saved.bytes for saved in layer_saved]
     stage_reserve = None
+    groups = communicators(parallelism, gpu.interconnect) if gpu else ()
     if with_reserve:
         stage_reserve = reserve.stage_reserve(
             ledger, steps, {ACTS: kind.layers, FORWARDED: kind.layers, GRADS: kind.layers, GRADS_DONE: kind.layers},
             templates=reserve.stage_templates(arch, parallelism, kind, ledger, full_layer, [t.bytes for t in kept_layer]),
             forward_transient=full_layer if training.activation_checkpointing == "full" else (),
             kind=training.allocator, gpu=gpu, extra_bytes=training.framework_overhead_bytes,  # type: ignore[arg-type]
-            ledger_peak_bytes=peak.bytes)
+            ledger_peak_bytes=peak.bytes, communicator_bytes=sum(c.bytes for c in groups))
         peak = peak._replace(reserved_bytes=stage_reserve.reserved.max_bytes)
     ledger = tuple(buffer if buffer.cluster_bytes == cluster_by_key[buffer.key] else
                    _with_cluster(buffer, cluster_by_key[buffer.key]) for buffer in ledger)
@@ -183,7 +185,8 @@ def _from_architecture(arch: Architecture, training: Training, parallelism: Para
         per_gpu=per_gpu,
         cluster=Breakdown(cluster),
         gpu=fit(gpu, total_bytes=peak.reserved_bytes + stage_reserve.outside_bytes, reserved_bytes=peak.reserved_bytes,
-                outside_bytes=stage_reserve.outside_bytes, out_of_memory=stage_reserve.out_of_memory)
+                outside_bytes=stage_reserve.outside_bytes, out_of_memory=stage_reserve.out_of_memory,
+                communicators=groups)
         if gpu and stage_reserve else None,
         warnings=tuple(estimate_warnings(
             arch, training, parallelism, kernel=kernel, peak=peak, per_gpu=per_gpu,
@@ -201,6 +204,17 @@ def _from_architecture(arch: Architecture, training: Training, parallelism: Para
         reserved_timeline=stage_reserve.reserved.per_event if stage_reserve else (),
         outside_allocator_bytes=stage_reserve.outside_bytes if stage_reserve else 0,
     )
+
+
+def _count_fit(gpu: Gpu | None, peak_bytes: int, parallelism: Parallelism) -> GpuFit | None:
+    """A bare count's fit: no shapes to replay, so its tensors stand for the reserve; the context and the
+    communicators' buffers lie outside."""
+    if gpu is None:
+        return None
+    groups = communicators(parallelism, gpu.interconnect)
+    outside = gpu.context_bytes + sum(c.bytes for c in groups)
+    return fit(gpu, total_bytes=peak_bytes + outside, reserved_bytes=peak_bytes, outside_bytes=outside,
+               communicators=groups)
 
 
 @lru_cache(maxsize=256)
@@ -294,8 +308,7 @@ def _from_count(num_params: int, training: Training, parallelism: Parallelism, g
         param_count=num_params,
         per_gpu=per_gpu,
         cluster=cluster,
-        gpu=fit(gpu, total_bytes=peak.bytes + gpu.context_bytes, reserved_bytes=peak.bytes,
-                outside_bytes=gpu.context_bytes) if gpu else None,
+        gpu=_count_fit(gpu, peak.bytes, p),
         warnings=tuple(count_warnings(training, parallelism, scratch_known=scratch.of == "all" or not scratch.copies))
         + tuple(notes),
         pipeline_stage=0,

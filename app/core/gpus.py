@@ -6,8 +6,12 @@ import json
 import pkgutil
 from dataclasses import dataclass
 from functools import cache
+from typing import TYPE_CHECKING
 
 from app.core.errors import DomainError
+
+if TYPE_CHECKING:
+    from app.core.communicators import Communicator, Interconnect
 
 
 @dataclass(frozen=True)
@@ -19,6 +23,7 @@ class Gpu:
     context_bytes: int = 0  # in use outside the allocator before the first tensor (CUDA context, modules)
     workspace_bytes: int = 0  # the libraries' workspaces, allocated through the allocator and kept
     context_source: str = ""
+    interconnect: Interconnect = "pcie"  # a key of communicators.INTERCONNECTS: how a node's GPUs reach each other
 
 
 @dataclass(frozen=True)
@@ -31,7 +36,12 @@ class GpuFit:
     fits: bool
     headroom_bytes: int
     reserved_bytes: int = 0  # the allocator's reserved peak
-    outside_bytes: int = 0  # the CUDA context and the user's extra, outside the allocator
+    outside_bytes: int = 0  # the CUDA context, the communicators' buffers and the user's extra, outside the allocator
+    communicators: tuple[Communicator, ...] = ()  # NCCL's buffers per process group, part of outside_bytes
+
+    @property
+    def communicator_bytes(self) -> int:
+        return sum(c.bytes for c in self.communicators)
 
 
 @cache
@@ -42,7 +52,7 @@ def gpu_catalogue() -> dict[str, Gpu]:
     return {
         gpu_id: Gpu(id=gpu_id, name=entry["name"], capacity_bytes=entry["capacity_bytes"], source=entry["source"],
                     context_bytes=entry["context_bytes"], workspace_bytes=entry["workspace_bytes"],
-                    context_source=entry["context_source"])
+                    context_source=entry["context_source"], interconnect=entry["interconnect"])
         for gpu_id, entry in raw.items()
         if not gpu_id.startswith("_")
     }
@@ -56,7 +66,7 @@ def get_gpu(gpu_id: str) -> Gpu:
 
 
 def fit(gpu: Gpu, *, total_bytes: int, reserved_bytes: int = 0, outside_bytes: int = 0,
-        out_of_memory: bool = False) -> GpuFit:
+        out_of_memory: bool = False, communicators: tuple[Communicator, ...] = ()) -> GpuFit:
     headroom_bytes = gpu.capacity_bytes - total_bytes
     return GpuFit(gpu=gpu, fits=headroom_bytes >= 0 and not out_of_memory, headroom_bytes=headroom_bytes,
-                  reserved_bytes=reserved_bytes, outside_bytes=outside_bytes)
+                  reserved_bytes=reserved_bytes, outside_bytes=outside_bytes, communicators=communicators)

@@ -15,6 +15,7 @@ from app.core import activations as act
 from app.core import finetuning as ft
 from app.core.allocator import ALLOCATORS
 from app.core.architecture import MAX_LAYERS, Architecture
+from app.core.communicators import communicator_bytes
 from app.core.errors import DomainError
 from app.core.estimate import Estimate, estimate
 from app.core.gpus import Gpu, get_gpu, gpu_catalogue
@@ -63,7 +64,8 @@ class Job:
         needed to say so."""
         if self.gpu is None:
             return False
-        return tensors_pass(self.gpu, self.estimate(reserve=False).peak.bytes, self.training.framework_overhead_bytes)
+        return tensors_pass(self.gpu, self.estimate(reserve=False).peak.bytes, self.training.framework_overhead_bytes,
+                            communicator_bytes(self.parallelism, self.gpu.interconnect))
 
     @property
     def gpu_count(self) -> int:

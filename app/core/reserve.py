@@ -188,7 +188,7 @@ class StageReserve:
     """The reserve of the reported stage: the replay, what lives outside the allocator, and whether it fits."""
 
     reserved: Reserved
-    outside_bytes: int  # the CUDA context and the user's extra, per GPU
+    outside_bytes: int  # the CUDA context, the communicators' buffers and the user's extra, per GPU
     out_of_memory: bool  # the replay ran out with the cache released, within the GPU's capacity
 
 
@@ -230,20 +230,21 @@ def stage_templates(arch: Architecture, parallelism: Parallelism, kind: StageKin
 
 
 def allocator_room(gpu: Gpu, extra_bytes: int) -> int:
-    """What the allocator can reserve on `gpu`: its capacity less the CUDA context and the user's extra, which lie
-    outside it."""
+    """What the allocator can reserve on `gpu`: its capacity less the CUDA context and `extra_bytes` (the user's
+    extra and the communicators' buffers), which lie outside it."""
     return gpu.capacity_bytes - gpu.context_bytes - extra_bytes
 
 
-def tensors_pass(gpu: Gpu, ledger_peak_bytes: int, extra_bytes: int) -> bool:
+def tensors_pass(gpu: Gpu, ledger_peak_bytes: int, extra_bytes: int, communicator_bytes: int = 0) -> bool:
     """Whether the tensors alone pass the allocator's room: out of memory whatever the allocator does, as its reserve
     holds at least its tensors (`ledger_peak_bytes` counts the user's extra as a buffer: it is taken off)."""
-    return ledger_peak_bytes - extra_bytes > allocator_room(gpu, extra_bytes)
+    return ledger_peak_bytes - extra_bytes > allocator_room(gpu, extra_bytes + communicator_bytes)
 
 
 def stage_reserve(ledger: Sequence[Buffer], steps: Plan, ramp_totals: Mapping[str, int], *,
                   templates: Mapping[str, Sequence[int]], forward_transient: Sequence[int], kind: AllocatorKind,
-                  gpu: Gpu | None, extra_bytes: int, ledger_peak_bytes: int) -> StageReserve:
+                  gpu: Gpu | None, extra_bytes: int, ledger_peak_bytes: int,
+                  communicator_bytes: int = 0) -> StageReserve:
     """The replay without a limit; on a GPU where that passes the allocator's room, once more within it, as the
     allocator releases its cache before it gives up (not when the tensors alone pass it: `tensors_pass`)."""
     replayed = [buffer for buffer in ledger if buffer.key != OUTSIDE_KEY]
@@ -252,11 +253,11 @@ def stage_reserve(ledger: Sequence[Buffer], steps: Plan, ramp_totals: Mapping[st
     free = replay(replayed, steps, ramp_totals, **args)  # type: ignore[arg-type]
     if gpu is None:
         return StageReserve(free, extra_bytes, False)
-    outside = gpu.context_bytes + extra_bytes
-    limit = allocator_room(gpu, extra_bytes)
+    outside = gpu.context_bytes + communicator_bytes + extra_bytes
+    limit = allocator_room(gpu, extra_bytes + communicator_bytes)
     if free.max_bytes <= limit:
         return StageReserve(free, outside, False)
-    if tensors_pass(gpu, ledger_peak_bytes, extra_bytes):
+    if tensors_pass(gpu, ledger_peak_bytes, extra_bytes, communicator_bytes):
         return StageReserve(free, outside, True)
     bounded = replay(replayed, steps, ramp_totals, limit=max(limit, 0), **args)  # type: ignore[arg-type]
     if bounded.out_of_memory_at is None:

@@ -230,6 +230,7 @@ CAPACITY_LABEL_FLIP_PERCENT: Final = 55.0
 # Beyond the tensors, on the per-GPU bar: (id, label, letter) of the allocator's cached free blocks and of the
 # memory outside it.
 RESERVE_SEGMENTS: Final = (("cached", "Cached by the allocator, free", "R"),
+                           ("communicators", "NCCL's buffers (process groups)", "N"),
                            ("outside", "Outside the allocator (CUDA context, your extra)", "X"))
 
 
@@ -283,13 +284,21 @@ def verdict(fit: core.GpuFit | None, peak_bytes: int, unit: Unit, *, gpus: int, 
     where = f"each of {gpus:,} × {name}" if gpus > 1 else f"one {name}"
     needs = fit.reserved_bytes + fit.outside_bytes
     held = (f"{where_peak} its tensors take {peak}; the caching allocator holds {format_bytes(fit.reserved_bytes, unit)} "
-            f"at its worst and {format_bytes(fit.outside_bytes, unit)} lies outside it (the CUDA context)")
+            f"at its worst and {format_bytes(fit.outside_bytes, unit)} lies outside it ({_outside_words(fit, unit)})")
     if fit.fits:
         return Verdict("fits", f"Fits, with {format_bytes(fit.headroom_bytes, unit)} to spare",
                        f"{held}: {format_bytes(min(needs, fit.gpu.capacity_bytes), unit)} of the {capacity} on {where} "
                        f"({_share(min(needs, fit.gpu.capacity_bytes), fit.gpu.capacity_bytes)} used).")
     return Verdict("over", f"Does not fit, by {format_bytes(-fit.headroom_bytes, unit)}",
                    f"{held}, on {where}, which has {capacity}.")
+
+
+def _outside_words(fit: core.GpuFit, unit: Unit) -> str:
+    if not fit.communicator_bytes:
+        return "the CUDA context"
+    groups = len(fit.communicators)
+    return (f"the CUDA context, and {format_bytes(fit.communicator_bytes, unit)} of NCCL's buffers for "
+            f"{groups} process group{'s' if groups > 1 else ''}")
 
 
 def compact_verdict(full: Verdict, peak_bytes: int, capacity: int | None, unit: Unit) -> CompactVerdict:
@@ -404,9 +413,12 @@ def result_view(result: core.Estimate, parallelism: core.Parallelism, unit: Unit
 
 
 def _beyond(result: core.Estimate) -> dict[str, int]:
-    """The allocator's cache beyond the tensors at the peak, and the memory outside it (on a GPU)."""
+    """The allocator's cache beyond the tensors at the peak, and the memory outside it (on a GPU): NCCL's buffers,
+    then the rest."""
     outside = result.gpu.outside_bytes if result.gpu else 0
-    return {"cached": max(result.peak.reserved_bytes - result.peak.bytes, 0), "outside": outside}
+    communicators = result.gpu.communicator_bytes if result.gpu else 0
+    return {"cached": max(result.peak.reserved_bytes - result.peak.bytes, 0), "communicators": communicators,
+            "outside": outside - communicators}
 
 
 def _maybe_bytes(value: int | None, unit: Unit) -> str:

@@ -30,7 +30,8 @@ def test_estimate_contract_for_llama_3_8b_adamw():
     p = 8_030_261_248
     assert [body["per_gpu"][c] for c in CATEGORIES[:4]] == [2 * p, 2 * p, 4 * p, 8 * p]
     assert set(body["gpu"]) == {"id", "name", "capacity", "fits", "headroom", "reserved_bytes",
-                                "outside_allocator_bytes"}
+                                "outside_allocator_bytes", "communicator_bytes", "communicators"}
+    assert body["gpu"]["communicators"] == []  # one GPU: no process group
     assert body["gpu"]["capacity"] == 81559 * 1024**2  # nvidia-smi total for an H100 80GB HBM3
     # What decides out of memory: the allocator's reserve and the CUDA context beside it.
     assert body["gpu"]["reserved_bytes"] == body["peak"]["reserved_bytes"] >= body["peak"]["bytes"]

@@ -172,3 +172,16 @@ def test_the_compact_verdict_is_the_headline_with_the_peak_against_the_capacity(
     assert over.used == "100.000"
     bare = compact_verdict(verdict(None, 3 * GIB, "GiB", gpus=1), 3 * GIB, None, "GiB")
     assert bare.peak == "peak 3.00 GiB per GPU" and bare.used is None
+
+
+def test_nccl_buffers_are_their_own_segment_and_named_in_the_verdict():
+    gpu = core.get_gpu("h100-80gb")
+    parallelism = core.Parallelism(data=8, zero_stage=3)
+    result = _estimate(gpu=gpu, parallelism=parallelism)
+    assert result.gpu is not None
+    view = result_view(result, parallelism, "GiB")
+    segments = {s.category: s.bytes for s in view.per_gpu_bar.segments}
+    # 24 ring channels × 9,633,792 B + NVLS 16 × 2 × 1 MiB × 8 GPUs (app/core/communicators.py)
+    assert segments["communicators"] == 24 * 9_633_792 + 256 * (1 << 20)
+    assert segments["outside"] == gpu.context_bytes
+    assert "the CUDA context, and 0.47 GiB of NCCL's buffers for 1 process group" in view.verdict.detail
