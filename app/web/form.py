@@ -160,9 +160,12 @@ def _parse_scaled(control: str, raw: str, suffixes: Mapping[str, int], example: 
         raise FormError(control, f"Enter a number, e.g. {example} (got {_quoted(raw)}).")
     try:
         number = Decimal(match.group(1))
-        # Refuse by magnitude before any arithmetic: 1e999999 would otherwise become a million-digit integer.
+        # Refuse by magnitude before any arithmetic: 1e999999 would otherwise become a million-digit integer,
+        # and 1e-999999999 would underflow to a zero that passes for a whole number.
         if number and number.adjusted() + len(str(suffixes[match.group(2).lower()])) > MAX_DIGITS:
             raise FormError(control, f"{raw.strip()[:40]} is far larger than any value this field takes.")
+        if number and number.adjusted() < -MAX_DIGITS:
+            raise FormError(control, f"{raw.strip()[:40]} is less than one, not a whole number.")
         value = number * suffixes[match.group(2).lower()]
     except (InvalidOperation, ArithmeticError):
         raise FormError(control, f"Enter a number, e.g. {example}.") from None

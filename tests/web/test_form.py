@@ -50,6 +50,14 @@ def test_sizes_accept_binary_and_decimal_units():
     assert parse_bytes("framework_overhead_bytes", "1,000") == 1000
 
 
+@pytest.mark.parametrize("raw", ["1e-999999999 GiB", "1e-30 GiB", "0.5 B", "1e-999999999"])
+def test_a_size_below_one_byte_is_refused_not_read_as_zero(raw):
+    with pytest.raises(FormError, match="whole number"):
+        parse_bytes("framework_overhead_bytes", raw)
+    form = parse_form({"framework_overhead_bytes": raw})
+    assert not form.ok and "framework_overhead_bytes" in form.errors
+
+
 def test_an_empty_number_is_an_error_not_a_zero():
     with pytest.raises(FormError):
         parse_int("seq_len", "")
