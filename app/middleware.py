@@ -9,7 +9,8 @@ Pure ASGI, so a refusal costs no parsing and no routing:
   is in, so slow senders do not take the places); beyond that a 503 with `Retry-After`. `/healthz` is
   never refused, so a health check passes while the service is busy.
 - `Headers`: a strict Content-Security-Policy (scripts and styles from this origin only; style
-  attributes allowed for the bars' widths), nosniff, a referrer policy, no framing; caching that
+  attributes allowed for the bars' widths), a Permissions-Policy that allows no device or sensor,
+  nosniff, a referrer policy, no framing, on every response including refusals; caching that
   keeps versioned static files for good and pages not at all; and HEAD answered wherever GET is,
   with the GET's headers and no body.
 """
@@ -42,8 +43,12 @@ GZIP_LEVEL: Final = 3
 
 CSP: Final = ("default-src 'self'; script-src 'self'; style-src 'self'; style-src-attr 'unsafe-inline'; "
               "img-src 'self' data:; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+# The page uses no device, sensor or payment feature: none may be asked for, from this page or a frame in it.
+PERMISSIONS_POLICY: Final = ("accelerometer=(), camera=(), geolocation=(), gyroscope=(), magnetometer=(), "
+                             "microphone=(), payment=(), usb=()")
 SECURITY_HEADERS: Final = (
     (b"content-security-policy", CSP.encode()),
+    (b"permissions-policy", PERMISSIONS_POLICY.encode()),
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"no-referrer"),
     (b"x-frame-options", b"DENY"),

@@ -8,24 +8,55 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from app.main import app
+from app.api.wire import MAX_BODY_BYTES
+from app.main import app, create_app
+from app.middleware import Guard
 
 client = TestClient(app)
 ESTIMATE = {"model": {"preset": "llama-3-8b"}, "training": {"seq_len": 4096}, "gpu": "h100-80gb"}
 
 
-@pytest.mark.parametrize("method, path", [
-    ("GET", "/"), ("GET", "/api/v1/gpus"), ("GET", "/static/app.css"), ("GET", "/nowhere"), ("GET", "/docs"),
-    ("GET", "/validation"), ("POST", "/api/v1/estimate"), ("GET", "/healthz"),
-])
-def test_security_headers_on_every_response(method, path):
-    response = client.request(method, path, json={} if method == "POST" else None)
+def _assert_security_headers(response) -> None:
     csp = response.headers["content-security-policy"]
     assert "default-src 'self'" in csp and "frame-ancestors 'none'" in csp
     script = next(part for part in csp.split(";") if part.strip().startswith("script-src"))
     assert "unsafe-inline" not in script and "unsafe-eval" not in script
     assert response.headers["x-content-type-options"] == "nosniff"
     assert response.headers["referrer-policy"] == "no-referrer"
+    assert response.headers["x-frame-options"] == "DENY"
+    assert "camera=()" in response.headers["permissions-policy"]
+    assert "geolocation=()" in response.headers["permissions-policy"]
+
+
+@pytest.mark.parametrize("method, path", [
+    ("GET", "/"), ("GET", "/api/v1/gpus"), ("GET", "/static/app.css"), ("GET", "/nowhere"), ("GET", "/docs"),
+    ("GET", "/validation"), ("POST", "/api/v1/estimate"), ("GET", "/healthz"), ("GET", "/api/v1/nowhere"),
+    ("DELETE", "/api/v1/estimate"), ("HEAD", "/nowhere"), ("GET", "/static/nowhere.js"), ("GET", "/static"),
+])
+def test_security_headers_on_every_response(method, path):
+    _assert_security_headers(client.request(method, path, json={} if method == "POST" else None,
+                                            follow_redirects=False))
+
+
+@pytest.mark.parametrize("content, status", [
+    (b"{", 422), (b"x" * (MAX_BODY_BYTES + 1), 413),
+])
+def test_security_headers_on_refused_bodies(content, status):
+    response = client.post("/api/v1/estimate", content=content, headers={"content-type": "application/json"})
+    assert response.status_code == status
+    _assert_security_headers(response)
+
+
+def test_the_503_at_the_limit_is_json_with_retry_after_and_the_security_headers():
+    application = create_app()
+    guard = next(entry for entry in application.user_middleware if entry.cls is Guard)
+    guard.kwargs["max_in_flight"] = 0
+    with TestClient(application) as busy:
+        response = busy.post("/api/v1/estimate", json=ESTIMATE)
+        assert busy.get("/healthz").status_code == 200
+    assert response.status_code == 503 and int(response.headers["retry-after"]) >= 1
+    assert response.json()["detail"][0]["loc"] == ["request"]
+    _assert_security_headers(response)
 
 
 def test_caching_keeps_versioned_files_and_never_pages():
