@@ -778,7 +778,8 @@ class _Stage:
         n_v = setup.tokens * arch.vocab_size
         v_rank = ceil_div(n_v, self.parallelism.tensor)
         half = setup.half_bytes
-        dims = f"{setup.micro_batch_size} × {setup.seq_len:,} × {arch.vocab_size:,}"
+        dims = _ceil_text(f"{setup.micro_batch_size} × {setup.seq_len:,} × {arch.vocab_size:,}",
+                          self.parallelism.tensor)  # the vocabulary split over tensor-parallel ranks
         logits = v_rank * half
         if training.implementation == "megatron":
             self.add("loss.logits", "temporary", "Logits before the fused cross entropy", f"{half} B × {dims}",
@@ -805,7 +806,7 @@ class _Stage:
         per = ceil_div(v_rank, chunks)
         fp32 = per * act.FP32_BYTES
         one = f" for one of {chunks} chunks" if chunks > 1 else ""
-        dims_chunk = f"{dims} ÷ {chunks}" if chunks > 1 else dims
+        dims_chunk = _ceil_text(dims, chunks)
         if half != act.FP32_BYTES:
             self.add("loss.upcast", "temporary", f"fp32 upcast of the logits inside the loss (logits.float()){one}",
                      f"4 B × {dims_chunk}", fp32, self.per_stage(fp32), Life("micro-batch", FWD_LOSS, only=(FWD_LOSS,)))
@@ -835,7 +836,7 @@ class _Stage:
         chunk = min(_next_power_of_2(ceil_div(tokens, ceil_div(v, h))), tokens)
         logits = ceil_div(chunk * v, p.tensor) * half
         self.add("loss.logits_chunk", "temporary", f"One chunk of {chunk:,} tokens' logits (fused linear cross "
-                 "entropy)", f"{chunk:,} × {v:,} × {half} B", logits, self.per_stage(logits),
+                 "entropy)", f"{_ceil_text(f'{chunk:,} × {v:,}', p.tensor)} × {half} B", logits, self.per_stage(logits),
                  Life("micro-batch", FWD_LOSS, only=(FWD_LOSS,)))
         loss_vector = tokens * act.FP32_BYTES
         self.add("loss.per_token", "temporary", "Per-token fp32 losses", f"{tokens:,} × 4 B", loss_vector,
@@ -850,7 +851,7 @@ class _Stage:
         grad_weight = ceil_div(v * h, p.tensor) * weight_bytes
         self.add("loss.grad_weight", "gradients", "The output layer's weight gradient, computed in forward (fused "
                  "linear cross entropy), until the layer's own gradient takes it over",
-                 f"{v:,} × {h:,} × {weight_bytes} B", grad_weight, self.per_stage(grad_weight),
+                 f"{_ceil_text(f'{v:,} × {h:,}', p.tensor)} × {weight_bytes} B", grad_weight, self.per_stage(grad_weight),
                  Life("micro-batch", FWD_LOSS, BWD_LOSS))
 
     def _context_chunks(self) -> None:
@@ -1543,6 +1544,11 @@ class _Stage:
         # (FSDPParamGroup.post_backward), so that input, in the same dtype, takes the place of its gathered
         # parameters, and the held layer input is dropped first; backward's end (FSDPParamGroup.finalize_backward)
         # releases it before the optimizer step.
+
+
+def _ceil_text(elements: str, divisor: int) -> str:
+    """`elements` split over `divisor` parts, rounded up, as its formula (unchanged when not split)."""
+    return f"⌈{elements} ÷ {divisor}⌉" if divisor > 1 else elements
 
 
 def _next_power_of_2(value: int) -> int:

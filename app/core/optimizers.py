@@ -70,7 +70,7 @@ class OptimizerInfo:
     numerics: str = ""  # what choosing it changes in the arithmetic of training, beside the memory
 
 def _two_moments(share: str, bits: int, momentum: bool) -> str:
-    return f"2 × {share} × {bits} bit ÷ 8"
+    return f"{share} × 2 × {bits} bit ÷ 8"
 
 
 def _one_moment(share: str, bits: int, momentum: bool) -> str:
