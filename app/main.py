@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from fastapi import FastAPI
-from fastapi.staticfiles import StaticFiles
 from starlette.middleware.gzip import GZipMiddleware
 
 from app.api.errors import install_error_handlers
 from app.api.v1 import router as api_v1_router
 from app.middleware import GZIP_LEVEL, GZIP_MINIMUM_BYTES, Guard, Headers
+from app.web.assets import Assets
 from app.web.docs import router as docs_router
 from app.web.pages import router as pages_router
 
@@ -29,12 +29,13 @@ def create_app() -> FastAPI:
         ),
         docs_url=None,  # served by app.web.docs from the vendored Swagger UI
         redoc_url=None,
+        redirect_slashes=False,  # Starlette builds that redirect from the Host header: /static/ is a 404 instead
     )
     install_error_handlers(application)
     application.include_router(api_v1_router)
     application.include_router(pages_router)
     application.include_router(docs_router)
-    application.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    application.mount("/static", Assets(directory=STATIC_DIR), name="static")
 
     # On the event loop, not a worker thread: it answers even while every thread runs a solve or a sweep.
     @application.get("/healthz", include_in_schema=False)
