@@ -218,7 +218,9 @@ def optimizer_state_bytes(
     if optimizer == "adafactor":
         factored = sum(tensor_bytes(adafactor_state_elements(shape), state_bits) for shape in shapes)
         return factored + (tensor_bytes(params, state_bits) if adafactor_momentum else 0)
-    return sum(bnb_8bit_state_bytes(math.prod(shape)) for shape in shapes)
+    if optimizer == "adamw-8bit":
+        return sum(bnb_8bit_state_bytes(math.prod(shape)) for shape in shapes)
+    raise DomainError("training.optimizer", f"no state is known for the optimizer {optimizer!r}")
 
 
 def optimizer_state_bytes_from_count(optimizer: str, *, param_count: int, state_bits: int) -> int:
