@@ -1,0 +1,116 @@
+"""A fixed corpus of varied setups and a digest of each answer, so that a change to the core that should not move
+any number can be shown not to: run it before and after and compare (`diff`), or with `--check FILE`.
+
+Setups are drawn by a seeded generator from a preset of each family, over every field a question may vary
+(`app.core.job.JOB_FIELDS`: frameworks, fine-tuning methods, parallel layouts, precisions, kernels, losses,
+allocators, GPUs), as the API would take them; a setup the core refuses counts with its refusal, so that the rules
+that refuse are held fixed too. Each line is the setup's number, its fields, and the SHA-256 of the API's answer
+(`wire.estimate_json`, keys sorted): every byte figure, every formula text, every timeline event.
+
+    python -m validation.corpus > before.txt      # then change the core
+    python -m validation.corpus --check before.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from app import core
+from app.api import wire
+from app.core.finetuning import Finetuning
+from app.core.job import JOB_FIELDS, Job, with_field
+
+SETUPS = 4_400  # about half are answered (2,200), the rest refused by a rule
+SEED = 20261202
+PRESETS = ("gpt2", "llama-3.2-1b", "llama-3-8b", "qwen3-0.6b", "gemma-3-1b", "olmo-2-7b", "phi-4", "mistral-7b",
+           "mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v2-lite", "gpt-oss-20b", "llama-3-70b")
+DEGREES = {"parallelism.pipeline": (1, 2, 4), "parallelism.tensor": (1, 2, 4, 8), "parallelism.expert": (1, 2, 4, 8),
+           "parallelism.expert_tensor": (1, 2, 4), "parallelism.data": (1, 2, 8, 64), "parallelism.context": (1, 2, 4),
+           "parallelism.virtual_stages": (1, 2), "training.micro_batch_size": (1, 2, 4, 8),
+           "training.seq_len": (512, 2048, 4096, 8192, 32768), "training.gradient_accumulation_steps": (1, 2, 4),
+           "training.loss_chunks": (2, 8, 16), "finetuning.rank": (8, 16, 64), "finetuning.frozen_layers": (0, 2, 4),
+           "parallelism.gpus_per_node": (4, 8), "parallelism.first_stage_layers": (2, 6),
+           "parallelism.last_stage_layers": (2, 6), "training.framework_overhead_bytes": (0, 1 << 30)}
+VARIED = tuple(path for path in JOB_FIELDS if path.split(".")[0] in ("training", "parallelism", "finetuning", "gpu")
+               and path != "parallelism.reduce_bucket_size")
+
+
+def _value(rng: random.Random, path: str) -> Any:
+    if path in DEGREES:
+        return rng.choice(DEGREES[path])
+    item = JOB_FIELDS[path]
+    if item.kind == "bool":
+        return rng.random() < 0.5
+    if item.kind == "choice":
+        return rng.choice(item.choices)
+    return rng.randint(item.low, min(item.high, 64))
+
+
+def setups(count: int = SETUPS, seed: int = SEED) -> Iterator[tuple[str, Job | str]]:
+    """(description, job) for each setup, or (description, refusal) where a field could not take its value."""
+    rng = random.Random(seed)
+    for _ in range(count):
+        preset = rng.choice(PRESETS)
+        arch = core.get_preset(preset).architecture
+        finetuning = Finetuning()
+        if rng.random() < 0.3:
+            finetuning = Finetuning(method=rng.choice(("lora", "qlora")),
+                                    target_modules=("q_proj", "v_proj") if arch.is_moe else ("all-linear",))
+        job = Job(architecture=arch, training=core.Training(finetuning=finetuning), gpu=core.get_gpu("h100-80gb"))
+        fields = [f"preset={preset}", f"finetuning={finetuning.method}"]
+        for path in rng.sample(VARIED, rng.randint(1, 6)):
+            value = _value(rng, path)
+            fields.append(f"{path}={value}")
+            try:
+                job = with_field(job, path, value)
+            except core.DomainError as error:
+                fields.append(f"refused:{error.field}")
+        yield " ".join(fields), job
+
+
+def digest(job: Job) -> tuple[str, str]:
+    """("answered" or "refused", the SHA-256 of the answer or of the refusal)."""
+    try:
+        answer: Any = wire.estimate_json(job.estimate())
+        outcome = "answered"
+    except core.DomainError as error:
+        answer, outcome = {"refused": error.field, "message": error.message}, "refused"
+    text = json.dumps(answer, sort_keys=True, separators=(",", ":"))
+    return outcome, hashlib.sha256(text.encode()).hexdigest()
+
+
+def lines(count: int = SETUPS) -> Iterator[str]:
+    for number, (described, job) in enumerate(setups(count)):
+        outcome, sha = digest(job)  # type: ignore[arg-type]
+        yield f"{number}\t{sha}\t{outcome}\t{described}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", metavar="FILE", help="compare with an earlier run's output; exit 1 on a change")
+    parser.add_argument("--count", type=int, default=SETUPS)
+    args = parser.parse_args(argv)
+    if not args.check:
+        answered = 0
+        for line in lines(args.count):
+            answered += "\tanswered\t" in line
+            print(line)
+        print(f"{answered} of {args.count} setups answered, the rest refused", file=sys.stderr)
+        return 0
+    with open(args.check, encoding="utf-8") as before_file:
+        before = [line.rstrip("\n") for line in before_file]
+    changed = [(old, new) for old, new in zip(before, lines(len(before)), strict=True) if old != new]
+    for old, new in changed:
+        print(f"changed: {new}\n   was: {old.split(chr(9))[1]}")
+    print(f"{len(before) - len(changed)} of {len(before)} answers unchanged")
+    return 1 if changed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
