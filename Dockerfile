@@ -21,12 +21,11 @@ RUN useradd --system --uid 10001 --no-create-home trainmem
 USER 10001
 
 # Settings (app/serve.py): listen on every interface in the container; trust X-Forwarded-* only from the
-# proxies named in FORWARDED_ALLOW_IPS; one worker process per CPU the container may use (TRAINMEM_WORKERS=auto),
-# so that one slow request never holds up the rest.
+# proxies named in FORWARDED_ALLOW_IPS (none unless `docker run -e` names them); one worker process per CPU the
+# container may use (TRAINMEM_WORKERS=auto), so that one slow request never holds up the rest.
 ENV TRAINMEM_HOST=0.0.0.0 \
     PORT=8000 \
-    TRAINMEM_WORKERS=auto \
-    FORWARDED_ALLOW_IPS=127.0.0.1
+    TRAINMEM_WORKERS=auto
 
 EXPOSE 8000
 HEALTHCHECK --interval=30s --timeout=3s --start-period=5s --retries=3 \

@@ -5,8 +5,8 @@ environment.
     PORT                   port (default 8000)
     TRAINMEM_WORKERS       worker processes: a number, or auto for one per CPU the process may use (default 1;
                            the container sets auto); WEB_CONCURRENCY, the usual name, when it is not set
-    FORWARDED_ALLOW_IPS    proxies whose X-Forwarded-For/-Proto are trusted, comma-separated or * (default
-                           127.0.0.1), as uvicorn's --forwarded-allow-ips
+    FORWARDED_ALLOW_IPS    proxies whose X-Forwarded-For, -Proto and -Host are trusted, comma-separated or *
+                           (default none: every request is taken as it comes)
 
 Timeouts: a connection must send its request headers within HEADER_TIMEOUT_S of opening (or of the
 previous response), a request body must arrive in full within `middleware.BODY_TIMEOUT_S`, an idle
@@ -29,8 +29,9 @@ import socket
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 HEADER_TIMEOUT_S: Final = 10.0
@@ -92,12 +93,39 @@ class TimedH11Protocol(H11Protocol):
         super().connection_lost(exc)
 
 
+class ProxyHeaders(ProxyHeadersMiddleware):
+    """uvicorn's X-Forwarded-For and -Proto from a trusted proxy, and its X-Forwarded-Host as the Host.
+
+    From any other address the headers are ignored, so a client cannot pass for another address, scheme
+    or host name. Where a chain of proxies lists several hosts, the first is the one the client asked for.
+    """
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        client = scope.get("client")
+        if scope["type"] == "http" and client and client[0] in self.trusted_hosts:
+            forwarded = next((value for name, value in scope["headers"] if name == b"x-forwarded-host"), b"")
+            host = forwarded.split(b",")[0].strip()
+            if host:
+                headers = [(name, value) for name, value in scope["headers"] if name != b"host"]
+                scope = dict(scope, headers=[*headers, (b"host", host)])
+        await super().__call__(scope, receive, send)
+
+
+def application() -> Any:
+    """The app as each worker process serves it: behind `ProxyHeaders` where the environment names proxies."""
+    from app.main import app
+
+    trusted = settings_from(os.environ).forwarded_allow_ips
+    # uvicorn types an app with its own scope types; Starlette's are the same dicts, typed more loosely.
+    return ProxyHeaders(app, trusted_hosts=trusted) if trusted else app  # type: ignore[arg-type]
+
+
 @dataclass(frozen=True)
 class Settings:
     host: str = "127.0.0.1"
     port: int = 8000
     workers: int = 1
-    forwarded_allow_ips: str = "127.0.0.1"
+    forwarded_allow_ips: str = ""
 
 
 class SettingsError(ValueError):
@@ -125,7 +153,7 @@ def settings_from(env: Mapping[str, str]) -> Settings:
         host=env.get("TRAINMEM_HOST", "").strip() or "127.0.0.1",
         port=number("PORT", 8000, 1, 65535),
         workers=workers(),
-        forwarded_allow_ips=env.get("FORWARDED_ALLOW_IPS", "").strip() or "127.0.0.1",
+        forwarded_allow_ips=env.get("FORWARDED_ALLOW_IPS", "").strip(),
     )
 
 
@@ -145,13 +173,13 @@ def serve(settings: Settings) -> None:
     import uvicorn
 
     uvicorn.run(
-        "app.main:app",
+        "app.serve:application",
+        factory=True,
         host=settings.host,
         port=settings.port,
         workers=settings.workers,
         http="app.serve:TimedH11Protocol",
-        proxy_headers=True,
-        forwarded_allow_ips=settings.forwarded_allow_ips,
+        proxy_headers=False,  # `application` adds ProxyHeaders for the proxies named, none by default
         timeout_keep_alive=KEEP_ALIVE_S,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
         h11_max_incomplete_event_size=MAX_HEADER_BYTES,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
@@ -13,13 +14,15 @@ import urllib.error
 import urllib.request
 
 import pytest
+from fastapi.testclient import TestClient
 
+from app.main import app
 from app.middleware import BODY_TIMEOUT_S
-from app.serve import HEADER_TIMEOUT_S, Settings, SettingsError, port_taken, settings_from
+from app.serve import HEADER_TIMEOUT_S, ProxyHeaders, Settings, SettingsError, application, port_taken, settings_from
 
 
 def test_settings_from_the_environment():
-    assert settings_from({}) == Settings()
+    assert settings_from({}) == Settings() and Settings().forwarded_allow_ips == ""
     assert settings_from({"TRAINMEM_HOST": "0.0.0.0", "PORT": "9000", "TRAINMEM_WORKERS": "4",
                           "FORWARDED_ALLOW_IPS": "10.0.0.1"}) == Settings("0.0.0.0", 9000, 4, "10.0.0.1")
     assert settings_from({"WEB_CONCURRENCY": "3"}).workers == 3
@@ -28,6 +31,34 @@ def test_settings_from_the_environment():
     for bad in ({"PORT": "http"}, {"PORT": "70000"}, {"TRAINMEM_WORKERS": "0"}, {"WEB_CONCURRENCY": "many"}):
         with pytest.raises(SettingsError, match=next(iter(bad))):
             settings_from(bad)
+
+
+async def _echo(scope, receive, send):
+    body = json.dumps({"client": scope["client"][0], "scheme": scope["scheme"],
+                       "host": dict(scope["headers"]).get(b"host", b"").decode()}).encode()
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": body})
+
+
+FORWARDED = {"X-Forwarded-For": "203.0.113.7", "X-Forwarded-Proto": "https",
+             "X-Forwarded-Host": "calc.example.com, inner.example"}
+
+
+@pytest.mark.parametrize("trusted, peer, seen", [
+    ("10.0.0.2", "10.0.0.2", {"client": "203.0.113.7", "scheme": "https", "host": "calc.example.com"}),
+    ("*", "10.0.0.9", {"client": "203.0.113.7", "scheme": "https", "host": "calc.example.com"}),
+    ("10.0.0.2", "10.0.0.3", {"client": "10.0.0.3", "scheme": "http", "host": "testserver"}),
+])
+def test_forwarded_headers_are_believed_only_from_the_proxies_named(trusted, peer, seen):
+    client = TestClient(ProxyHeaders(_echo, trusted_hosts=trusted), client=(peer, 50000))
+    assert client.get("/", headers=FORWARDED).json() == seen
+
+
+def test_no_proxy_is_trusted_unless_the_environment_names_one(monkeypatch):
+    monkeypatch.delenv("FORWARDED_ALLOW_IPS", raising=False)
+    assert application() is app
+    monkeypatch.setenv("FORWARDED_ALLOW_IPS", "127.0.0.1")
+    assert isinstance(application(), ProxyHeaders)
 
 
 def _free_port() -> int:

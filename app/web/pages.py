@@ -235,14 +235,9 @@ def rendered_update(query: str) -> update.Update:
     return update.split(templates.get_template("update.html").render(context), swapped=swapped)
 
 
-def _hosts(request: Request) -> tuple[str, ...]:
-    """The names this page is reached by: the request's host, and the one a proxy says it forwarded."""
-    return tuple(host for host in (request.headers.get("host"), request.headers.get("x-forwarded-host")) if host)
-
-
 def _update_key(request: Request, hx_current_url: str | None) -> tuple[str, str | None]:
     """The setup asked for and the setup the page shows (None: unknown), as `sent_update` keeps them."""
-    shown = update.shown_query(hx_current_url, path=request.url.path, hosts=_hosts(request))
+    shown = update.shown_query(hx_current_url, path=request.url.path, host=request.headers.get("host"))
     return str(request.query_params), str(QueryParams(shown)) if shown is not None else None
 
 

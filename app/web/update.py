@@ -114,11 +114,11 @@ def changes(current: Update, shown: Update | None) -> str:
     return "".join(out)
 
 
-def shown_query(current_url: str | None, *, path: str, hosts: tuple[str, ...]) -> str | None:
+def shown_query(current_url: str | None, *, path: str, host: str | None) -> str | None:
     """The query of the page's address (``HX-Current-URL``) where it is this page's, else None.
 
-    `path` is this page's path and `hosts` the names it is reached by (the request's host, and the
-    one a proxy says it forwarded). Anything else (no address, another path or host, not http,
+    `path` is this page's path and `host` the request's Host (a trusted proxy's X-Forwarded-Host where the
+    server names one, `app.serve.ProxyHeaders`). Anything else (no address, another path or host, not http,
     characters a browser would have escaped) is None, and the update is sent whole.
     """
     if not current_url or not current_url.isascii() or not current_url.isprintable() or " " in current_url:
@@ -127,6 +127,6 @@ def shown_query(current_url: str | None, *, path: str, hosts: tuple[str, ...]) -
         address = urlsplit(current_url)
     except ValueError:
         return None
-    if address.scheme not in ("http", "https") or address.netloc not in hosts or address.path != path:
+    if address.scheme not in ("http", "https") or address.netloc != host or address.path != path:
         return None
     return address.query
