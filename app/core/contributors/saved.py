@@ -1,0 +1,170 @@
+"""The tensors saved for backward: each layer's (by fine-tuning role, sliding window and recomputation), the
+embedding's, the head's and the loss's."""
+
+from __future__ import annotations
+
+from app.core import activations as act
+from app.core.contributors.base import (
+    ACTS,
+    BWD_EMBEDDING,
+    BWD_HEAD,
+    BWD_LAYER_FIRST,
+    BWD_LAYER_LAST,
+    BWD_LOSS,
+    FWD_EMBEDDING,
+    FWD_LAYER_FIRST,
+    FWD_LOSS,
+    StageBase,
+    _listed,
+)
+from app.core.finetuning import layer_roles
+from app.core.timeline import Life
+from app.core.units import ceil_div
+
+
+class SavedTensors(StageBase):
+    def activations(self) -> None:
+        arch, setup, kind, training = self.arch, self.setup, self.kind, self.training
+        checkpointing = training.activation_checkpointing
+        per_layer = act.total_bytes(act.checkpointed_layer_activations(arch, setup, checkpointing, full=self.layer_saved))
+        n = kind.layers
+        b, s, h = setup.micro_batch_size, setup.seq_len, arch.hidden_size
+        policy = act.CHECKPOINTING_CHOICES[checkpointing].about
+        current = kind.count  # one micro-batch per stage in the most-loaded position
+        layers_bytes, layers_text = n * per_layer, f"{n} layers × {per_layer:,} B"
+        if self.dense:
+            dense_full = act.layer_activations(arch, setup, dense=True)
+            per_dense = act.total_bytes(act.checkpointed_layer_activations(arch, setup, checkpointing, full=dense_full))
+            layers_bytes = (n - self.dense) * per_layer + self.dense * per_dense
+            layers_text = f"{n - self.dense} layers × {per_layer:,} B + {self.dense} dense layers × {per_dense:,} B"
+        if self.finetuned is not None:
+            layers_bytes, layers_text = self._finetuned_layers(per_layer)
+        window_layers, window_each = self._sliding_window_extra()
+        if window_each:
+            layers_bytes += window_layers * window_each
+            layers_text += (f" {'+' if window_each > 0 else '−'} {window_layers} sliding-window layers × "
+                            f"{abs(window_each):,} B (what sdpa keeps once the window is passed as a mask)")
+        self.add("activations.layers", "activations", f"{n} layers' saved tensors ({policy}), b={b}, s={s:,}, h={h:,}",
+                 layers_text, layers_bytes, layers_bytes * self.ranks * current,
+                 Life("micro-batch", FWD_LAYER_FIRST, self.bwd_end, ramp=ACTS))
+        embedding = 0
+        if kind.first:
+            first = act.embedding_activations(arch, setup)
+            embedding = act.total_bytes(first)
+            self.add("activations.embedding", "activations",
+                     "Embedding: token ids, positions or rotary cos/sin, dropout mask",
+                     _listed(first), embedding, embedding * self.ranks,
+                     Life("micro-batch", FWD_EMBEDDING, BWD_EMBEDDING))
+            kwargs = act.checkpoint_held_activations(arch, setup, checkpointing)
+            full_mask = tuple(x for x in kwargs if x.name == act.FULL_ATTENTION_MASK)
+            kwargs = tuple(x for x in kwargs if x.name != act.FULL_ATTENTION_MASK)
+            if kwargs:
+                # kept by each layer's recomputation closure: freed with the first layer's backward
+                held_bytes = act.total_bytes(kwargs)
+                embedding += held_bytes
+                self.add("activations.checkpoint_held", "activations", "Keyword arguments recomputation keeps for "
+                         "every layer until its backward (position ids, masks)", _listed(kwargs), held_bytes,
+                         held_bytes * self.ranks, Life("micro-batch", FWD_EMBEDDING, self.bwd_end))
+            if full_mask:
+                embedding += self._full_attention_mask(full_mask)
+        others = kind.in_flight - 1
+        if others > 0:
+            held = layers_bytes + embedding
+            others_total = kind.in_flight_total - kind.count
+            self.add("activations.in_flight", "activations",
+                     f"{others} more micro-batches in flight on this stage (1F1B)",
+                     f"{others} × {held:,} B", others * held, held * others_total * self.ranks,
+                     Life("micro-batch", self.phases[0].id, self.phases[-1].id))
+        if kind.extra_chunks:
+            chunk = layers_bytes // n * kind.chunk_layers
+            size = kind.extra_chunks * chunk
+            self.add("activations.interleaved", "activations",
+                     f"{kind.extra_chunks} more chunks of {kind.chunk_layers} layers in flight (interleaved schedule, "
+                     f"{n // kind.chunk_layers} virtual stages)",
+                     f"{kind.extra_chunks} × {kind.chunk_layers} layers × {layers_bytes // n:,} B "
+                     "(Korthikanti et al. 2022, section 4.2.3)", size,
+                     kind.extra_chunks_total * chunk * self.ranks,
+                     Life("micro-batch", self.phases[0].id, self.phases[-1].id))
+        if kind.last:
+            head = act.head_activations(arch, setup)
+            loss = tuple(item for item in head if item.name.startswith(("loss.", "logits.")))
+            rest = tuple(item for item in head if item not in loss)
+            loss_end = BWD_HEAD if training.implementation == "megatron" else BWD_LOSS
+            self.add("activations.head", "activations", "Final norm and the output layer's input", _listed(rest),
+                     act.total_bytes(rest), act.total_bytes(rest) * self.ranks, Life("micro-batch", FWD_LOSS, BWD_HEAD))
+            if loss:  # none with a fused linear cross entropy (its gradients are kept instead)
+                self.add("activations.loss", "activations",
+                         f"The loss's saved tensors: fp32 softmax or log-probabilities (4 B × {b} × {s:,} × "
+                         f"{arch.vocab_size:,}) and the labels", _listed(loss), act.total_bytes(loss),
+                         act.total_bytes(loss) * self.ranks, Life("micro-batch", FWD_LOSS, loss_end))
+
+    def _sliding_window_extra(self) -> tuple[int, int]:
+        """The stage's sliding-window layers (at most their share of the model's, rounded up) and what each keeps
+        beyond a full-attention layer, which may be less (`act.sliding_window_layer`): under full recomputation a
+        layer keeps only its input; selective recomputation drops what belongs to core attention."""
+        arch, checkpointing = self.arch, self.training.activation_checkpointing
+        if not arch.sliding_window_layers or checkpointing == "full":
+            return 0, 0
+        sliding = act.sliding_window_layer(arch, self.setup)
+        if sliding == self.layer_saved:
+            return 0, 0
+        each = (act.total_bytes(act.checkpointed_layer_activations(arch, self.setup, checkpointing, full=sliding))
+                - act.total_bytes(act.checkpointed_layer_activations(arch, self.setup, checkpointing,
+                                                                     full=self.layer_saved)))
+        if not each:
+            return 0, 0
+        layers = min(self.kind.layers, ceil_div(self.kind.layers * arch.sliding_window_layers, arch.num_hidden_layers))
+        return layers, each
+
+    def _finetuned_layers(self, full_layer: int) -> tuple[int, str]:
+        """The stage's layers by their part in backward (finetuning.layer_role): the lowest trainable layer keeps
+        nothing for its input, frozen layers with nothing trainable below keep nothing at all."""
+        arch, setup, checkpointing = self.arch, self.setup, self.training.activation_checkpointing
+        first = self.kind.first_layer - 1
+        roles = layer_roles(self.training.finetuning, first, self.kind.layers)
+        words = {"full": "layers", "bottom": "lowest trainable layer", "through": "frozen layers gradients pass "
+                 "through", "off": "frozen layers with nothing trainable below"}
+        # A mixture's dense first layers (only with adapters, setup._check_moe_finetuning): the lowest one is the
+        # lowest trainable layer when the stage holds it, the rest take the full role.
+        dense = self.dense
+        dense_roles = {}
+        if dense:
+            bottom = int(roles.get("bottom", 0) > 0 and first == 0)
+            dense_roles = {"bottom": bottom, "full": dense - bottom}
+        total, terms = 0, []
+        for role, count in roles.items():
+            for is_dense, number in ((True, dense_roles.get(role, 0)), (False, count - dense_roles.get(role, 0))):
+                if not number:
+                    continue
+                if role == "full" and not is_dense:
+                    each = full_layer
+                elif role == "off":
+                    each = 0
+                elif checkpointing == "full":
+                    each = act.total_bytes(act.checkpointed_layer_activations(arch, setup, "full"))
+                else:
+                    each = act.total_bytes(act.checkpointed_layer_activations(
+                        arch, setup, checkpointing, full=act.layer_activations(arch, setup, role, dense=is_dense)))
+                total += number * each
+                word = words[role] if number > 1 or role != "full" else "layer"
+                terms.append(f"{number} {'dense ' if is_dense else ''}{word} × {each:,} B")
+        return total, " + ".join(terms)
+
+    def _full_attention_mask(self, mask: tuple[act.SavedTensor, ...]) -> int:
+        """With sliding-window and full-attention layers, eager attention under full recomputation keeps a second
+        mask (`act.checkpoint_held_activations`): the full-attention layers' recomputation closures keep it until the
+        lowest of them has run its backward, one layer before the first (a sliding-window layer in gpt-oss and
+        Gemma 3). The first layer's event stands for both: it holds the mask less one layer's gradients where that
+        is more (measured on CPU with gpt-oss from 128 to 2,048 positions: docs/VALIDATION.md). Returns the bytes
+        kept through the forward."""
+        size = act.total_bytes(mask)
+        self.add("activations.checkpoint_full_mask", "activations", "The full-attention layers' mask, kept by their "
+                 "recomputation until the lowest one's backward", _listed(mask),
+                 size, size * self.ranks, Life("micro-batch", FWD_EMBEDDING, BWD_LAYER_LAST))
+        beyond = size - self._layer_gradient_bytes()
+        if self.kind.layers > 1 and beyond > 0:
+            self.add("activations.checkpoint_full_mask_lowest", "activations", "The lowest full-attention layer's "
+                     "backward, the layer before the first: the full-attention mask, less one layer's gradients",
+                     f"{size:,} B − {size - beyond:,} B", beyond, beyond * self.ranks,
+                     Life("micro-batch", BWD_LAYER_FIRST, only=(BWD_LAYER_FIRST,)))
+        return size

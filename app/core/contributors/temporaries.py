@@ -1,0 +1,91 @@
+"""Short-lived buffers that belong to no single kernel: context parallelism's K and V chunks in flight,
+dequantised QLoRA weights, a recomputed layer's rebuild and autocast's weight copies."""
+
+from __future__ import annotations
+
+from app.core import activations as act
+from app.core.contributors.base import (
+    ACTS,
+    BWD_HEAD,
+    BWD_LAYER_LAST,
+    FORWARDED,
+    FWD_LAYER_FIRST,
+    FWD_LOSS,
+    StageBase,
+    _listed,
+)
+from app.core.finetuning import linear_modules
+from app.core.timeline import Life
+from app.core.units import ceil_div, tensor_bytes
+
+
+class Temporaries(StageBase):
+    def _context_chunks(self) -> None:
+        """Context parallelism: ring attention computes on the K and V chunk it holds while the next arrives, so two
+        chunks of K and V (this rank's s/c tokens each) are in flight during every layer's attention, forward and
+        backward (Liu et al. 2023, Ring Attention, arXiv:2310.01889; Megatron-LM's context parallelism exchanges
+        them point to point)."""
+        p, setup, arch = self.parallelism, self.setup, self.arch
+        if p.context == 1:
+            return
+        elements = ceil_div(2 * 2 * setup.tokens * arch.kv_heads * arch.head_size, p.tensor)
+        size = elements * setup.half_bytes
+        self.add("context.kv_chunks", "temporary", f"K and V chunks in flight around the ring ({p.context} ranks)",
+                 f"2 chunks × (K + V) × {setup.micro_batch_size} × {setup.seq_len:,} × {arch.kv_heads} × "
+                 f"{arch.head_size} × {setup.half_bytes} B", size, self.per_stage(size),
+                 Life("micro-batch", FWD_LAYER_FIRST, self.bwd_end))
+
+    def _dequantized(self) -> None:
+        """QLoRA: bitsandbytes dequantizes each 4-bit or 8-bit weight to the compute dtype for its matmul, forward and
+        backward (bitsandbytes/autograd/_functions.py, MatMul4Bit: ``F.dequantize_4bit(B, quant_state).to(A.dtype)``),
+        one weight at a time."""
+        ft = self.training.finetuning
+        if ft.method != "qlora":
+            return
+        largest = max(tensor.elements for tensor in linear_modules(self.arch))
+        largest = ceil_div(largest, self.parallelism.tensor)
+        size = largest * self.setup.half_bytes
+        self.add("qlora.dequantized", "temporary", f"The largest {ft.quantization} weight dequantized for its matmul",
+                 f"{largest:,} × {self.setup.half_bytes} B", size, self.per_stage(size),
+                 Life("micro-batch", FWD_LAYER_FIRST, self.bwd_end))
+
+    def _recomputation(self) -> None:
+        checkpointing = self.training.activation_checkpointing
+        rebuilt = act.recompute_workspace(self.arch, self.setup, checkpointing, full=self.layer_saved)
+        if not rebuilt:
+            return
+        size = act.total_bytes(rebuilt)
+        self.add("recompute", "temporary", "One layer rebuilt during backward (recomputation)",
+                 f"{_listed(rebuilt)}", size, self.per_stage(size),
+                 Life("micro-batch", BWD_LAYER_LAST, self.bwd_end))
+
+    def _autocast_copies(self) -> None:
+        setup = self.setup
+        if not setup.autocast:
+            return
+        bits = setup.precision.bits("activations")
+        per_layer_elements = self.shapes.layer_autocast_rank
+        n = self.kind.layers
+        layers = tensor_bytes(per_layer_elements * n, bits)
+        one = tensor_bytes(per_layer_elements, bits)
+        dtype = setup.precision.activations
+        if self.training.activation_checkpointing == "full":
+            self.add("autocast.layers", "temporary", f"{dtype} copies of the layers' matmul weights in autocast's "
+                     "cache, until the forward's autocast region ends", f"{n} × {per_layer_elements:,} × {bits} bit ÷ 8",
+                     layers, self.per_stage(layers),
+                     Life("micro-batch", FWD_LAYER_FIRST, FWD_LOSS if self.kind.last else self.fwd_end, ramp=FORWARDED))
+            self.add("autocast.recompute", "temporary", f"{dtype} copies one recomputed layer makes again in backward",
+                     f"{per_layer_elements:,} × {bits} bit ÷ 8", one, self.per_stage(one),
+                     Life("micro-batch", BWD_LAYER_LAST, self.bwd_end))
+        else:
+            self.add("autocast.layers", "temporary", f"{dtype} copies of the layers' matmul weights, kept by the "
+                     "matmuls until each layer's backward", f"{n} × {per_layer_elements:,} × {bits} bit ÷ 8",
+                     layers, self.per_stage(layers), Life("micro-batch", FWD_LAYER_FIRST, self.bwd_end, ramp=ACTS))
+        if self.kind.last:
+            elements = self.shapes.output_rank
+            size = tensor_bytes(elements, bits)
+            self.add("autocast.head", "temporary", f"{dtype} copy of the output layer's weight, kept for its backward",
+                     f"{elements:,} × {bits} bit ÷ 8", size, self.per_stage(size), Life("micro-batch", FWD_LOSS, BWD_HEAD))
+            self.add("autocast.head_grad", "gradients", f"{dtype} gradient of that copy, before its cast to the "
+                     "weight's dtype", f"{elements:,} × {bits} bit ÷ 8", size, self.per_stage(size),
+                     Life("micro-batch", BWD_HEAD, only=(BWD_HEAD,)))
