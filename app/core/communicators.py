@@ -10,8 +10,9 @@ depend on the machine's topology, which NCCL searches at start-up (``NCCL_DEBUG=
   8 steps × 16 B = 524,288 B; LL128 120 elements × 640 threads × 8 steps × 8 B = 4,915,200 B; Simple 4 MiB
   (``NCCL_BUFFSIZE``).
 - A collective group connects each GPU to its ring neighbour on every channel. On NVLink the ring search finds
-  6 channels at 60 GB/s (Hopper) or 40 GB/s (Ampere) on this reading of the search, doubled when the links are fast (src/graph/search.cc:1036-1046)
-  and doubled again when rings are connected (src/graph/connect.cc:460): 24. Over PCIe it finds one and keeps two.
+  6 channels at 60 GB/s (Hopper) or 40 GB/s (Ampere) on this reading of the search, doubled when the links are
+  fast (src/graph/search.cc:1036-1046) and doubled again when rings are connected (src/graph/connect.cc:460): 24.
+  Over PCIe it finds one and keeps two.
 - A point-to-point group (pipeline stages, ring attention, the experts' all-to-all) connects to each peer over
   2 × (NVLink bandwidth ÷ one link's) channels, rounded up to a power of two and capped by the p2p channels (the
   ring channels rounded up: 32); two over PCIe (src/graph/paths.cc:933-939, 985-990).

@@ -618,10 +618,10 @@ def validate_setup(training: Training, parallelism: Parallelism, arch: Architect
         if autocast:
             # Measured exact on CPU under torch.autocast (docs/VALIDATION.md, "Mixture of experts" and "gpt-oss"):
             # Mixtral, Qwen3-MoE, Qwen2-MoE and gpt-oss (eager attention with sinks, whose fp32 sinks make the
-            # softmax fp32, act._hf_sink_eager_attention), their routed experts on transformers' default grouped_mm
-            # path (fp32 under autocast, act._hf_moe); a custom mixture is modelled as Mixtral. DeepSeek's
-            # multi-head latent attention is not modelled under autocast, nor DeepSeek's routers and shared
-            # experts; frozen parts and expert parallelism's send buffer (fp32 tokens) are not measured.
+            # softmax fp32, _hf_sink_eager_attention in saved/attention.py), their routed experts on transformers'
+            # default grouped_mm path (fp32 under autocast, _hf_moe in saved/experts.py); a custom mixture is modelled
+            # as Mixtral. DeepSeek's multi-head latent attention is not modelled under autocast, nor DeepSeek's
+            # routers and shared experts; frozen parts and expert parallelism's send buffer (fp32 tokens) are not measured.
             why = None
             if arch.model_type not in ("mixtral", "qwen3_moe", "qwen2_moe", "gpt_oss", None) or arch.n_shared_experts:
                 why = f"of model type {arch.model_type}" if arch.model_type else "with DeepSeek-style shared experts"

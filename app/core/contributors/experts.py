@@ -22,8 +22,8 @@ from app.core.units import tensor_bytes
 class Experts(StageBase):
     def _moe_backward(self) -> None:
         """A mixture-of-experts layer's backward working set, trained in full or with LoRA on the attention, in half
-        precision (Hugging Face's Mixtral and Qwen3-MoE blocks, `act._hf_moe`), at each layer's backward: the
-        largest of three moments, each beyond the event's other lines (which count the layer's gradients written).
+        precision (Hugging Face's Mixtral and Qwen3-MoE blocks, `_hf_moe` in saved/experts.py), at each layer's
+        backward: the largest of three moments, each beyond the event's other lines (which count the layer's gradients written).
 
         First, before any of the layer's gradients is written: the gradients of the routed tokens' weighted outputs
         and of the combine, three n·k × h tensors in the routing weights' dtype (fp32 for Mixtral, the activations'

@@ -1,0 +1,193 @@
+"""A whole Hugging Face layer, embedding and head: the rooms put together per family, with the rotary tables
+and the router's auxiliary loss."""
+
+from __future__ import annotations
+
+from app.core.architecture import Architecture
+from app.core.finetuning import Role, embeddings_train, head_trains
+from app.core.saved.attention import _hf_attention, _hf_qk_norms, attention_kernel
+from app.core.saved.common import (
+    COMPLEX64_BYTES,
+    COMPLEX_ROTARY_MODELS,
+    FP32_BYTES,
+    FP32_ROTARY_MODELS,
+    HALF_ROTARY_MODELS,
+    INDEX_BYTES,
+    LOCAL_ROTARY_MODELS,
+    ActivationSetup,
+    SavedTensor,
+    _Adapters,
+    _Saved,
+)
+from app.core.saved.hf_parts import _hf_adapters, _hf_linear_input, _hf_norm
+from app.core.saved.mlp import _hf_mlp, _layer_tuning
+
+
+def _hf_layer(arch: Architecture, setup: ActivationSetup, role: Role = "full", *,
+              dense: bool = False) -> list[SavedTensor]:
+    """One decoder layer as Hugging Face's modules save it (see module docstring).
+
+    `role` says how the layer takes part in backward (finetuning.layer_role). With frozen weights
+    autograd keeps only what the gradients still needed ask for: a frozen linear layer keeps no
+    input (no weight gradient), a frozen norm no normalised tensor; in the lowest trainable layer
+    the input needs no gradient, so its first norm keeps nothing for it; a layer with nothing
+    trainable at or below it keeps nothing at all. Adapters add what `_hf_adapters` says.
+    """
+    saved = _Saved(setup)
+    if role == "off":
+        return saved.items
+    weights, input_grad, names, adapted = _layer_tuning(arch, setup, role)
+
+    def adapters_on(*modules: str) -> _Adapters:
+        return tuple((names.get(m, m) + ("" if m not in ("attn.o", "mlp.down") or arch.model_type != "gpt2"
+                                         else f" ({m.split('.')[0]})"), adapted[m][1]) for m in modules if m in adapted)
+
+    attn_in = adapters_on("attn.q", "attn.k", "attn.v", "attn.qkv")
+    attn_out = adapters_on("attn.o")
+    mlp_in = adapters_on("mlp.gate", "mlp.up", "mlp.gate_up")
+    mlp_out = adapters_on("mlp.down")
+    attn_consumers = 1 if arch.fused_qkv else 3
+    mlp_consumers = 1 if (arch.fused_gate_up or not arch.is_gated) else 2
+    pre_norms = arch.norm_placement == "pre"  # OLMo 2 normalises each block's output instead (`post`)
+    if pre_norms:
+        _hf_norm(saved, "attn_norm", arch, setup, weight_grad=weights, input_grad=input_grad)
+    if weights:
+        _hf_linear_input(saved, "attn.qkv_input", attn_consumers, arch, setup)
+    _hf_adapters(saved, attn_in, setup.stream_bytes, input_kept=weights, input_grad=input_grad, name="attn.qkv_input",
+                 arch=arch, setup=setup)
+    attention_records = input_grad or weights or bool(attn_in)
+
+    def grad(*modules: str) -> bool:
+        return input_grad or weights or any(m in adapted for m in (*modules, "attn.qkv"))
+
+    if arch.qk_norm and attention_records:
+        _hf_qk_norms(saved, arch, setup, weight_grad=weights, input_grads=(grad("attn.q"), grad("attn.k")))
+    if attention_records:
+
+        _hf_attention(saved, arch, setup, out_proj_input=weights,
+                      grads=(grad("attn.q"), grad("attn.k"), grad("attn.v")))
+    if attn_out:
+        kernel_keeps_output = attention_records and attention_kernel(arch, setup) not in ("eager", "math")
+        _hf_adapters(saved, attn_out, setup.half_bytes, input_kept=weights or kernel_keeps_output,
+                     input_grad=attention_records, name="attn.out_proj_input", arch=arch, setup=setup)
+    if not pre_norms:
+        _hf_norm(saved, "attn_post_norm", arch, setup, weight_grad=weights, input_grad=attention_records)
+    mlp_grad = input_grad or weights or bool(attn_in or attn_out)
+    if pre_norms:
+        _hf_norm(saved, "mlp_norm", arch, setup, weight_grad=weights, input_grad=mlp_grad)
+    if weights and (dense or not arch.is_moe):  # a MoE block's router keeps its input (_hf_moe)
+        _hf_linear_input(saved, "mlp.input", mlp_consumers, arch, setup)
+    _hf_adapters(saved, mlp_in, setup.stream_bytes, input_kept=weights, input_grad=mlp_grad, name="mlp.input",
+                 arch=arch, setup=setup)
+    wrapped = "moe.experts.gate_up" in adapted and not dense  # the router and experts adapted (experts_wrapped)
+    mlp_records = mlp_grad or weights or bool(mlp_in) or wrapped
+    if mlp_records:
+        _hf_mlp(saved, arch, setup, down_input=weights, dense=dense, wrapped=wrapped,
+                shared_adapters=(adapters_on("moe.shared.gate", "moe.shared.up", "moe.shared_gate"),
+                                 adapters_on("moe.shared.down")))
+    _hf_adapters(saved, mlp_out, setup.half_bytes, input_kept=weights, input_grad=mlp_records, name="mlp.down_input",
+                 arch=arch, setup=setup)
+    if not pre_norms:
+        _hf_norm(saved, "mlp_post_norm", arch, setup, weight_grad=weights, input_grad=mlp_records)
+    for index in range(2, arch.norms_per_layer):
+        # Extra norms (Gemma 2's post-attention and post-feedforward norms) feed the residual add,
+        # which keeps nothing, so only their internals count.
+        _hf_norm(saved, f"extra_norm{index}", arch, setup, weight_grad=weights, input_grad=True)
+    return saved.items
+
+
+def _hf_embedding(arch: Architecture, setup: ActivationSetup) -> list[SavedTensor]:
+    """First stage: token ids (embedding backward), position ids or the shared rotary cos/sin, embedding dropout."""
+    saved = _Saved(setup)
+    n, s, h = setup.tokens, setup.seq_len, arch.hidden_size
+    if embeddings_train(setup.finetuning):  # the embedding's weight gradient needs them
+        saved.add("embed.token_ids", n, INDEX_BYTES, "none")
+    if arch.position_embedding == "learned":
+        if embeddings_train(setup.finetuning):  # for the position table's gradient
+            saved.add("embed.position_ids", s, INDEX_BYTES, "none")
+    else:
+        # cos and sin, computed once per forward and kept by every layer's rotary multiply; Gemma 3 computes a
+        # pair for each kind of layer (its sliding-window layers rotate with another base), in the stream's dtype;
+        # gpt-oss's are half a head wide.
+        local = arch.model_type in LOCAL_ROTARY_MODELS and 0 < arch.sliding_window_layers < arch.num_hidden_layers
+        pairs = 2 if local else 1
+        columns = arch.rope_size // 2 if arch.model_type in HALF_ROTARY_MODELS else arch.rope_size
+        width = FP32_BYTES if arch.model_type in FP32_ROTARY_MODELS else setup.stream_bytes
+        if arch.model_type in COMPLEX_ROTARY_MODELS:
+            # DeepSeek-V2's freqs_cis, 1 x s x d_r/2 complex64, which each layer's complex multiply keeps
+            # (apply_rotary_emb: the fp32 view_as_complex of Q's and K's rotary parts times freqs_cis).
+            saved.add("rope.freqs_cis_complex64", s * columns // 2, COMPLEX64_BYTES, "none")
+        else:
+            saved.add("rope.cos_sin", pairs * 2 * s * columns, width, "none")
+    if arch.dropout > 0:
+        saved.mask("embed.dropout_mask", n * h, setup.stream_bytes, "sequence")
+    return saved.items
+
+
+def _hf_head(arch: Architecture, setup: ActivationSetup) -> list[SavedTensor]:
+    """Last stage: the final norm, the output layer's input, and the loss.
+
+    The loss (transformers' ForCausalLMLoss) upcasts the logits to fp32 and calls cross_entropy,
+    whose log_softmax keeps its fp32 output (N x V) and whose nll_loss keeps the int64 labels.
+    The labels are shifted by padding them to s + 1 positions and taking ``[..., 1:].contiguous()``:
+    a copy of N labels, except at micro-batch 1, where the slice is already contiguous and stays a
+    view of the padded storage of s + 1 labels.
+    """
+    saved = _Saved(setup)
+    n, v = setup.tokens, arch.vocab_size
+    labels = n + 1 if setup.micro_batch_size == 1 else n
+    ft = setup.finetuning
+    _hf_norm(saved, "final_norm", arch, setup, weight_grad=ft.method == "full", input_grad=True)
+    if arch.output_router_logits:
+        _hf_router_aux_loss(saved, arch, setup)
+    if setup.loss == "fused-linear":
+        # Liger's fused linear cross entropy keeps its input's and its weight's gradients instead (the ledger's
+        # loss.grad_input and loss.grad_weight), not the input, the log-probabilities or the labels.
+        return saved.items
+    if head_trains(arch, ft):
+        _hf_linear_input(saved, "lm_head.input", 1, arch, setup)
+    if arch.extra("final_logit_softcapping"):
+        saved.add("logits.softcap_tanh", n * v, setup.half_bytes, "tensor")
+    saved.add("loss.log_softmax_fp32", n * v, FP32_BYTES, "tensor")
+    saved.add("loss.labels", labels, INDEX_BYTES, "none")
+    return saved.items
+
+
+def _hf_router_aux_loss(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
+    """The load-balancing loss that ``output_router_logits`` adds (load_balancing_loss_func, modeling_mixtral.py,
+    transformers 5.24; Qwen2-MoE, Qwen3-MoE and gpt-oss copy it), for n tokens, E experts, k per token and L_s
+    sparse layers (the layers with a router).
+
+    For each sparse layer's router logits (n × E, the activations' dtype) the loop keeps softmax's output
+    (n × E, same dtype) and the int64 indices of its top-k (n × k; topk is differentiable, so autograd keeps
+    them although only the indices are used); the per-expert counts (torch.histc) carry no gradient. The final
+    ``tokens_per_expert * router_prob_per_expert`` keeps the fp32 fraction of tokens per expert (E) once. No
+    attention mask (the causal-LM batches trainmem models); with one, the loss keeps it as n fp32 once more.
+    Switch Transformer's loss (Fedus et al. 2021, equations 4-6), L_s · n · (E · a + 8k) + 4E bytes.
+    Measured on CPU (tests/core/test_router_aux_loss.py, docs/VALIDATION.md).
+
+    Under autocast the router logits are half precision (the router's F.linear). CPU autocast leaves softmax alone
+    (no AutocastCPU kernel for aten::softmax.int, torch 2.13), so its output stays half precision (measured); CUDA
+    autocast runs a softmax given no dtype in fp32 (aten/src/ATen/autocast_mode.h, AT_FORALL_FP32_SET_OPT_DTYPE),
+    so there it keeps n × E fp32 per layer (not measured: no GPU in the harness).
+    """
+    n, e, k, wa = setup.tokens, arch.num_local_experts, arch.num_experts_per_tok, setup.half_bytes
+    sparse = arch.num_hidden_layers - arch.dense_layers
+    probs_bytes = FP32_BYTES if setup.autocast and setup.device == "cuda" else wa
+    saved.add("moe_aux.router_probs", sparse * n * e, probs_bytes, "none")
+    saved.add("moe_aux.topk_indices", sparse * n * k, INDEX_BYTES, "none")
+    saved.add("moe_aux.tokens_per_expert_fp32", e, FP32_BYTES, "none")
+
+
+def _hf_logits_workspace(arch: Architecture, setup: ActivationSetup) -> list[SavedTensor]:
+    """Transient around the loss: the logits the model returns, and two fp32 N x V gradients in backward.
+
+    The output keeps the logits in the matmul's dtype while the step runs; the backward of
+    nll_loss writes an fp32 gradient of the log-probabilities and log_softmax's backward another.
+    """
+    saved = _Saved(setup)
+    n, v = setup.tokens, arch.vocab_size
+    saved.add("logits", n * v, setup.half_bytes, "tensor")
+    saved.add("loss.grad_log_probs_fp32", n * v, FP32_BYTES, "tensor")
+    saved.add("loss.grad_logits_fp32", n * v, FP32_BYTES, "tensor")
+    return saved.items
