@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException
 from starlette.middleware.gzip import GZipMiddleware
 
-from app.api.errors import install_error_handlers
+from app.api.errors import http_error_response, install_error_handlers
 from app.api.v1 import router as api_v1_router
 from app.middleware import GZIP_LEVEL, GZIP_MINIMUM_BYTES, Guard, Headers
 from app.web.assets import Assets
 from app.web.docs import router as docs_router
+from app.web.errors import error_page
 from app.web.pages import router as pages_router
 
 ROOT_DIR = Path(__file__).resolve().parent.parent
@@ -32,6 +35,14 @@ def create_app() -> FastAPI:
         redirect_slashes=False,  # Starlette builds that redirect from the Host header: /static/ is a 404 instead
     )
     install_error_handlers(application)
+
+    # No such address or method: JSON in the API's error shape under /api/, a page everywhere else.
+    async def http_error(request: Request, error: HTTPException) -> Response:
+        if request.url.path.startswith("/api/"):
+            return http_error_response(error)
+        return error_page(request, error)
+
+    application.add_exception_handler(HTTPException, http_error)  # type: ignore[arg-type]
     application.include_router(api_v1_router)
     application.include_router(pages_router)
     application.include_router(docs_router)

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from http import HTTPStatus
 from typing import Final
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
 
 from app.core import DomainError
 
@@ -55,6 +57,14 @@ def validation_error_detail(errors: list[dict]) -> list[dict[str, object]]:
     """
     return [{"loc": _loc(error.get("loc", ())), "msg": cut(str(error.get("msg", ""))),
              "type": str(error.get("type", ""))} for error in errors]
+
+
+def http_error_response(error: HTTPException) -> JSONResponse:
+    """An HTTP error (no such address, a method the address does not take) in the same shape as a 422."""
+    status = HTTPStatus(error.status_code)
+    loc = {HTTPStatus.NOT_FOUND: "path", HTTPStatus.METHOD_NOT_ALLOWED: "method"}.get(status, "request")
+    detail = [{"loc": [loc], "msg": cut(str(error.detail)), "type": status.phrase.lower().replace(" ", "_")}]
+    return JSONResponse(status_code=status, content={"detail": detail}, headers=error.headers)
 
 
 async def _domain_error_handler(request: Request, error: DomainError) -> JSONResponse:

@@ -47,3 +47,15 @@ def test_cutting_a_megabyte_message_is_quick(text):
     start = time.process_time()
     assert len(cut(text)) <= MAX_MESSAGE_CHARS + 1
     assert time.process_time() - start < 0.5
+
+
+@pytest.mark.parametrize("method, path, loc, allow", [
+    ("GET", "/api/v1/nowhere", "path", None), ("DELETE", "/api/v1/estimate", "method", "POST"),
+    ("GET", "/api/v1/estimate", "method", "POST"), ("GET", "/api/v1/gpus/", "path", None),
+])
+def test_every_api_error_is_a_list_of_loc_msg_type(method, path, loc, allow):
+    response = client.request(method, path)
+    assert response.headers["content-type"] == "application/json"
+    [error] = response.json()["detail"]
+    assert set(error) == {"loc", "msg", "type"} and error["loc"] == [loc] and error["msg"]
+    assert response.headers.get("allow") == allow
