@@ -15,6 +15,7 @@ from app.api import wire
 from app.core import architecture as arch_limits
 from app.core import finetuning as finetuning_limits
 from app.core import setup as limits
+from app.core.allocator import ALLOCATORS
 from app.core.finetuning import METHODS as FINETUNING_METHODS
 from app.core.finetuning import QUANTIZATIONS
 from app.core.job import JOB_FIELDS, Job
@@ -183,7 +184,7 @@ class TrainingIn(BaseModel):
         description="An extra per GPU outside what is modelled (e.g. communication buffers), in bytes (default 0; the "
         "CUDA context, the workspaces and the allocator's cache are counted).",
     )
-    allocator: Literal[limits.ALLOCATORS] = Field(  # type: ignore[valid-type]
+    allocator: Literal[ALLOCATORS] = Field(  # type: ignore[valid-type]
         default="default", description="PyTorch's CUDA caching allocator: default (as shipped) or "
         "expandable-segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: one segment per pool grown by pages, "
         "so freed blocks and new requests fragment less).",

@@ -29,7 +29,7 @@ from app.api import wire
 from app.configs.common import DEFAULT_MODEL_PRESET, Fact, Reading, json_safe, reason
 from app.configs.fsdp import FSDP_PRECISION_NOTE
 from app.core import DomainError
-from app.core.setup import validate_setup
+from app.core.rules import validate_setup
 
 RANK: Final = {"accelerate": 0, "training-arguments": 1, "axolotl": 1, "deepspeed": 2, "torchtitan": 1, "megatron": 1}
 ARGUMENTS: Final = ("training-arguments", "axolotl")

@@ -33,7 +33,8 @@ from app.core.ledger import (
     stage_plan,
 )
 from app.core.optimizers import FP32_BITS, OPTIMIZER_INFO, optimizer_formula, optimizer_label
-from app.core.setup import MAX_PARAM_COUNT, OFFLOADS, Parallelism, Training, activation_setup, check_int, validate_setup
+from app.core.rules import validate_setup
+from app.core.setup import MAX_PARAM_COUNT, OFFLOADS, Parallelism, Training, activation_setup, check_int
 from app.core.stages import stage_kinds
 from app.core.timeline import (
     OPTIMIZER_STEP,

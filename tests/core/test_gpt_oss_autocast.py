@@ -11,7 +11,8 @@ keeps one bf16 cast of each 2-D weight an F.linear reads: the attention's four p
 
 from app.core import architecture_from_hf_config, precision_preset
 from app.core.activations import ActivationSetup, layer_activations, total_bytes
-from app.core.setup import Parallelism, Training, validate_setup
+from app.core.rules import validate_setup
+from app.core.setup import Parallelism, Training
 from app.core.states import stage_shapes
 
 # validation/gpt_oss.py's first case: h = 64, a = 4 heads of d = 16, g = 2, E = 4 experts of width I = 48, k = 2.

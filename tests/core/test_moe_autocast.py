@@ -14,7 +14,8 @@ import pytest
 from app.core import DomainError, architecture_from_hf_config, precision_preset
 from app.core.activations import ActivationSetup, Device, head_activations, layer_activations, total_bytes
 from app.core.finetuning import Finetuning
-from app.core.setup import Parallelism, Training, validate_setup
+from app.core.rules import validate_setup
+from app.core.setup import Parallelism, Training
 
 SHAPE = {"vocab_size": 300, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
          "max_position_embeddings": 256, "num_hidden_layers": 2}

@@ -1,0 +1,468 @@
+"""The setup's cross-field rules, as data: each rule names the fields it reads and the reason it exists, and
+raises DomainError naming the field to change. `validate_setup` runs them in order, the architecture's rules only
+when there is an architecture; the first that fails decides the message."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+from app.core import activations as act
+from app.core.allocator import ALLOCATORS
+from app.core.architecture import Architecture
+from app.core.errors import DomainError
+from app.core.finetuning import Finetuning, experts_wrapped, validate_finetuning
+from app.core.optimizers import OPTIMIZER_IMPLEMENTATIONS, check_optimizer
+from app.core.setup import (
+    FP8_RECIPES,
+    FRAMEWORKS,
+    LOOPS,
+    LOSSES,
+    MAX_ACCUMULATION_STEPS,
+    MAX_DEGREE,
+    MAX_GPUS_PER_NODE,
+    MAX_LOSS_CHUNKS,
+    MAX_MICRO_BATCH,
+    MAX_OVERHEAD_BYTES,
+    MAX_REDUCE_BUCKET_SIZE,
+    MAX_SEQ_LEN,
+    OFFLOADS,
+    Parallelism,
+    Training,
+    check_choice,
+    check_int,
+    fsdp2_convention,
+)
+
+
+@dataclass(frozen=True)
+class Rule:
+    fields: tuple[str, ...]  # the inputs it reads ("training" for all of a section)
+    check: Callable[[Training, Parallelism, Architecture], None]
+    needs_architecture: bool = False
+
+
+def _autocast(training: Training) -> bool:
+    """Whether the model runs under torch.autocast: wider weights than activations, outside Megatron-LM."""
+    precision = training.precision
+    return training.implementation != "megatron" and precision.bits("weights") > precision.bits("activations")
+
+
+def _check_moe_finetuning(arch: Architecture, finetuning: Finetuning, parallelism: Parallelism) -> None:
+    """Fine-tuning a mixture of experts is modelled for Mixtral, Qwen3-MoE, Qwen2-MoE (its gated shared expert
+    frozen), gpt-oss and, with LoRA on the attention, DeepSeek-V2 and -V3 (their dense first layers, ungated shared
+    experts and routers frozen), measured with peft on CPU (docs/VALIDATION.md "Fine-tuning"), on one expert
+    layout."""
+    why = None
+    if not finetuning.adapters:
+        if arch.dense_layers:
+            why = "with dense layers among the sparse ones"
+        elif arch.has_shared_expert and not arch.shared_expert_gate:
+            why = "with ungated shared experts"
+    if why is not None:
+        raise DomainError("finetuning.method", f"freezing parts of a mixture of experts {why} is not modelled yet; "
+                                               "LoRA on its attention is")
+    if experts_wrapped(arch, finetuning) and parallelism.tensor > 1:
+        raise DomainError("parallelism.tensor", "adapters on a mixture's stacked experts (all-linear) are modelled "
+                                                "without tensor parallelism")
+    if parallelism.experts_apart:
+        raise DomainError("parallelism.expert" if parallelism.expert > 1 else "parallelism.expert_tensor",
+                          "fine-tuning a mixture of experts is modelled with the experts split like the rest of the "
+                          "layer (no expert or expert tensor parallelism)")
+
+
+def _check_uneven_stages(arch: Architecture, parallelism: Parallelism) -> None:
+    """Uneven first and last stages (Megatron-LM's --decoder-first/last-pipeline-num-layers): more than one stage,
+    the plain 1F1B schedule, and the layers left by the stages given split evenly over the others."""
+    p, layers = parallelism.pipeline, arch.num_hidden_layers
+    field_name = "parallelism.first_stage_layers" if parallelism.first_stage_layers is not None else \
+        "parallelism.last_stage_layers"
+    for name in ("first_stage_layers", "last_stage_layers"):
+        value = getattr(parallelism, name)
+        if value is not None:
+            check_int(f"parallelism.{name}", value, low=1, high=layers)
+    if p == 1:
+        raise DomainError(field_name, "uneven stages need more than one pipeline stage")
+    if parallelism.virtual_stages > 1:
+        raise DomainError(field_name, "uneven first and last stages are modelled with the plain 1F1B schedule, not "
+                                      "with virtual stages")
+    # The split the stages would get (Parallelism.stage_layers) must hold every layer, at least one a stage.
+    first, between, last = parallelism.stage_layers(layers)
+    given = (parallelism.first_stage_layers or 0) + (parallelism.last_stage_layers or 0)
+    if p == 2 and first + last != layers:
+        raise DomainError(field_name, f"with two stages, the first's and the last's layers must add up to "
+                                      f"num_hidden_layers ({layers}), got {first + last}")
+    if min(first, last, between if p > 2 else 1) < 1 or first + (p - 2) * between + last != layers:
+        raise DomainError(field_name, f"of num_hidden_layers ({layers}), the stages given take {given}: the "
+                                      f"{layers - given} layers left must split evenly over the other stages, at "
+                                      "least one each")
+
+
+def _check_expert_load(arch: Architecture, parallelism: Parallelism) -> None:
+    """The most-loaded GPU takes between its balanced share and everything its experts can be sent: every token
+    of its expert-parallel group, each routing min(k, its experts) copies to it. Without expert parallelism a GPU
+    holds every expert and takes all n·k copies, so the load is 1."""
+    load, ep = parallelism.expert_load, parallelism.expert
+    if isinstance(load, bool) or not isinstance(load, int | float) or not math.isfinite(load):
+        raise DomainError("parallelism.expert_load", f"must be a number, got {load!r}")
+    k = arch.num_experts_per_tok
+    most = ep * min(k, arch.num_local_experts // ep) / k
+    if not 1.0 <= load <= most:
+        where = (f"with {ep} expert-parallel GPUs and k = {k} it is at most {most:g}" if ep > 1 else
+                 "without expert parallelism every GPU takes all the copies: it is 1")
+        raise DomainError("parallelism.expert_load", f"must be from 1 (balanced routing) up to what one GPU's "
+                                                     f"experts can be sent; {where}, got {load:g}")
+
+
+def _check_expert_grid(parallelism: Parallelism) -> None:
+    """The expert grid (expert-tensor × expert GPUs) is carved from the GPUs of one pipeline stage, tensor × data ×
+    context, which it must divide; each expert is then replicated over the rest (Megatron-LM's expert data-parallel
+    group). With the expert-tensor degree equal to the tensor-parallel one this asks that the expert degree divide
+    data × context."""
+    p = parallelism
+    if not p.experts_apart:
+        return
+    stage = p.tensor * p.shard_group
+    grid = p.expert * p.expert_tensor_degree
+    if stage % grid == 0:
+        return
+    if p.expert_tensor_degree == p.tensor:
+        raise DomainError("parallelism.expert", f"the expert-parallel GPUs come from the data-parallel group: "
+                                                f"{p.expert} must divide data × context ({p.shard_group})")
+    field_name = "parallelism.expert_tensor" if p.expert == 1 else "parallelism.expert"
+    raise DomainError(field_name, f"the expert grid, expert_tensor × expert = {p.expert_tensor_degree} × {p.expert} = "
+                                  f"{grid} GPUs, must divide tensor × data × context ({stage})")
+
+
+def _training_ranges(training: Training, parallelism: Parallelism, arch: Architecture | None) -> None:
+    """Each training field within its range or among its choices."""
+    check_int("training.micro_batch_size", training.micro_batch_size, low=1, high=MAX_MICRO_BATCH)
+    check_int("training.seq_len", training.seq_len, low=1, high=MAX_SEQ_LEN)
+    check_int("training.gradient_accumulation_steps", training.gradient_accumulation_steps, low=1,
+              high=MAX_ACCUMULATION_STEPS)
+    check_int("training.framework_overhead_bytes", training.framework_overhead_bytes, low=0, high=MAX_OVERHEAD_BYTES)
+    check_optimizer(training.optimizer)
+    check_choice("training.optimizer_implementation", training.optimizer_implementation, OPTIMIZER_IMPLEMENTATIONS)
+    check_choice("training.activation_checkpointing", training.activation_checkpointing, act.CHECKPOINTING_CHOICES)
+    check_choice("training.attention", training.attention, act.ATTENTION_CHOICES)
+    check_choice("training.implementation", training.implementation, act.IMPLEMENTATION_CHOICES)
+    check_choice("training.loop", training.loop, LOOPS)
+    check_choice("training.allocator", training.allocator, ALLOCATORS)
+    check_choice("training.loss", training.loss, LOSSES)
+    check_int("training.loss_chunks", training.loss_chunks, low=1, high=MAX_LOSS_CHUNKS)
+    check_choice("training.framework", training.framework, FRAMEWORKS)
+
+
+def _framework_implementation(training: Training, parallelism: Parallelism, arch: Architecture | None) -> None:
+    """A framework's convention runs the implementation it was written for: Megatron-LM keeps its own loop, gradient
+    buffer and optimizer."""
+    if training.framework == "deepspeed" and training.implementation == "megatron":
+        raise DomainError("training.framework", "Megatron-LM keeps its own gradient buffer and distributed optimizer; "
+                                                "choose the pytorch convention")
+    if training.framework in ("hf-trainer", "torchtitan") and training.implementation == "megatron":
+        raise DomainError("training.framework", "Megatron-LM runs its own loop and optimizer; choose the megatron "
+                                                "convention")
+    if FRAMEWORKS[training.framework].fsdp2_when_sharded and parallelism.zero_stage == 3 \
+            and training.finetuning != Finetuning():
+        raise DomainError("training.framework", "fine-tuning under FSDP2's convention (torchtitan at ZeRO stage 3) is "
+                                                "not modelled yet; choose the pytorch convention")
+
+
+def _fp8_recipe(training: Training, parallelism: Parallelism, arch: Architecture | None) -> None:
+    """An FP8 recipe runs where it was measured: Transformer Engine's as Megatron-LM runs it in bf16 without FSDP;
+    torchao's in bf16 with PyTorch's modules; neither with adapters; float8 all-gather under FSDP2."""
+    check_choice("training.fp8", training.fp8, FP8_RECIPES)
+    if FP8_RECIPES[training.fp8].transformer_engine is not None:
+        if training.implementation != "megatron" or training.precision.activations != "bf16":
+            raise DomainError("training.fp8", "Transformer Engine's FP8 recipes are modelled as Megatron-LM runs them "
+                                              "(--transformer-impl transformer_engine with --bf16): choose the "
+                                              "megatron implementation and a bf16 precision preset")
+        if parallelism.zero_stage > 1:
+            raise DomainError("training.fp8", "Transformer Engine under FSDP keeps no FP8 weight cache and re-quantizes "
+                                              "in backward (transformer_engine/pytorch/module/linear.py: no workspace "
+                                              "when is_fsdp2): not modelled; choose ZeRO stage 0 or 1 (Megatron-LM's "
+                                              "distributed optimizer)")
+    elif training.fp8 != "none":
+        if training.precision.activations != "bf16" or training.implementation == "megatron":
+            raise DomainError("training.fp8", "torchao's float8 recipes run the model in bf16 (a bf16 precision preset) "
+                                              "with PyTorch's own modules, not Megatron-LM's")
+    if training.fp8 != "none":
+        if training.finetuning != Finetuning():
+            raise DomainError("training.fp8", "float8 training with adapters or frozen parts is not modelled")
+        if FP8_RECIPES[training.fp8].fp8_all_gather and not fsdp2_convention(training, parallelism):
+            raise DomainError("training.fp8", "float8 all-gather is FSDP2's: choose the fsdp2 convention (or torchtitan "
+                                              "at ZeRO stage 3), or torchao float8 without it")
+
+
+def _fsdp2_convention(training: Training, parallelism: Parallelism, arch: Architecture | None) -> None:
+    """The fsdp2 convention shards everything (ZeRO stage 3), with PyTorch's modules, trained in full."""
+    if training.framework == "fsdp2":
+        if parallelism.zero_stage != 3:
+            raise DomainError("parallelism.zero_stage", "the fsdp2 convention shards parameters, gradients and optimizer "
+                                                        "state (fully_shard with reshard_after_forward=True): choose ZeRO "
+                                                        "stage 3")
+        if training.implementation == "megatron":
+            raise DomainError("training.framework", "Megatron-LM keeps its own gradient buffer and distributed "
+                                                    "optimizer; choose the megatron convention")
+        if training.finetuning != Finetuning():
+            raise DomainError("training.framework", "fine-tuning under the fsdp2 convention is not modelled yet; "
+                                                    "choose the pytorch convention")
+
+
+def _megatron_convention(training: Training, parallelism: Parallelism, arch: Architecture | None) -> None:
+    """The megatron convention is Megatron-LM's own implementation, its distributed optimizer at most ZeRO stage 1."""
+    if training.framework == "megatron":
+        if training.implementation != "megatron":
+            raise DomainError("training.framework", "the megatron convention is Megatron-LM's own: choose the megatron "
+                                                    "implementation")
+        if parallelism.zero_stage > 1:
+            raise DomainError("parallelism.zero_stage", "Megatron-LM's distributed optimizer shards the optimizer state "
+                                                        "and main gradients (ZeRO stage 1); choose stage 0 or 1")
+
+
+def _loss_implementation(training: Training, parallelism: Parallelism, arch: Architecture | None) -> None:
+    """Megatron-LM computes its own vocabulary-parallel cross entropy."""
+    if training.loss != "standard" and training.implementation == "megatron":
+        raise DomainError("training.loss", "Megatron-LM computes its own vocabulary-parallel cross entropy; "
+                                           "choose the standard loss")
+
+
+def _parallel_ranges(training: Training, parallelism: Parallelism, arch: Architecture | None) -> None:
+    """Each parallel degree within its range, and the expert grid carved from a stage's GPUs."""
+    for name in ("data", "tensor", "pipeline"):
+        check_int(f"parallelism.{name}", getattr(parallelism, name), low=1, high=MAX_DEGREE)
+    check_int("parallelism.zero_stage", parallelism.zero_stage, low=0, high=3)
+    check_choice("parallelism.offload", parallelism.offload, OFFLOADS)
+    check_int("parallelism.gpus_per_node", parallelism.gpus_per_node, low=1, high=MAX_GPUS_PER_NODE)
+    check_int("parallelism.virtual_stages", parallelism.virtual_stages, low=1, high=MAX_DEGREE)
+    check_int("parallelism.context", parallelism.context, low=1, high=MAX_DEGREE)
+    check_int("parallelism.reduce_bucket_size", parallelism.reduce_bucket_size, low=1, high=MAX_REDUCE_BUCKET_SIZE)
+    check_int("parallelism.expert", parallelism.expert, low=1, high=MAX_DEGREE)
+    if parallelism.expert_tensor is not None:
+        check_int("parallelism.expert_tensor", parallelism.expert_tensor, low=1, high=MAX_DEGREE)
+    _check_expert_grid(parallelism)
+
+
+def _context_chunks(training: Training, parallelism: Parallelism, arch: Architecture | None) -> None:
+    """Context parallelism takes two chunks of every sequence per GPU, through a fused attention kernel."""
+    if parallelism.context > 1:
+        if training.seq_len % (2 * parallelism.context):
+            raise DomainError("parallelism.context", f"seq_len ({training.seq_len:,}) must be divisible by 2 × context "
+                                                     f"({2 * parallelism.context}): each rank takes two chunks of every "
+                                                     "sequence to balance causal attention (Megatron-LM)")
+        if training.attention == "eager":
+            raise DomainError("parallelism.context", "context parallelism runs a fused attention kernel per chunk "
+                                                     "(ring attention); choose sdpa or flash")
+
+
+def _offload_zero(training: Training, parallelism: Parallelism, arch: Architecture | None) -> None:
+    """Offloading moves ZeRO's partitions: the optimizer's from stage 1, the parameters' at stage 3."""
+    offload = OFFLOADS[parallelism.offload]
+    if offload.optimizer and parallelism.zero_stage == 0:
+        raise DomainError("parallelism.offload", "offloading runs under ZeRO: choose ZeRO stage 1, 2 or 3")
+    if offload.parameters and parallelism.zero_stage < 3:
+        raise DomainError("parallelism.offload", "parameters are offloaded only with ZeRO stage 3 (their "
+                                                 "partitions are what moves)")
+
+
+def _finetuning(training: Training, parallelism: Parallelism, arch: Architecture | None) -> None:
+    """Fine-tuning's own rules, for the transformers implementation."""
+    autocast = _autocast(training)
+    validate_finetuning(training.finetuning, arch, autocast=autocast)
+    if training.finetuning != Finetuning() and training.implementation == "megatron":
+        raise DomainError("finetuning.method", "fine-tuning with adapters or frozen parts is modelled for the "
+                                               "transformers implementation")
+
+
+def _liger_families(training: Training, parallelism: Parallelism, arch: Architecture) -> None:
+    """Liger Kernel's patches are modelled for the Llama family's gated MLPs."""
+    if training.implementation == "liger" and (arch.model_type == "gpt2" or not arch.is_gated or arch.is_moe):
+        raise DomainError("training.implementation", "Liger Kernel's patches are modelled for the Llama family's "
+                                                     "gated MLPs (llama, mistral, qwen2/3, gemma, phi3); not for GPT-2, "
+                                                     "other ungated MLPs or mixtures of experts")
+
+
+def _context_sinks(training: Training, parallelism: Parallelism, arch: Architecture) -> None:
+    """gpt-oss's attention with sinks runs a fused kernel per chunk only under flash."""
+    if parallelism.context > 1 and arch.attention_sinks and training.attention != "flash":
+        raise DomainError("parallelism.context", "context parallelism runs a fused attention kernel per chunk; "
+                                                 "transformers runs gpt-oss's attention with sinks eagerly under sdpa "
+                                                 "(GptOssPreTrainedModel._supports_sdpa is False): choose flash")
+
+
+def _expert_degrees(training: Training, parallelism: Parallelism, arch: Architecture) -> None:
+    """Expert parallelism, expert tensor parallelism and the expert load apply to a mixture's routed experts, which
+    must split evenly."""
+    if arch.is_moe:
+        _check_expert_load(arch, parallelism)
+    elif parallelism.expert_load != 1.0:
+        raise DomainError("parallelism.expert_load", "the expert load applies to a mixture of experts' routed "
+                                                     "experts; this model has none")
+    if parallelism.expert_tensor_degree != parallelism.tensor and not arch.is_moe:
+        raise DomainError("parallelism.expert_tensor", "expert tensor parallelism splits a mixture of experts' routed "
+                                                       "experts; this model has none")
+    if parallelism.expert > 1:
+        if not arch.is_moe:
+            raise DomainError("parallelism.expert", "expert parallelism splits a mixture of experts' routed experts; "
+                                                    "this model has none")
+        if arch.num_local_experts % parallelism.expert:
+            raise DomainError("parallelism.expert", f"the {arch.num_local_experts} routed experts must split evenly "
+                                                    f"over {parallelism.expert} GPUs")
+
+
+def _moe_fp8(training: Training, parallelism: Parallelism, arch: Architecture) -> None:
+    """float8 training of mixture-of-experts layers is not modelled."""
+    if arch.is_moe and training.fp8 != "none":
+        raise DomainError("training.fp8", "float8 training of mixture-of-experts layers (torchao's grouped-GEMM path, "
+                                          "Transformer Engine's GroupedLinear) is not modelled")
+
+
+def _te_shapes(training: Training, parallelism: Parallelism, arch: Architecture) -> None:
+    """Transformer Engine's FP8 GEMMs need their dimensions divisible as its kernels ask, on dense standard attention."""
+    te = FP8_RECIPES[training.fp8].transformer_engine
+    if te is None:
+        return
+    if arch.is_mla:
+        raise DomainError("training.fp8", "Transformer Engine's FP8 is modelled for Megatron-LM's dense layers with "
+                                          "standard attention, not multi-head latent attention")
+    # transformer_engine/pytorch/utils.py, assert_dim_for_fp8_exec: an FP8 GEMM's input and weight have leading
+    # dimensions divisible by 8 and a last dimension divisible by 16 (the tokens, and the linear layers'
+    # output and input widths, on this GPU).
+    t = parallelism.tensor
+    tokens = training.micro_batch_size * training.seq_len // parallelism.context
+    local = tokens // t if parallelism.sequence_parallel else tokens
+    inputs = (arch.hidden_size, arch.num_attention_heads * arch.head_size // t, arch.ffn_size // t)
+    outputs = ((arch.num_attention_heads + 2 * arch.kv_heads) * arch.head_size // t,
+               (2 if arch.is_gated else 1) * arch.ffn_size // t)
+    if tokens % 8 or local % 8 or any(width % 16 for width in inputs) or any(width % 8 for width in outputs):
+        raise DomainError("training.fp8", f"Transformer Engine's FP8 GEMMs need the tokens on a GPU ({local:,}) "
+                                          "and the linear layers' output widths divisible by 8, and their input "
+                                          f"widths ({', '.join(f'{w:,}' for w in inputs)}) by 16 "
+                                          "(transformer_engine/pytorch/utils.py, assert_dim_for_fp8_exec)")
+    if te.block and local % te.block:
+        raise DomainError("training.fp8", f"MXFP8's scales are modelled for whole blocks of {te.block} tokens; "
+                                          f"this GPU's {local:,} tokens are not a multiple "
+                                          "(transformer_engine/pytorch/tensor/mxfp8_tensor.py, get_scale_shape)")
+
+
+def _moe_modelled(training: Training, parallelism: Parallelism, arch: Architecture) -> None:
+    """A mixture of experts is modelled as transformers runs it; under autocast only where measured."""
+    autocast = _autocast(training)
+    if arch.is_moe:
+        if training.implementation == "megatron":
+            raise DomainError("training.implementation", "mixture-of-experts layers are modelled as transformers runs "
+                                                         "them; Megatron-LM's MoE is not modelled yet")
+        if training.finetuning != Finetuning():
+            _check_moe_finetuning(arch, training.finetuning, parallelism)
+        if autocast:
+            # Measured exact on CPU under torch.autocast (docs/VALIDATION.md, "Mixture of experts" and "gpt-oss"):
+            # Mixtral, Qwen3-MoE, Qwen2-MoE and gpt-oss (eager attention with sinks, whose fp32 sinks make the
+            # softmax fp32, _hf_sink_eager_attention in saved/attention.py), their routed experts on transformers'
+            # default grouped_mm path (fp32 under autocast, _hf_moe in saved/experts.py); a custom mixture is modelled
+            # as Mixtral. DeepSeek's multi-head latent attention is not modelled under autocast, nor DeepSeek's
+            # routers and shared experts; frozen parts and expert parallelism's send buffer (fp32 tokens) are not measured.
+            why = None
+            if arch.model_type not in ("mixtral", "qwen3_moe", "qwen2_moe", "gpt_oss", None) or arch.n_shared_experts:
+                why = f"of model type {arch.model_type}" if arch.model_type else "with DeepSeek-style shared experts"
+            elif training.finetuning != Finetuning():
+                why = "with frozen parts"
+            elif parallelism.expert > 1:
+                why = "with expert parallelism"
+            if why is not None:
+                raise DomainError("training.precision", f"mixture-of-experts models {why} are modelled in their "
+                                                        "training dtype (bf16, fp16 or fp32), not under autocast "
+                                                        "(Mixtral, Qwen2-MoE, Qwen3-MoE and gpt-oss are)")
+
+
+def _heads_and_layers(training: Training, parallelism: Parallelism, arch: Architecture) -> None:
+    """Heads split evenly over tensor-parallel GPUs, layers over pipeline stages."""
+    t, p = parallelism.tensor, parallelism.pipeline
+    if arch.num_attention_heads % t:
+        raise DomainError(
+            "parallelism.tensor",
+            f"num_attention_heads ({arch.num_attention_heads}) must be divisible by the tensor-parallel degree ({t})",
+        )
+    if arch.kv_heads % t:
+        raise DomainError(
+            "parallelism.tensor",
+            f"num_key_value_heads ({arch.kv_heads}) must be divisible by the tensor-parallel degree ({t})",
+        )
+    if parallelism.uneven_stages:
+        _check_uneven_stages(arch, parallelism)
+    elif arch.num_hidden_layers % p:
+        raise DomainError(
+            "parallelism.pipeline",
+            f"num_hidden_layers ({arch.num_hidden_layers}) must be divisible by the pipeline degree ({p})",
+        )
+
+
+def _virtual_stages(training: Training, parallelism: Parallelism, arch: Architecture) -> None:
+    """The interleaved schedule: more than one stage, layers that split over stages × virtual stages, and a multiple of
+    the pipeline degree of micro-batches."""
+    p, v = parallelism.pipeline, parallelism.virtual_stages
+    if v > 1:
+        if p == 1:
+            raise DomainError("parallelism.virtual_stages", "interleaving needs more than one pipeline stage")
+        if arch.num_hidden_layers % (p * v):
+            raise DomainError("parallelism.virtual_stages", f"num_hidden_layers ({arch.num_hidden_layers}) must be "
+                                                            f"divisible by pipeline × virtual stages ({p} × {v})")
+        if training.gradient_accumulation_steps % p:
+            raise DomainError("parallelism.virtual_stages", "the interleaved schedule runs a multiple of the pipeline "
+                                                            f"degree of micro-batches per step (Megatron-LM): make "
+                                                            f"gradient_accumulation_steps a multiple of {p}")
+
+
+def _frozen_pipeline(training: Training, parallelism: Parallelism, arch: Architecture) -> None:
+    """Frozen layers lie on the first pipeline stage."""
+    p, frozen = parallelism.pipeline, training.finetuning.frozen_layers
+    first_stage = parallelism.stage_layers(arch.num_hidden_layers)[0]
+    if p > 1 and frozen > first_stage:
+        raise DomainError("finetuning.frozen_layers", f"with {p} pipeline stages, freeze at most the first stage's "
+                                                      f"{first_stage} layers (got {frozen})")
+
+
+SETUP_RULES: Final = (
+    Rule(("training",), _training_ranges),
+    Rule(("training.framework", "training.implementation",
+          "parallelism.zero_stage", "finetuning"),
+         _framework_implementation),
+    Rule(("training.fp8", "training.implementation",
+          "training.precision", "parallelism.zero_stage", "finetuning"),
+         _fp8_recipe),
+    Rule(("training.framework", "parallelism.zero_stage", "training.implementation", "finetuning"), _fsdp2_convention),
+    Rule(("training.framework", "training.implementation", "parallelism.zero_stage"), _megatron_convention),
+    Rule(("training.loss", "training.implementation"), _loss_implementation),
+    Rule(("parallelism",), _parallel_ranges),
+    Rule(("parallelism.context", "training.seq_len", "training.attention"), _context_chunks),
+    Rule(("parallelism.offload", "parallelism.zero_stage"), _offload_zero),
+    Rule(("finetuning", "training.implementation", "training.precision"), _finetuning),
+    Rule(("training.implementation",), _liger_families, needs_architecture=True),
+    Rule(("parallelism.context", "training.attention"), _context_sinks, needs_architecture=True),
+    Rule(("parallelism.expert", "parallelism.expert_tensor",
+          "parallelism.expert_load"),
+         _expert_degrees, needs_architecture=True),
+    Rule(("training.fp8",), _moe_fp8, needs_architecture=True),
+    Rule(("training.fp8", "training.micro_batch_size",
+          "training.seq_len", "parallelism.tensor"),
+         _te_shapes, needs_architecture=True),
+    Rule(("training.implementation", "training.precision",
+          "finetuning", "parallelism.expert"),
+         _moe_modelled, needs_architecture=True),
+    Rule(("parallelism.tensor", "parallelism.pipeline",
+          "parallelism.first_stage_layers", "parallelism.last_stage_layers"),
+         _heads_and_layers, needs_architecture=True),
+    Rule(("parallelism.virtual_stages", "parallelism.pipeline",
+          "training.gradient_accumulation_steps"),
+         _virtual_stages, needs_architecture=True),
+    Rule(("finetuning.frozen_layers", "parallelism.pipeline"), _frozen_pipeline, needs_architecture=True),
+)
+
+
+def validate_setup(training: Training, parallelism: Parallelism, arch: Architecture | None) -> None:
+    """Cross-field rules the schema cannot see, each naming the field to change."""
+    for rule in SETUP_RULES:
+        if rule.needs_architecture and arch is None:
+            continue
+        rule.check(training, parallelism, arch)  # type: ignore[arg-type]
