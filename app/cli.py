@@ -17,7 +17,7 @@ The older form still works: a request body as the only argument, or on stdin, pr
     trainmem '{"model": {"preset": "llama-3-8b"}, "training": {"seq_len": 4096}, "gpu": "h100-80gb"}'
     echo '{"model": {"num_params": 7000000000}}' | trainmem
 
-Only the standard library, the core and `app.api.wire` are imported (neither the web framework nor
+Only the standard library, the core and `app.wire` are imported (neither the web framework nor
 pydantic), so the command starts quickly; `serve` alone loads the web application.
 """
 
@@ -33,8 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NoReturn
 
-from app import configs, core
-from app.api import wire
+from app import configs, core, wire
 from app.configs.export import export_config
 from app.core.job import JOB_FIELDS, Job, JobField, check_value, field_value
 from app.core.series import series

@@ -23,8 +23,8 @@ import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Final
 
-from app.api.wire import MAX_BODY_BYTES, loads_bounded
 from app.core import DomainError
+from app.wire import MAX_BODY_BYTES, loads_bounded
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

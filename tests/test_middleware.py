@@ -8,9 +8,9 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from app.api.wire import MAX_BODY_BYTES
 from app.main import app, create_app
 from app.middleware import Guard
+from app.wire import MAX_BODY_BYTES
 
 client = TestClient(app)
 ESTIMATE = {"model": {"preset": "llama-3-8b"}, "training": {"seq_len": 4096}, "gpu": "h100-80gb"}

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from app import core
-from app.api import wire
+from app import wire
 from app.core.finetuning import Finetuning
 from app.core.job import JOB_FIELDS, Job, with_field
 

@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
 
-from app import configs, core
-from app.api import wire
+from app import configs, core, wire
 from app.core import architecture as arch_limits
 from app.core import finetuning as finetuning_limits
 from app.core import setup as limits

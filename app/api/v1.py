@@ -9,8 +9,7 @@ from fastapi import APIRouter
 from fastapi.responses import Response
 from pydantic_core import to_json
 
-from app import core
-from app.api import wire
+from app import core, wire
 from app.api.errors import domain_error_detail
 from app.api.schemas import (
     EstimateRequest,
@@ -38,7 +37,7 @@ router = APIRouter(prefix="/api/v1", tags=["v1"])
 
 
 class AnswerJSON(Response):
-    """An answer already in its documented shape (app.api.wire builds it; the schema tests check it against the
+    """An answer already in its documented shape (app.wire builds it; the schema tests check it against the
     response model): serialised directly, without validating it a second time on the way out."""
 
     media_type = "application/json"

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
-from app.api import wire
+from app import wire
 from app.configs import accelerate, axolotl, deepspeed, megatron, torchtitan, trainer, yaml
 from app.configs.common import Reading
 from app.configs.merge import merge

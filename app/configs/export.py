@@ -16,8 +16,7 @@ import json
 import re
 from typing import Any, Final
 
-from app import core
-from app.api import wire
+from app import core, wire
 from app.configs import yaml as yaml_reader
 from app.configs.common import json_safe, preset_repo
 from app.configs.merge import PARALLELISM_FIELDS, TRAINING_FIELDS, defaults

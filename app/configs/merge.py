@@ -24,8 +24,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from app import core
-from app.api import wire
+from app import core, wire
 from app.configs.common import DEFAULT_MODEL_PRESET, Fact, Reading, json_safe, reason
 from app.configs.fsdp import FSDP_PRECISION_NOTE
 from app.core import DomainError

@@ -19,8 +19,8 @@ from app.configs.export import export_config
 from app.core import DomainError
 from app.web.accuracy import DOCS_DIR, report_text
 from app.web.form import parse_form
+from app.web.links import TEMPLATES_DIR
 from app.web.markdown import to_html
-from app.web.pages import TEMPLATES_DIR
 
 SWAGGER_UI: Final = "/static/swagger-ui-5.35.0"
 REPORT_IMAGE: Final = re.compile(r"^[a-z0-9][a-z0-9.-]*\.svg$")
@@ -29,8 +29,6 @@ templates = Jinja2Templates(directory=TEMPLATES_DIR)
 router = APIRouter(include_in_schema=False)
 
 
-EXPORT_LABELS: Final = {"deepspeed": "DeepSpeed JSON", "training-arguments": "Trainer arguments JSON",
-                        "accelerate": "accelerate YAML", "axolotl": "axolotl YAML"}
 
 
 @router.get("/export/{kind}")

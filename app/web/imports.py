@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import parse_qsl
 
-from app import configs, core
-from app.api import wire
+from app import configs, core, wire
 from app.api.schemas import ARCHITECTURE_FIELDS, to_job
 from app.core.job import JOB_FIELDS, with_field
 from app.web import controls, links

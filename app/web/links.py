@@ -10,6 +10,7 @@ of the same last name.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Final
 from urllib.parse import urlencode
 
@@ -22,6 +23,11 @@ SECTIONS: Final = ("training", "parallelism", "finetuning")
 SETTABLE: Final = frozenset(COMMON_CONTROLS) - {"source", "unit"}
 
 State = dict[str, str]  # query parameter -> value, in the order the URL gave them
+
+TEMPLATES_DIR: Final = Path(__file__).resolve().parent.parent.parent / "templates"
+# The configs a setup downloads as (app.web.docs.export_file), by kind.
+EXPORT_LABELS: Final = {"deepspeed": "DeepSpeed JSON", "training-arguments": "Trainer arguments JSON",
+                        "accelerate": "accelerate YAML", "axolotl": "axolotl YAML"}
 
 
 def state_of(params: Mapping[str, str], *, names: frozenset[str] | set[str]) -> State:

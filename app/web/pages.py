@@ -20,7 +20,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from functools import lru_cache
-from pathlib import Path
 from typing import Annotated, Any, Final
 from urllib.parse import urlencode
 
@@ -40,11 +39,11 @@ from app.web.accuracy import accuracy
 from app.web.answers import fit_answers
 from app.web.compare import pin
 from app.web.form import ALL_CONTROLS, CUSTOM_PRECISION, DEFAULT_PRESET, DTYPE_FIELDS, HOST_RAM, ParsedForm, parse_form
+from app.web.links import EXPORT_LABELS, TEMPLATES_DIR
 from app.web.recompute import recompute_choices
 from app.web.sweeps import sweeps
 from app.web.view import UNIT_BYTES, format_bytes, format_size_input, result_view
 
-TEMPLATES_DIR: Final = Path(__file__).resolve().parent.parent.parent / "templates"
 VARY: Final = "HX-Request, HX-History-Restore-Request, HX-Target, HX-Current-URL"
 FORM_ID: Final = "calc"  # an htmx request that targets the whole form gets the whole page
 PASTE_ID: Final = "paste"  # the paste box, which alone changes when a pasted config cannot be read
@@ -158,8 +157,6 @@ def paste_box(params: Mapping[str, str], *, text: str = "", kind: str = imports.
 
 def _export_links(params: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     """Links that download this setup as each framework's config (app.web.docs.export_file)."""
-    from app.web.docs import EXPORT_LABELS
-
     query = urlencode([(key, value) for key, value in params.items() if key not in ("pin",)])
     return tuple((label, f"/export/{kind}?{query}") for kind, label in EXPORT_LABELS.items())
 

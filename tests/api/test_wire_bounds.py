@@ -10,8 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app import core
-from app.api import wire
+from app import core, wire
 
 NUMBERS = st.one_of(st.integers(min_value=-(10**45), max_value=10**45),
                     st.floats(allow_nan=True, allow_infinity=True))

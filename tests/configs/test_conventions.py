@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from app.api import wire
+from app import wire
 from tests.configs.helpers import assumed, ignored, imported, merged, refused, sample, understood
 
 DS_STAGE_3 = {"train_micro_batch_size_per_gpu": "auto", "bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 3}}

@@ -15,8 +15,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from app import core
-from app.api import wire
+from app import core, wire
 from app.configs import import_config
 from app.configs import yaml as subset
 from app.configs.export import EXPORT_KINDS, complete, export_config, finetuning_of, same_implementation

@@ -9,8 +9,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app import core
-from app.api import wire
+from app import core, wire
 from app.core.finetuning import Finetuning
 from app.core.job import JOB_FIELDS, Job, with_field
 

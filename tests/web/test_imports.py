@@ -13,8 +13,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from fastapi.testclient import TestClient
 
-from app import configs
-from app.api import wire
+from app import configs, wire
 from app.main import app
 from app.web import imports
 from app.web.form import DEFAULT_GPU, parse_form

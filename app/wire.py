@@ -1,7 +1,7 @@
 """API v1's JSON as plain Python: request bodies into the core's job, answers into dicts.
 
 Standard library only, so the command line prints exactly what the API answers without loading the
-web framework or pydantic. The API validates bodies with its schema (`schemas.py`) first and checks
+web framework or pydantic. The API validates bodies with its schema (`app/api/schemas.py`) first and checks
 every answer against its response model; the command line relies on the core's own checks, which
 name the same fields.
 """
