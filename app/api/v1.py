@@ -56,10 +56,10 @@ UNPROCESSABLE: dict[int | str, dict[str, Any]] = {
 
 
 @router.post("/estimate", response_model=EstimateResponse, responses=UNPROCESSABLE)
-async def post_estimate(request: EstimateRequest) -> AnswerJSON:
+def post_estimate(request: EstimateRequest) -> AnswerJSON:
     """Memory for one training step: per GPU (the most-loaded rank) and for the whole cluster, in bytes."""
-    # Computed on the event loop: an estimate takes 0.05 to 2 ms (the largest layouts the schema allows), less than
-    # handing it to a worker thread and back costs (about 0.1 ms a request, measured with `make load`).
+    # In a worker thread, as every route that computes: the allocator's replay takes milliseconds (3 to 15 ms per
+    # estimate on the 2-core machine, docs/BENCHMARKS.md), which on the event loop would hold up every other request.
     return AnswerJSON(wire.estimate_json(run_estimate(request)))
 
 
