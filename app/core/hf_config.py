@@ -537,6 +537,9 @@ def _llama_family(reader: _Reader, model_type: str) -> Architecture:
     for name in {"gemma2": ("attn_logit_softcapping", "final_logit_softcapping"),
                  "gemma3_text": ("final_logit_softcapping",)}.get(model_type, ()):
         value = reader.float(name, 0.0)
+        if value < 0 or value != value or value == float("inf"):
+            raise DomainError(f"{FIELD_PREFIX}.{name}", f"must be a positive cap on the scores, or null for none; "
+                                                        f"got {value:g}")
         if value:
             extras.append((name, value))
     head_dim = reader.optional_int("head_dim", 256 if gemma else 128 if model_type == "qwen3" else None)

@@ -152,6 +152,8 @@ def test_model_type_specifics():
         ({**LLAMA_2_7B, "hidden_size": "4096"}, "model.hf_config.hidden_size"),
         ({**LLAMA_2_7B, "num_key_value_heads": 5}, "model.hf_config.num_key_value_heads"),
         ({**LLAMA_2_7B, "hidden_act": "tanh"}, "model.hf_config.hidden_act"),
+        ({**GEMMA2_9B, "attn_logit_softcapping": -1}, "model.hf_config.attn_logit_softcapping"),
+        ({**GEMMA2_9B, "final_logit_softcapping": -30.0}, "model.hf_config.final_logit_softcapping"),
         ([1, 2], "model.hf_config"),
     ],
 )
