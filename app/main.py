@@ -14,7 +14,7 @@ from app.api.v1 import router as api_v1_router
 from app.middleware import GZIP_LEVEL, GZIP_MINIMUM_BYTES, Guard, Headers
 from app.web.assets import Assets
 from app.web.docs import router as docs_router
-from app.web.errors import error_page
+from app.web.errors import error_page, refusal_page
 from app.web.pages import router as pages_router
 
 ROOT_DIR = Path(__file__).resolve().parent.parent
@@ -54,7 +54,7 @@ def create_app() -> FastAPI:
         return {"status": "ok"}
 
     # Outermost last: headers on everything (refusals included), then compression, then the bounds.
-    application.add_middleware(Guard)
+    application.add_middleware(Guard, page=refusal_page)
     application.add_middleware(GZipMiddleware, minimum_size=GZIP_MINIMUM_BYTES, compresslevel=GZIP_LEVEL)
     application.add_middleware(Headers)
     return application

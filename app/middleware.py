@@ -6,8 +6,10 @@ Pure ASGI, so a refusal costs no parsing and no routing:
   byte now and then cannot hold a connection for long); a JSON body to the API is checked for size,
   nesting and number length before the framework parses it (`wire.loads_bounded`), a 422 in the API's
   error shape otherwise. At most `max_in_flight` requests are worked on at once (counted once their body
-  is in, so slow senders do not take the places); beyond that a 503 with `Retry-After`. `/healthz` is
-  never refused, so a health check passes while the service is busy.
+  is in, so slow senders do not take the places); beyond that a 503 with `Retry-After`. A request not
+  answered within `deadline_s` of its body's arrival is a 503 with `Retry-After` too, unless the answer
+  has begun. `/healthz` is never refused, so a health check passes while the service is busy. Refusals
+  are JSON in the API's error shape under /api/, and the page `page` renders elsewhere.
 - `Headers`: a strict Content-Security-Policy (scripts and styles from this origin only; style
   attributes allowed for the bars' widths), a Permissions-Policy that allows no device or sensor,
   nosniff, a referrer policy, no framing, on every response including refusals; caching that
@@ -19,8 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 from collections.abc import Awaitable, Callable, MutableMapping
+from http import HTTPStatus
 from typing import Any, Final
 
 from app.core import DomainError
@@ -31,8 +35,12 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+Page = Callable[[int, str], str]  # the HTML page for a status and what went wrong
 
 BODY_TIMEOUT_S: Final = 10.0
+# Every route answers in milliseconds (a 1,000-point sweep well under 2 s of CPU): one still running after this
+# is stuck or starved, and its client is better told so than kept waiting.
+REQUEST_DEADLINE_S: Final = 10.0
 MAX_IN_FLIGHT: Final = 256
 RETRY_AFTER_S: Final = 1
 HEALTH_PATH: Final = "/healthz"
@@ -62,47 +70,88 @@ NO_STORE: Final = b"no-store"
 _VERSIONED: Final = re.compile(r"-\d+\.\d+\.\d+[./]")
 
 
-async def _respond(send: Send, status: int, loc: list[str], message: str, headers: tuple = ()) -> None:
-    body = json.dumps({"detail": [{"loc": loc, "msg": message, "type": "value_error"}]}).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                            (b"connection", b"close"), *headers]})
-    await send({"type": "http.response.body", "body": body})
+logger = logging.getLogger(__name__)
+RETRY: Final = ((b"retry-after", str(RETRY_AFTER_S).encode()),)
+
+
+class _Reply:
+    """A request's send(): it knows whether the answer has begun, refuses in the request's own format, and drops
+    what a handler sends once a refusal has gone out in its place."""
+
+    def __init__(self, scope: Scope, send: Send, page: Page | None) -> None:
+        self.send, self.started, self.refused = send, False, False
+        self.page = page if not scope["path"].startswith("/api/") else None
+
+    async def __call__(self, message: Message) -> None:
+        if self.refused:
+            return
+        self.started = self.started or message["type"] == "http.response.start"
+        await self.send(message)
+
+    async def refuse(self, status: int, loc: list[str], message: str, headers: tuple = ()) -> None:
+        self.started = self.refused = True
+        if self.page is not None:
+            subject = "" if loc == ["request"] else f"the {loc[-1]} "
+            body, media = self.page(status, subject + message).encode(), b"text/html; charset=utf-8"
+        else:
+            kind = "value_error" if status == 422 else HTTPStatus(status).phrase.lower().replace(" ", "_")
+            body = json.dumps({"detail": [{"loc": loc, "msg": message, "type": kind}]}).encode()
+            media = b"application/json"
+        await self.send({"type": "http.response.start", "status": status,
+                         "headers": [(b"content-type", media), (b"content-length", str(len(body)).encode()),
+                                     (b"connection", b"close"), *headers]})
+        await self.send({"type": "http.response.body", "body": body})
 
 
 class Guard:
     def __init__(self, app: ASGIApp, *, max_body_bytes: int = MAX_BODY_BYTES,
-                 body_timeout_s: float = BODY_TIMEOUT_S, max_in_flight: int = MAX_IN_FLIGHT) -> None:
+                 body_timeout_s: float = BODY_TIMEOUT_S, max_in_flight: int = MAX_IN_FLIGHT,
+                 deadline_s: float = REQUEST_DEADLINE_S, page: Page | None = None) -> None:
         self.app, self.max_body_bytes, self.body_timeout_s = app, max_body_bytes, body_timeout_s
         self.max_in_flight, self.in_flight = max_in_flight, 0
+        self.deadline_s, self.page = deadline_s, page
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] == HEALTH_PATH:
             await self.app(scope, receive, send)
             return
+        await self._guarded(scope, receive, _Reply(scope, send, self.page))
+
+    async def _guarded(self, scope: Scope, receive: Receive, reply: _Reply) -> None:
         if scope["method"] not in ("GET", "HEAD", "OPTIONS"):
-            body = await self._body(scope, receive, send)
+            body = await self._body(scope, receive, reply)
             if body is None:
                 return
             receive = _replay(body, receive)
         if self.in_flight >= self.max_in_flight:
-            await _respond(send, 503, ["request"], f"the service is at its limit of {self.max_in_flight} requests "
-                                                   f"at once: try again in {RETRY_AFTER_S} s",
-                           ((b"retry-after", str(RETRY_AFTER_S).encode()),))
+            await reply.refuse(503, ["request"], f"the service is at its limit of {self.max_in_flight} requests "
+                                                 f"at once: try again in {RETRY_AFTER_S} s", RETRY)
             return
+        # The handler runs as a task of its own, so that its client hears at the deadline even while a worker thread
+        # computes (a thread cannot be stopped). It is not cancelled: it stays counted in flight until it ends, so
+        # requests past their deadline still count against the limit and the thread pool's.
         self.in_flight += 1
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            self.in_flight -= 1
+        work = asyncio.ensure_future(self.app(scope, receive, reply))
+        work.add_done_callback(lambda task: self._finished(task, reply))
+        await asyncio.wait((work,), timeout=self.deadline_s)
+        if work.done() or reply.started:
+            await work
+            return
+        await reply.refuse(503, ["request"], f"no answer within {self.deadline_s:g} s: try again in "
+                                             f"{RETRY_AFTER_S} s", RETRY)
 
-    async def _body(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
+    def _finished(self, work: asyncio.Future[None], reply: _Reply) -> None:
+        self.in_flight -= 1
+        if reply.refused and not work.cancelled() and work.exception() is not None:
+            logger.error("a request failed after its client was answered 503", exc_info=work.exception())
+
+    async def _body(self, scope: Scope, receive: Receive, reply: _Reply) -> bytes | None:
         """The whole body, checked; None once a refusal has been sent (or the client left)."""
         headers = dict(scope["headers"])
         declared = headers.get(b"content-length")
         too_large = f"is larger than {self.max_body_bytes:,} bytes"
         if declared is not None and (not declared.isdigit() or int(declared) > self.max_body_bytes):
-            await _respond(send, 413, ["body"], too_large if declared.isdigit() else "has an invalid length")
+            await reply.refuse(413, ["body"], too_large if declared.isdigit() else "has an invalid length")
             return None
         chunks, size = [], 0
         try:
@@ -115,20 +164,20 @@ class Guard:
                     chunk = message.get("body", b"")
                     size += len(chunk)
                     if size > self.max_body_bytes:
-                        await _respond(send, 413, ["body"], too_large)
+                        await reply.refuse(413, ["body"], too_large)
                         return None
                     chunks.append(chunk)
                     if not message.get("more_body"):
                         break
         except TimeoutError:
-            await _respond(send, 408, ["body"], f"did not arrive in full within {self.body_timeout_s:g} s")
+            await reply.refuse(408, ["body"], f"did not arrive in full within {self.body_timeout_s:g} s")
             return None
         body = b"".join(chunks)
         if scope["path"].startswith("/api/") and body and b"json" in headers.get(b"content-type", b"json"):
             try:
                 loads_bounded(body, "body")
             except DomainError as error:
-                await _respond(send, 422, ["body"], error.message)
+                await reply.refuse(422, ["body"], error.message)
                 return None
         return body
 
