@@ -7,9 +7,10 @@ Pure ASGI, so a refusal costs no parsing and no routing:
   nesting and number length before the framework parses it (`wire.loads_bounded`), a 422 in the API's
   error shape otherwise. At most `max_in_flight` requests are worked on at once (counted once their body
   is in, so slow senders do not take the places); beyond that a 503 with `Retry-After`. A request not
-  answered within `deadline_s` of its body's arrival is a 503 with `Retry-After` too, unless the answer
-  has begun. `/healthz` is never refused, so a health check passes while the service is busy. Refusals
-  are JSON in the API's error shape under /api/, and the page `page` renders elsewhere.
+  answered within `deadline_s` of its body's arrival is a 503 with `Retry-After` too, and so is one still
+  running when the server stops (its grace period over), unless the answer has begun. `/healthz` is never
+  refused, so a health check passes while the service is busy. Refusals are JSON in the API's error
+  shape under /api/, and the page `page` renders elsewhere.
 - `Headers`: a strict Content-Security-Policy (scripts and styles from this origin only; style
   attributes allowed for the bars' widths), a Permissions-Policy that allows no device or sensor,
   nosniff, a referrer policy, no framing, on every response including refusals; caching that
@@ -115,7 +116,15 @@ class Guard:
         if scope["type"] != "http" or scope["path"] == HEALTH_PATH:
             await self.app(scope, receive, send)
             return
-        await self._guarded(scope, receive, _Reply(scope, send, self.page))
+        reply = _Reply(scope, send, self.page)
+        try:
+            await self._guarded(scope, receive, reply)
+        except asyncio.CancelledError:
+            # Only the server cancels a request: it is stopping, and its grace period is over.
+            if reply.started:
+                raise
+            await reply.refuse(503, ["request"], f"the service is restarting: try again in {RETRY_AFTER_S} s",
+                               RETRY)
 
     async def _guarded(self, scope: Scope, receive: Receive, reply: _Reply) -> None:
         if scope["method"] not in ("GET", "HEAD", "OPTIONS"):

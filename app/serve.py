@@ -11,7 +11,8 @@ environment.
 Timeouts: a connection must send its request headers within HEADER_TIMEOUT_S of opening (or of the
 previous response), a request body must arrive in full within `middleware.BODY_TIMEOUT_S`, an idle
 keep-alive connection is closed after KEEP_ALIVE_S, and after SIGTERM the server stops within
-GRACEFUL_SHUTDOWN_S even with requests in flight.
+GRACEFUL_SHUTDOWN_S even with requests in flight: those still running then are answered 503 with
+Retry-After (`middleware.Guard`), and the process exits 0.
 
 Connections: from SHED_AT open connections on, each new one closes the connection that has been idle
 longest (no request, or headers still arriving, or between keep-alive requests), so sockets that send
@@ -25,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import signal
 import socket
 import sys
 from collections.abc import Mapping
@@ -169,9 +171,16 @@ def port_taken(host: str, port: int) -> bool:
     return False
 
 
+def _stopped(signum: int, frame: object) -> None:
+    raise SystemExit(0)
+
+
 def serve(settings: Settings) -> None:
     import uvicorn
 
+    # uvicorn stops gracefully on SIGTERM, then raises the signal again for the handler it found: this one makes
+    # a stop that was asked for a clean exit (0) rather than a death by the signal (143).
+    signal.signal(signal.SIGTERM, _stopped)
     uvicorn.run(
         "app.serve:application",
         factory=True,

@@ -122,3 +122,17 @@ def test_the_app_has_the_deadline_and_refuses_pages_with_a_page():
     assert "The service is at its limit" in page.text and page.headers["retry-after"] == "1"
     assert api.json()["detail"][0]["type"] == "service_unavailable"
 
+
+def test_a_request_cancelled_by_the_server_stopping_is_a_503_not_a_500():
+    """uvicorn cancels what still runs when its grace period ends; the client hears 503, and nothing is raised."""
+    async def main(client, guard):
+        request = asyncio.create_task(client.get("/api/thread"))
+        await asyncio.sleep(DEADLINE_S / 4)
+        request.cancel()
+        response = await request
+        await asyncio.sleep(SLOW_S)
+        return response
+
+    response = _run(main)
+    assert response.status_code == 503 and response.headers["retry-after"] == "1"
+    assert response.json()["detail"][0]["msg"] == "the service is restarting: try again in 1 s"
