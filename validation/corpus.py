@@ -14,6 +14,7 @@ that refuse are held fixed too. Each line is the setup's number, its fields, and
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import random
@@ -26,10 +27,12 @@ from app import wire
 from app.core.finetuning import Finetuning
 from app.core.job import JOB_FIELDS, Job, with_field
 
-SETUPS = 4_400  # about half are answered (2,200), the rest refused by a rule
+SETUPS = 4_400  # about half are answered, the rest refused by a rule
 SEED = 20261202
+# "custom:" a preset's shapes given field by field, with no model type (modelled as Llama, or Mixtral if a mixture).
 PRESETS = ("gpt2", "llama-3.2-1b", "llama-3-8b", "qwen3-0.6b", "gemma-3-1b", "olmo-2-7b", "phi-4", "mistral-7b",
-           "mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v2-lite", "gpt-oss-20b", "llama-3-70b")
+           "qwen2.5-7b", "mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v2-lite", "deepseek-v3", "gpt-oss-20b",
+           "llama-3-70b", "custom:llama-3.2-1b", "custom:mixtral-8x7b")
 DEGREES = {"parallelism.pipeline": (1, 2, 4), "parallelism.tensor": (1, 2, 4, 8), "parallelism.expert": (1, 2, 4, 8),
            "parallelism.expert_tensor": (1, 2, 4), "parallelism.data": (1, 2, 8, 64), "parallelism.context": (1, 2, 4),
            "parallelism.virtual_stages": (1, 2), "training.micro_batch_size": (1, 2, 4, 8),
@@ -57,7 +60,10 @@ def setups(count: int = SETUPS, seed: int = SEED) -> Iterator[tuple[str, Job | s
     rng = random.Random(seed)
     for _ in range(count):
         preset = rng.choice(PRESETS)
-        arch = core.get_preset(preset).architecture
+        custom, _, name = preset.rpartition(":")
+        arch = core.get_preset(name).architecture
+        if custom:
+            arch = dataclasses.replace(arch, model_type=None)
         finetuning = Finetuning()
         if rng.random() < 0.3:
             finetuning = Finetuning(method=rng.choice(("lora", "qlora")),

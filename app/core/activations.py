@@ -44,7 +44,6 @@ from app.core.saved.common import (
     CHECKPOINTING,
     CHECKPOINTING_CHOICES,
     FP32_BYTES,
-    FP32_ROUTING_MODELS,
     IMPLEMENTATION_CHOICES,
     IMPLEMENTATIONS,
     INDEX_BYTES,
@@ -75,7 +74,7 @@ from app.core.saved.mla import _hf_mla_layer, _refuse_unmodelled_mla
 # The names the rest of the core reads as act.<name>, defined in the rooms (app/core/saved/).
 __all__ = [
     "ATTENTIONS", "ATTENTION_CHOICES", "ActivationSetup", "Attention", "CHECKPOINTING", "CHECKPOINTING_CHOICES",
-    "Checkpointing", "Choice", "Device", "FP32_BYTES", "FP32_ROUTING_MODELS", "FULL_ATTENTION_MASK",
+    "Checkpointing", "Choice", "Device", "FP32_BYTES", "FULL_ATTENTION_MASK",
     "IMPLEMENTATIONS", "IMPLEMENTATION_CHOICES", "Implementation", "KERNELS", "Kernel", "SavedTensor", "Split",
     "attention_kernel", "checkpoint_held_activations", "checkpointed_layer_activations", "choices",
     "embedding_activations", "head_activations", "layer_activations", "logits_workspace", "megatron_fp8_layer",

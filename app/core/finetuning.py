@@ -32,6 +32,7 @@ from typing import Final
 
 from app.core.architecture import Architecture, ParamTensor, layer_tensors
 from app.core.errors import DomainError
+from app.core.families import family_of
 from app.core.units import ceil_div
 
 METHODS: Final = ("full", "lora", "qlora")
@@ -76,9 +77,10 @@ class Finetuning:
 
 def module_names(arch: Architecture) -> dict[str, str]:
     """Internal linear-weight name (``attn.q``...) -> the family's module name (``q_proj``...)."""
-    if arch.model_type == "gpt2":
+    names = family_of(arch).linear_names
+    if names == "gpt2":
         return _GPT2_NAMES
-    if arch.model_type == "phi3":
+    if names == "phi3":
         return _PHI3_NAMES
     if arch.is_mla:
         return _MLA_NAMES
@@ -143,7 +145,7 @@ def validate_finetuning(finetuning: Finetuning, arch: Architecture | None, *, au
                 raise DomainError("finetuning.target_modules", f"{name!r} is not a linear module of this model; "
                                                                f"it has {', '.join(sorted(known))} (or all-linear)")
         if arch.is_moe and ALL_LINEAR in f.target_modules and not (experts_wrapped(arch, f)
-                                                                   or arch.model_type in LINEAR_ONLY_MODELS):
+                                                                   or family_of(arch).peft_linear_only):
             # peft 0.21 wraps the stacked expert parameters (ParamWrapper, target_parameters) and, each forward,
             # folds the adapters into a new copy of the whole expert stack (torch.baddbmm in _LoraFactorsProxy),
             # which the experts' matmuls keep for backward: a second copy of every layer's experts in the weights'
@@ -162,15 +164,11 @@ def validate_finetuning(finetuning: Finetuning, arch: Architecture | None, *, au
             raise DomainError("finetuning.target_modules", "no linear module of this model matches")
 
 
-# Mixtures whose router and stacked experts peft 0.21's all-linear adapts (ParamWrapper); a custom mixture is
-# modelled as Mixtral.
-PARAM_WRAPPED_MODELS: Final = (None, "mixtral", "qwen3_moe", "deepseek_v3", "deepseek_v2")
-# ... of which DeepSeek's all-linear leaves the shared experts and the dense layers' MLPs (their gate_proj, up_proj
-# and down_proj are names peft 0.21 maps to the routed experts' parameters) as they are.
-_SHARED_LEFT_MODELS: Final = ("deepseek_v3", "deepseek_v2")
-# Mixtures whose all-linear in peft 0.21 adapts their nn.Linear modules alone: gpt-oss's attention; Qwen2-MoE's
-# attention, shared expert and shared expert gate (its router and experts are left as they are).
-LINEAR_ONLY_MODELS: Final = ("gpt_oss", "qwen2_moe")
+# Which mixtures peft 0.21's all-linear adapts how is a family's trait (app.core.families): the router and stacked
+# experts (ParamWrapper) on Mixtral, Qwen3-MoE and DeepSeek (a custom mixture is modelled as Mixtral), of which
+# DeepSeek's leaves the shared experts and the dense layers' MLPs as they are (their gate_proj, up_proj and
+# down_proj are names peft 0.21 maps to the routed experts' parameters); the nn.Linear modules alone on gpt-oss
+# (its attention) and Qwen2-MoE (its attention, shared expert and shared expert gate).
 _WRAPPED: Final = ("moe.router.weight", "moe.experts.gate_up", "moe.experts.down")
 
 
@@ -179,10 +177,10 @@ def experts_wrapped(arch: Architecture, finetuning: Finetuning) -> bool:
     DeepSeek wraps the router's weight and the experts' gate_up_proj and down_proj parameters (ParamWrapper,
     peft/tuners/lora/layer.py), measured on CPU (docs/VALIDATION.md, "Fine-tuning")."""
     return (finetuning.adapters and ALL_LINEAR in finetuning.target_modules and arch.is_moe
-            and arch.model_type in PARAM_WRAPPED_MODELS
+            and family_of(arch).peft_wraps_experts
             # a custom mixture is modelled as Mixtral, which has no shared experts: with them, what peft adapts
             # depends on the model's class
-            and not (arch.model_type is None and arch.has_shared_expert))
+            and not (family_of(arch).custom and arch.has_shared_expert))
 
 
 def targets_mlp(arch: Architecture, finetuning: Finetuning) -> bool:
@@ -201,7 +199,7 @@ def targeted(arch: Architecture, finetuning: Finetuning) -> tuple[ParamTensor, .
     linear = tuple(tensor for tensor in linear_modules(arch)
                    if ALL_LINEAR in wanted or names.get(_module_of(tensor)) in wanted)
     if experts_wrapped(arch, finetuning):
-        if arch.model_type in _SHARED_LEFT_MODELS:
+        if family_of(arch).peft_leaves_shared:
             linear = tuple(tensor for tensor in linear if not tensor.name.startswith(("moe.shared.", "mlp.")))
         linear += tuple(tensor for tensor in layer_tensors(arch) if tensor.name in _WRAPPED)
     return linear

@@ -13,6 +13,7 @@ from app.core import activations as act
 from app.core.allocator import ALLOCATORS
 from app.core.architecture import Architecture
 from app.core.errors import DomainError
+from app.core.families import family_of
 from app.core.finetuning import Finetuning, experts_wrapped, validate_finetuning
 from app.core.optimizers import OPTIMIZER_IMPLEMENTATIONS, check_optimizer
 from app.core.setup import (
@@ -278,7 +279,7 @@ def _finetuning(training: Training, parallelism: Parallelism, arch: Architecture
 
 def _liger_families(training: Training, parallelism: Parallelism, arch: Architecture) -> None:
     """Liger Kernel's patches are modelled for the Llama family's gated MLPs."""
-    if training.implementation == "liger" and (arch.model_type == "gpt2" or not arch.is_gated or arch.is_moe):
+    if training.implementation == "liger" and (family_of(arch).gpt2_modules or not arch.is_gated or arch.is_moe):
         raise DomainError("training.implementation", "Liger Kernel's patches are modelled for the Llama family's "
                                                      "gated MLPs (llama, mistral, qwen2/3, gemma, phi3); not for GPT-2, "
                                                      "other ungated MLPs or mixtures of experts")
@@ -364,7 +365,7 @@ def _moe_modelled(training: Training, parallelism: Parallelism, arch: Architectu
             # as Mixtral. DeepSeek's multi-head latent attention is not modelled under autocast, nor DeepSeek's
             # routers and shared experts; frozen parts and expert parallelism's send buffer (fp32 tokens) are not measured.
             why = None
-            if arch.model_type not in ("mixtral", "qwen3_moe", "qwen2_moe", "gpt_oss", None) or arch.n_shared_experts:
+            if not family_of(arch).moe_autocast_measured or arch.n_shared_experts:
                 why = f"of model type {arch.model_type}" if arch.model_type else "with DeepSeek-style shared experts"
             elif training.finetuning != Finetuning():
                 why = "with frozen parts"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from app.core.architecture import Architecture
 from app.core.categories import Breakdown
+from app.core.families import family_of
 from app.core.setup import UNUSUAL_MICRO_BATCH, UNUSUAL_SEQ_LEN, Parallelism, Training
 from app.core.timeline import Peak
 
@@ -116,6 +117,6 @@ def _layer_backward_unmodelled(arch: Architecture, training: Training, experts_b
         return "this mixture of experts"
     if arch.dropout > 0 or arch.attn_dropout > 0:
         return "dropout"
-    if not arch.is_gated and arch.model_type != "gpt2":
+    if not arch.is_gated and not family_of(arch).gpt2_modules:
         return "an MLP without a gate"
     return ""

@@ -12,6 +12,7 @@ from app.core.contributors.base import (
     finetunes,
     mlp_backward_modelled,
 )
+from app.core.families import family_of
 from app.core.timeline import Life
 from app.core.units import ceil_div, tensor_bytes
 
@@ -32,7 +33,7 @@ class Backward(StageBase):
             return
         if setup.implementation == "megatron" or kernel != "eager":
             return
-        if arch.model_type == "gpt2":  # softmax in the scores' own dtype, no cast to take a gradient of
+        if family_of(arch).gpt2_modules:  # softmax in the scores' own dtype, no cast to take a gradient of
             return
         if self.gradients_after_layer:
             return  # one of gpt-oss's layer backward moments there (`_gpt_oss_backward`)
@@ -170,7 +171,7 @@ class Backward(StageBase):
         arch, setup, training = self.arch, self.setup, self.training
         n, h, inter, w = setup.tokens, arch.hidden_size, arch.ffn_size, setup.half_bytes
         fp32 = act.FP32_BYTES
-        gemma3 = arch.model_type == "gemma3_text"
+        gemma3 = family_of(arch).sandwich_norms
         extra = (2 if w >= fp32 else 3) * n * h if gemma3 else 0
         output_grad = 0 if recomputed or (gemma3 and w < fp32) else n * h * w
         norm = 4 * n * h * fp32 + extra + output_grad

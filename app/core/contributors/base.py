@@ -11,6 +11,7 @@ from app.core import activations as act
 from app.core import states
 from app.core.architecture import Architecture
 from app.core.categories import MODEL_STATE_CATEGORIES
+from app.core.families import family_of
 from app.core.finetuning import targets_mlp
 from app.core.setup import (
     FP8_RECIPES,
@@ -185,8 +186,8 @@ def mlp_backward_modelled(arch: Architecture, training: Training, parallelism: P
     full = not finetunes(training)
     post_norm = arch.norm_placement != "pre" or arch.norms_per_layer != 2
     olmo2 = arch.norm_placement == "post" and arch.norms_per_layer == 2  # a norm after each block, none before
-    gemma3 = arch.model_type == "gemma3_text"  # norms before and after each block
-    gpt2 = arch.model_type == "gpt2" and full and not (arch.dropout or arch.attn_dropout)  # its MLP has no gate
+    gemma3 = family_of(arch).sandwich_norms  # norms before and after each block
+    gpt2 = family_of(arch).gpt2_modules and full and not (arch.dropout or arch.attn_dropout)  # its MLP has no gate
     return _backward_measured_layout(training, parallelism, setup) and not (
         arch.is_moe or arch.is_mla or (not arch.is_gated and not gpt2) or arch.fused_gate_up
         or (post_norm and full and not (olmo2 or gemma3))
@@ -205,9 +206,9 @@ def moe_backward_modelled(arch: Architecture, training: Training, parallelism: P
             and setup.half_bytes < act.FP32_BYTES and training.gradient_accumulation_steps == 1):
         return False
     kernel = act.attention_kernel(arch, setup)
-    if arch.model_type == "gpt_oss":  # trained in full, its attention eager (`_Stage._gpt_oss_backward`)
+    if family_of(arch).backward_by_moment:  # trained in full, its attention eager (`_Stage._gpt_oss_backward`)
         return not finetunes(training) and kernel == "eager"
-    return (arch.model_type in (None, "mixtral", "qwen3_moe") and not arch.is_mla
+    return (family_of(arch).moe_backward_measured and not arch.is_mla
             and not arch.n_shared_experts and not arch.shared_expert_gate
             and (not finetunes(training) or (ft.method == "lora" and not ft.frozen_layers and not targets_mlp(arch, ft)))
             and kernel not in ("eager", "math"))
@@ -224,7 +225,7 @@ class StageBase:
         self.texts = texts
         self.layer_saved = layer_saved  # what one layer saves without recomputation (`fp8_layer_saved` applied)
         # gpt-oss's layer backward, counted moment by moment with the layer's own gradients (`_gpt_oss_backward`)
-        self.gradients_after_layer = (arch.model_type == "gpt_oss"
+        self.gradients_after_layer = (family_of(arch).backward_by_moment
                                       and moe_backward_modelled(arch, training, parallelism, setup))
         self.phases, self.names = _layout(kind)
         n = kind.layers

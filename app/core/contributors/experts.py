@@ -14,6 +14,7 @@ from app.core.contributors.base import (
     finetunes,
     moe_backward_modelled,
 )
+from app.core.families import family_of
 from app.core.finetuning import experts_wrapped
 from app.core.timeline import Life
 from app.core.units import tensor_bytes
@@ -27,7 +28,7 @@ class Experts(StageBase):
 
         First, before any of the layer's gradients is written: the gradients of the routed tokens' weighted outputs
         and of the combine, three n·k × h tensors in the routing weights' dtype (fp32 for Mixtral, the activations'
-        for Qwen3-MoE, `act.FP32_ROUTING_MODELS`), beside the layer's output gradient (n × h); without recomputation,
+        for Qwen3-MoE, `Family.fp32_routing`), beside the layer's output gradient (n × h); without recomputation,
         where the fp32 routing weights widen the weighted output, n·k × h more of that difference. With LoRA under
         recomputation the combine's gradient (n·k × h in the activations' dtype) beside two n·k × h in the routing
         weights' dtype and three n × h can hold more (Mixtral at k = 1; Qwen3-MoE by 4 n·h bytes always).
@@ -170,9 +171,9 @@ class Experts(StageBase):
 
     def _routing(self) -> tuple[int, int, int, int, int]:
         """Tokens n, hidden size h, experts per token k, and the bytes of an activation (w) and of a routing weight
-        (r: fp32 for Mixtral and DeepSeek-V3, the activations' for Qwen3-MoE, `act.FP32_ROUTING_MODELS`)."""
+        (r: fp32 for Mixtral and DeepSeek-V3, the activations' for Qwen3-MoE, `Family.fp32_routing`)."""
         arch, w = self.arch, self.setup.half_bytes
-        r = act.FP32_BYTES if arch.model_type in act.FP32_ROUTING_MODELS else w
+        r = act.FP32_BYTES if family_of(arch).fp32_routing else w
         return self.setup.tokens, arch.hidden_size, arch.num_experts_per_tok, w, r
 
     def _routed_gradients(self) -> tuple[int, str]:

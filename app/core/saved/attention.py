@@ -4,15 +4,13 @@ saves, with eager attention's sinks and the query and key norms."""
 from __future__ import annotations
 
 from app.core.architecture import Architecture
+from app.core.families import family_of
 from app.core.saved.common import (
     FLASH_MAX_HEAD_DIM,
     FP32_BYTES,
-    FP32_NORMALISED_MODELS,
     HALF_DTYPES,
     INDEX_BYTES,
     MEM_EFFICIENT_LSE_ALIGN,
-    NO_SDPA_MODELS,
-    ONE_PLUS_WEIGHT_MODELS,
     ActivationSetup,
     Kernel,
     _Saved,
@@ -37,12 +35,12 @@ def attention_kernel(arch: Architecture, setup: ActivationSetup) -> Kernel:
     (which allows a different value head size, and MLA's key and value heads are never grouped).
 
     transformers has no sdpa path for gpt-oss (GptOssPreTrainedModel._supports_sdpa is False: sdpa takes no sink
-    logits), so ``sdpa`` is its default, eager (`NO_SDPA_MODELS`).
+    logits), so ``sdpa`` is its default, eager (`Family.eager_under_sdpa`).
     """
     choice = setup.attention
     if choice in ("eager", "memory-efficient", "math"):
         return choice  # an already resolved kernel
-    if choice == "sdpa" and arch.model_type in NO_SDPA_MODELS:
+    if choice == "sdpa" and family_of(arch).eager_under_sdpa:
         return "eager"
     unequal_heads = arch.is_mla and arch.v_head_dim != arch.head_size and choice == "sdpa"
     if setup.device == "cpu" or choice == "flash":
@@ -231,7 +229,7 @@ def _hf_softmax_bytes(arch: Architecture, setup: ActivationSetup) -> int:
     transformers materialises for eager attention is in the model's dtype (fp32 weights, so fp32)
     and the add promotes the half-precision scores (CUDA autocast would run softmax in fp32 anyway).
     """
-    if arch.model_type == "gpt2":
+    if family_of(arch).gpt2_modules:
         return FP32_BYTES if setup.autocast else setup.half_bytes
     return FP32_BYTES
 
@@ -244,7 +242,7 @@ def _hf_probs_bytes(arch: Architecture, setup: ActivationSetup) -> int:
     cos and sin are in the residual stream's dtype (fp32 under autocast), which the multiply
     promotes the half-precision query to.
     """
-    if arch.model_type == "gpt2" or arch.position_embedding != "rope":
+    if family_of(arch).gpt2_modules or arch.position_embedding != "rope":
         return setup.half_bytes
     return setup.stream_bytes
 
@@ -263,8 +261,8 @@ def _hf_qk_norms(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, w
     """
     n, d = setup.tokens, arch.head_size
     per_head = arch.qk_norm_over == "head"
-    normalised_bytes = FP32_BYTES if arch.model_type in FP32_NORMALISED_MODELS else setup.half_bytes
-    one_plus_weight = arch.model_type in ONE_PLUS_WEIGHT_MODELS
+    normalised_bytes = FP32_BYTES if family_of(arch).fp32_normalised else setup.half_bytes
+    one_plus_weight = family_of(arch).one_plus_weight
     for (name, heads), needed in zip((("q_norm", arch.num_attention_heads), ("k_norm", arch.kv_heads)), input_grads,
                                      strict=True):
         if not (needed or weight_grad):

@@ -80,34 +80,8 @@ INDEX_BYTES: Final = 8  # int64 token ids and labels
 MASK_BYTES: Final = 1  # a bool/uint8 dropout mask from a fused dropout kernel
 BOOL_BYTES: Final = 1  # a torch.bool tensor
 
-# Models whose RMSNorm multiplies by its weight in fp32 before casting back, so the normalised tensor it keeps is
-# fp32: Gemma's multiplies by (1 + weight), a new fp32 vector that the multiply keeps too (modeling_gemma.py,
-# GemmaRMSNorm; Gemma3RMSNorm likewise), OLMo 2's and gpt-oss's by the weight itself (modeling_olmo2.py,
-# Olmo2RMSNorm; modeling_gpt_oss.py, GptOssRMSNorm).
-FP32_NORMALISED_MODELS: Final = ("gemma", "gemma2", "gemma3_text", "olmo2", "gpt_oss")
-ONE_PLUS_WEIGHT_MODELS: Final = ("gemma", "gemma2", "gemma3_text")
-# Models whose rotary embedding returns cos and sin in fp32, without casting them to the activations' dtype
-# (modeling_olmo2.py, Olmo2RotaryEmbedding.forward; apply_rotary_pos_emb casts the rotated Q and K back).
-FP32_ROTARY_MODELS: Final = ("olmo2",)
-# Mixtures of experts whose experts multiply by the router's fp32 weights as they are (None: a custom architecture,
-# modelled as Mixtral); Qwen3-MoE casts them to the activations' dtype first.
-FP32_ROUTING_MODELS: Final = (None, "mixtral", "deepseek_v2", "deepseek_v3")
-# DeepSeek's mixtures (DeepseekV2Moe, DeepseekV3MoE): a router whose linear runs in fp32, and a shared MLP built even
-# with n_shared_experts 0.
-DEEPSEEK_MODELS: Final = ("deepseek_v2", "deepseek_v3")
-# Models whose sliding-window layers rotate with a base of their own, so that the rotary embedding computes a second
-# cos/sin pair (Gemma 3: rope_local_base_freq); gpt-oss's two kinds of layer share one.
-LOCAL_ROTARY_MODELS: Final = ("gemma3_text",)
-# Models whose rotary cos and sin are d/2 wide (the frequencies once, not concatenated twice): gpt-oss rotates the
-# two halves of each head with them (modeling_gpt_oss.py, GptOssRotaryEmbedding.forward and _apply_rotary_emb).
-HALF_ROTARY_MODELS: Final = ("gpt_oss",)
-# Models whose rotary embedding returns the frequencies as complex numbers, d/2 complex64 (two fp32 each) per position
-# in place of cos and sin (modeling_deepseek_v2.py, DeepseekV2RotaryEmbedding.forward: torch.polar).
-COMPLEX_ROTARY_MODELS: Final = ("deepseek_v2",)
+# The width of a complex64 element: DeepSeek-V2's rotary frequencies (app.core.families, complex_rotary).
 COMPLEX64_BYTES: Final = 8
-# Models transformers runs without an sdpa path (``_supports_sdpa = False``: gpt-oss, whose sinks sdpa cannot take);
-# asked for sdpa, the estimate models the eager attention that from_pretrained then picks by default.
-NO_SDPA_MODELS: Final = ("gpt_oss",)
 
 
 @dataclass(frozen=True)

@@ -4,10 +4,9 @@ experts, and experts wrapped for fine-tuning."""
 from __future__ import annotations
 
 from app.core.architecture import Architecture
+from app.core.families import family_of
 from app.core.saved.common import (
-    DEEPSEEK_MODELS,
     FP32_BYTES,
-    FP32_ROUTING_MODELS,
     INDEX_BYTES,
     MASK_BYTES,
     ActivationSetup,
@@ -51,10 +50,11 @@ def _hf_moe(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, weight
     width, wa = arch.expert_size, setup.half_bytes
     we = setup.stream_bytes  # the routed experts' dtype: the activations', or fp32 under autocast (grouped_mm)
     routed = n * k
-    gpt_oss = arch.model_type == "gpt_oss"
-    if arch.model_type == "deepseek_v3":
+    router = family_of(arch).router
+    gpt_oss = router == "gpt-oss"
+    if router == "deepseek-v3":
         _hf_deepseek_v3_router(saved, arch, setup, weights=weights)
-    elif arch.model_type == "deepseek_v2":
+    elif router == "deepseek-v2":
         _hf_deepseek_v2_router(saved, arch, setup, weights=weights)
     elif gpt_oss:
         _hf_gpt_oss_router(saved, arch, setup, weights=weights)
@@ -84,11 +84,11 @@ def _hf_moe(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, weight
             saved.add("moe.product", received * width, we, "expert")
     # Mixtral and DeepSeek-V3 apply their fp32 routing weights as they are; Qwen3-MoE casts them to the router
     # logits' dtype first (the activations', half precision under autocast).
-    saved.add("moe.routing_weights", received, FP32_BYTES if arch.model_type in FP32_ROUTING_MODELS else wa, "none")
+    saved.add("moe.routing_weights", received, FP32_BYTES if family_of(arch).fp32_routing else wa, "none")
     saved.add("moe.expert_output", received * h, we, "none")
     saved.add("moe.scatter_index", received, INDEX_BYTES, "none")
     shared = weights if shared_weights is None else shared_weights  # the shared experts', if not the router's
-    if arch.n_shared_experts or arch.model_type in DEEPSEEK_MODELS:
+    if arch.n_shared_experts or family_of(arch).deepseek_experts:
         _hf_shared_experts(saved, arch, setup, weights=shared)
     elif arch.shared_expert_gate:
         _hf_gated_shared_expert(saved, arch, setup, weights=shared, adapters=shared_adapters)
@@ -107,7 +107,7 @@ def _hf_wrapped_experts(saved: _Saved, arch: Architecture, setup: ActivationSetu
     are the adapters themselves. All in the weights' dtype. Measured on CPU: docs/VALIDATION.md, "Fine-tuning"."""
     e, h, width, r = arch.num_local_experts, arch.hidden_size, arch.expert_size, setup.finetuning.rank
     wb = setup.half_bytes
-    if arch.model_type not in DEEPSEEK_MODELS or wb == FP32_BYTES:
+    if not family_of(arch).deepseek_experts or wb == FP32_BYTES:
         # DeepSeek's router casts the weight to fp32 and keeps that cast instead (`_router_weight_fp32`)
         saved.add("moe.router.adapted_weight", e * h, wb, "none")
     saved.add("moe.experts.gate_up.adapted_weight", e * 2 * width * h, wb, "none")
@@ -212,7 +212,7 @@ def _hf_shared_experts(saved: _Saved, arch: Architecture, setup: ActivationSetup
     linears still keep their input. Frozen (`weights` False), its linears keep no input: neither the block's
     input nor the product."""
     n, wa, width = setup.tokens, setup.half_bytes, arch.shared_expert_size
-    if weights and not (arch.model_type in DEEPSEEK_MODELS and wa == FP32_BYTES):
+    if weights and not (family_of(arch).deepseek_experts and wa == FP32_BYTES):
         saved.add("moe.shared.input", n * arch.hidden_size, wa, "sequence")
     for name in ("gate", "act_output", "up", "product"):
         if weights or name != "product":

@@ -4,16 +4,13 @@ and the router's auxiliary loss."""
 from __future__ import annotations
 
 from app.core.architecture import Architecture
+from app.core.families import family_of
 from app.core.finetuning import Role, embeddings_train, head_trains
 from app.core.saved.attention import _hf_attention, _hf_qk_norms, attention_kernel
 from app.core.saved.common import (
     COMPLEX64_BYTES,
-    COMPLEX_ROTARY_MODELS,
     FP32_BYTES,
-    FP32_ROTARY_MODELS,
-    HALF_ROTARY_MODELS,
     INDEX_BYTES,
-    LOCAL_ROTARY_MODELS,
     ActivationSetup,
     SavedTensor,
     _Adapters,
@@ -39,7 +36,7 @@ def _hf_layer(arch: Architecture, setup: ActivationSetup, role: Role = "full", *
     weights, input_grad, names, adapted = _layer_tuning(arch, setup, role)
 
     def adapters_on(*modules: str) -> _Adapters:
-        return tuple((names.get(m, m) + ("" if m not in ("attn.o", "mlp.down") or arch.model_type != "gpt2"
+        return tuple((names.get(m, m) + ("" if m not in ("attn.o", "mlp.down") or not family_of(arch).gpt2_modules
                                          else f" ({m.split('.')[0]})"), adapted[m][1]) for m in modules if m in adapted)
 
     attn_in = adapters_on("attn.q", "attn.k", "attn.v", "attn.qkv")
@@ -109,11 +106,11 @@ def _hf_embedding(arch: Architecture, setup: ActivationSetup) -> list[SavedTenso
         # cos and sin, computed once per forward and kept by every layer's rotary multiply; Gemma 3 computes a
         # pair for each kind of layer (its sliding-window layers rotate with another base), in the stream's dtype;
         # gpt-oss's are half a head wide.
-        local = arch.model_type in LOCAL_ROTARY_MODELS and 0 < arch.sliding_window_layers < arch.num_hidden_layers
+        local = family_of(arch).local_rotary and 0 < arch.sliding_window_layers < arch.num_hidden_layers
         pairs = 2 if local else 1
-        columns = arch.rope_size // 2 if arch.model_type in HALF_ROTARY_MODELS else arch.rope_size
-        width = FP32_BYTES if arch.model_type in FP32_ROTARY_MODELS else setup.stream_bytes
-        if arch.model_type in COMPLEX_ROTARY_MODELS:
+        columns = arch.rope_size // 2 if family_of(arch).half_rotary else arch.rope_size
+        width = FP32_BYTES if family_of(arch).fp32_rotary else setup.stream_bytes
+        if family_of(arch).complex_rotary:
             # DeepSeek-V2's freqs_cis, 1 x s x d_r/2 complex64, which each layer's complex multiply keeps
             # (apply_rotary_emb: the fp32 view_as_complex of Q's and K's rotary parts times freqs_cis).
             saved.add("rope.freqs_cis_complex64", s * columns // 2, COMPLEX64_BYTES, "none")

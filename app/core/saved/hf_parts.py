@@ -4,10 +4,9 @@ adapters (LoRA, QLoRA) on them."""
 from __future__ import annotations
 
 from app.core.architecture import Architecture
+from app.core.families import family_of
 from app.core.saved.common import (
     FP32_BYTES,
-    FP32_NORMALISED_MODELS,
-    ONE_PLUS_WEIGHT_MODELS,
     ActivationSetup,
     _Adapters,
     _Saved,
@@ -51,10 +50,10 @@ def _hf_norm(saved: _Saved, prefix: str, arch: Architecture, setup: ActivationSe
     if input_grad:
         saved.add(f"{prefix}.input_fp32", n * h, FP32_BYTES, "sequence")
         saved.add(f"{prefix}.rstd", n, FP32_BYTES, "sequence")
-    fp32_normalised = arch.model_type in FP32_NORMALISED_MODELS
+    fp32_normalised = family_of(arch).fp32_normalised
     if weight_grad:
         saved.add(f"{prefix}.normalised", n * h, FP32_BYTES if fp32_normalised else ws, "sequence")
-    if input_grad and arch.model_type in ONE_PLUS_WEIGHT_MODELS:
+    if input_grad and family_of(arch).one_plus_weight:
         saved.add(f"{prefix}.one_plus_weight_fp32", h, FP32_BYTES, "none")
 
 

@@ -1,0 +1,94 @@
+"""One record per model family: the traits of its Hugging Face modules that the saved tensors, the backward moments,
+fine-tuning and the setup's rules read. Nothing else in the core asks which model type an architecture is; it asks
+its family (`family_of`) for the trait.
+
+An architecture given field by field (no model type) is modelled as Llama, or as Mixtral when it is a mixture.
+Where a trait was measured, the measurement is in docs/VALIDATION.md under the family's name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from app.core.architecture import Architecture
+
+Router = Literal["softmax", "gpt-oss", "deepseek-v2", "deepseek-v3"]
+LinearNames = Literal["llama", "gpt2", "phi3"]
+
+
+@dataclass(frozen=True)
+class Family:
+    model_type: str | None
+    custom: bool = False  # an architecture given field by field, with no model type
+    # Modules
+    gpt2_modules: bool = False  # GPT-2's: Conv1D linears, gelu_new, learned positions, scores kept in their dtype
+    linear_names: LinearNames = "llama"  # the linear modules' names, as fine-tuning's target_modules give them
+    sandwich_norms: bool = False  # a norm before and after each block (Gemma 3)
+    # Norms and rotary embeddings.
+    # RMSNorm multiplies by its weight in fp32 before casting back, so the normalised tensor it keeps is fp32:
+    # Gemma's by (1 + weight), a new fp32 vector that the multiply keeps too (modeling_gemma.py, GemmaRMSNorm;
+    # Gemma3RMSNorm likewise), OLMo 2's and gpt-oss's by the weight itself (Olmo2RMSNorm, GptOssRMSNorm).
+    fp32_normalised: bool = False
+    one_plus_weight: bool = False
+    # The rotary embedding returns cos and sin in fp32, not cast to the activations' dtype (modeling_olmo2.py,
+    # Olmo2RotaryEmbedding.forward; apply_rotary_pos_emb casts the rotated Q and K back).
+    fp32_rotary: bool = False
+    # The sliding-window layers rotate with a base of their own, a second cos/sin pair (Gemma 3:
+    # rope_local_base_freq); gpt-oss's two kinds of layer share one.
+    local_rotary: bool = False
+    # cos and sin d/2 wide, the frequencies once: gpt-oss rotates the two halves of each head with them
+    # (modeling_gpt_oss.py, GptOssRotaryEmbedding.forward and _apply_rotary_emb).
+    half_rotary: bool = False
+    # The frequencies as complex numbers, d/2 complex64 per position in place of cos and sin (modeling_deepseek_v2.py,
+    # DeepseekV2RotaryEmbedding.forward: torch.polar).
+    complex_rotary: bool = False
+    # No sdpa path in transformers (``_supports_sdpa = False``: gpt-oss, whose sinks sdpa cannot take); asked for
+    # sdpa, the estimate models the eager attention that from_pretrained then picks.
+    eager_under_sdpa: bool = False
+    # Mixtures of experts
+    router: Router = "softmax"
+    # The experts multiply by the router's fp32 weights as they are (Mixtral, DeepSeek; a custom mixture is modelled
+    # as Mixtral); Qwen3-MoE casts them to the activations' dtype first.
+    fp32_routing: bool = False
+    # DeepSeek's mixtures (DeepseekV2Moe, DeepseekV3MoE): a router whose linear runs in fp32, and a shared MLP built
+    # even with n_shared_experts 0.
+    deepseek_experts: bool = False
+    moe_backward_measured: bool = False  # the MoE block's backward working set, measured (Mixtral, Qwen3-MoE)
+    backward_by_moment: bool = False  # the layer's backward counted moment by moment (gpt-oss)
+    moe_autocast_measured: bool = False  # a mixture measured under torch.autocast
+    # Fine-tuning with peft 0.21's all-linear
+    peft_wraps_experts: bool = False  # adapts the router and the stacked experts' parameters (ParamWrapper)
+    peft_leaves_shared: bool = False  # ... but leaves the shared experts and the dense layers' MLPs (DeepSeek)
+    peft_linear_only: bool = False  # adapts the nn.Linear modules alone (gpt-oss, Qwen2-MoE)
+
+
+FAMILIES: Final[dict[str | None, Family]] = {family.model_type: family for family in (
+    Family(None, custom=True, fp32_routing=True, moe_backward_measured=True, moe_autocast_measured=True, peft_wraps_experts=True),
+    Family("gpt2", gpt2_modules=True, linear_names="gpt2"),
+    Family("llama"),
+    Family("mistral"),
+    Family("qwen2"),
+    Family("qwen3"),
+    Family("phi3", linear_names="phi3"),
+    Family("gemma", fp32_normalised=True, one_plus_weight=True),
+    Family("gemma2", fp32_normalised=True, one_plus_weight=True),
+    Family("gemma3_text", fp32_normalised=True, one_plus_weight=True, sandwich_norms=True, local_rotary=True),
+    Family("olmo2", fp32_normalised=True, fp32_rotary=True),
+    Family("mixtral", fp32_routing=True, moe_backward_measured=True, moe_autocast_measured=True,
+           peft_wraps_experts=True),
+    Family("qwen3_moe", moe_backward_measured=True, moe_autocast_measured=True, peft_wraps_experts=True),
+    Family("qwen2_moe", moe_autocast_measured=True, peft_linear_only=True),
+    Family("deepseek_v2", router="deepseek-v2", complex_rotary=True, fp32_routing=True, deepseek_experts=True,
+           peft_wraps_experts=True, peft_leaves_shared=True),
+    Family("deepseek_v3", router="deepseek-v3", fp32_routing=True, deepseek_experts=True, peft_wraps_experts=True,
+           peft_leaves_shared=True),
+    Family("gpt_oss", fp32_normalised=True, half_rotary=True, eager_under_sdpa=True, router="gpt-oss",
+           backward_by_moment=True, moe_autocast_measured=True, peft_linear_only=True),
+)}
+# A model type read from a config that no record names: modelled with no trait of its own.
+_PLAIN: Final = Family("")
+
+
+def family_of(arch: Architecture) -> Family:
+    return FAMILIES.get(arch.model_type, _PLAIN)
