@@ -25,6 +25,7 @@ run, and `zero_grad(set_to_none=True)` frees the gradients):
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Final
 
 from app.core import activations as act
@@ -96,11 +97,10 @@ def stage_ledger(arch: Architecture, training: Training, parallelism: Parallelis
     if layer_saved is None:
         layer_saved = fp8_layer_saved(arch, training, setup, act.layer_activations(arch, setup))
     stage = _Stage(arch, training, parallelism, kind, setup, layer_saved, texts=texts)
-    # The model states' buffers depend on the architecture, the stage, the layout and the training's precision,
-    # optimizer, framework, implementation, FP8 recipe and fine-tuning: not on the batch, the sequence, the attention
-    # or the loss, which a session changes most. They are kept per those inputs.
-    key = (arch, kind, parallelism, texts, training.precision, training.optimizer, training.optimizer_implementation,
-           training.adafactor_momentum, training.framework, training.implementation, training.fp8, training.finetuning)
+    # The model states' buffers depend on every input but the few that shape only the activations, the loss and the
+    # step's order (STEP_ONLY), which a session changes most. They are kept per the rest: a field added to Training
+    # is part of the key until it is named here, so the cache cannot answer for inputs it was not computed from.
+    key = (arch, kind, parallelism, texts, replace(training, **_STEP_DEFAULTS))
     kept = _STATE_BUFFERS.get(key)
     if kept is None:
         stage.model_states()
@@ -117,5 +117,9 @@ def stage_ledger(arch: Architecture, training: Training, parallelism: Parallelis
     return StageLedger(tuple(stage.buffers), stage.phases, tuple(stage.host))
 
 
+# Training's fields the model states' buffers never read (tests/core/test_ledger_cache.py checks each).
+STEP_ONLY: Final = ("micro_batch_size", "seq_len", "gradient_accumulation_steps", "attention",
+                    "activation_checkpointing", "loss", "loss_chunks", "loop", "allocator", "framework_overhead_bytes")
+_STEP_DEFAULTS: Final = {name: getattr(Training(), name) for name in STEP_ONLY}
 _STATE_BUFFERS: dict[tuple, tuple[tuple[Buffer, ...], tuple[Buffer, ...]]] = {}
 _MAX_STATE_BUFFERS: Final = 512
