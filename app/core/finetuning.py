@@ -205,12 +205,6 @@ def targeted(arch: Architecture, finetuning: Finetuning) -> tuple[ParamTensor, .
     return linear
 
 
-def adapter_elements(tensor: ParamTensor, rank: int) -> int:
-    """A (r × in) and B (out × r) beside a weight of shape (out, in)."""
-    out_features, in_features = tensor.shape
-    return rank * (in_features + out_features)
-
-
 def adapter_tensors(arch: Architecture, finetuning: Finetuning) -> tuple[ParamTensor, ...]:
     """One layer's adapter matrices, split for tensor parallelism as their base weight is."""
     out: list[ParamTensor] = []
@@ -256,11 +250,6 @@ def stored_weight_bytes(shape: tuple[int, ...], quantization: str) -> int:
     if quantization == "int8":
         return int8_bytes(shape)
     return quantized_bytes(shape[0] * shape[1], quantization)
-
-
-def trainable_layer(finetuning: Finetuning, index: int) -> bool:
-    """Whether the base weights of decoder layer `index` (from 0) train."""
-    return finetuning.method == "full" and index >= finetuning.frozen_layers
 
 
 def embeddings_train(finetuning: Finetuning) -> bool:

@@ -67,10 +67,6 @@ class Job:
         return tensors_pass(self.gpu, self.estimate(reserve=False).peak.bytes, self.training.framework_overhead_bytes,
                             communicator_bytes(self.parallelism, self.gpu.interconnect))
 
-    @property
-    def gpu_count(self) -> int:
-        return self.parallelism.world_size
-
 
 Kind = Literal["int", "choice", "bool"]
 

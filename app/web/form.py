@@ -122,9 +122,6 @@ class ParsedForm:
     def ok(self) -> bool:
         return self.estimate is not None and not self.errors
 
-    def checked(self, name: str) -> bool:
-        return self.values.get(name) == TRUE
-
 
 # --- reading single values ---------------------------------------------------------------------------
 
