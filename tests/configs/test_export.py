@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from app import core, wire
 from app.configs import import_config
-from app.configs import yaml as subset
+from app.configs import yaml as reader
 from app.configs.export import EXPORT_KINDS, complete, export_config, finetuning_of, same_implementation
 from app.core import DomainError
 
@@ -235,7 +235,7 @@ def test_yaml_exports_read_the_same_with_pyyaml(kind):
     yaml = pytest.importorskip("yaml")
     for precision, layout in itertools.product(PRECISIONS, LAYOUTS):
         text = export_config(body_of("gpt2", precision, "adamw", "fused", "full", layout), kind)["text"]
-        assert subset.loads(text) == yaml.safe_load(text)
+        assert reader.loads(text) == yaml.safe_load(text)
         assert "# " in text  # the comments for what trainmem does not model
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from app import configs, wire
 from app.configs import megatron
-from app.configs import yaml as subset
+from app.configs import yaml as reader
 from app.configs.torchtitan import loads as toml_loads
 from app.core import DomainError
 from tests.configs.helpers import SAMPLES, accounted, imported, leaves, merged, refused, sample
@@ -39,7 +39,7 @@ def test_every_key_is_understood_or_ignored(path):
                 for name, _ in megatron.flags(megatron.words(text, "text")[0])]
     else:
         data = (wire.loads_bounded(text, "text") if path.suffix == ".json" else
-                toml_loads(text, "text") if path.suffix == ".toml" else subset.loads(text))
+                toml_loads(text, "text") if path.suffix == ".toml" else reader.loads(text))
         keys = leaves(data)
     missing = [key for key in keys if not accounted(answer, key)]
     assert missing == []
@@ -128,8 +128,8 @@ def test_nothing_is_fetched_or_run():
 
 
 def test_the_package_needs_neither_pydantic_nor_the_web_framework():
-    """The command line can read configs without loading the API: app.configs imports the standard library, the
-    core and the API's plain-Python wire format only."""
+    """The command line can read configs without loading the API: app.configs imports the standard library, PyYAML
+    (a runtime dependency, for accelerate's and axolotl's files), the core and the plain-Python wire format only."""
     import ast
     import subprocess
     import sys
@@ -141,11 +141,11 @@ def test_the_package_needs_neither_pydantic_nor_the_web_framework():
             names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
             for name in names:
-                assert (name.split(".")[0] in sys.stdlib_module_names or name == "app" or
+                assert (name.split(".")[0] in sys.stdlib_module_names or name in ("app", "yaml") or
                         name.startswith(("app.core", "app.configs")) or name == "app.wire" or
                         (name == "app.api" and isinstance(node, ast.ImportFrom) and all(a.name == "wire" for a in node.names))), (path.name, name)
     code = ("import sys, app.configs, app.configs.export; "
-            "print(sorted(m for m in ('pydantic', 'fastapi', 'starlette', 'yaml') if m in sys.modules))")
+            "print(sorted(m for m in ('pydantic', 'fastapi', 'starlette') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
 
