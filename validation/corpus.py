@@ -22,8 +22,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from app import core
-from app import wire
+from app import core, wire
 from app.core.finetuning import Finetuning
 from app.core.job import JOB_FIELDS, Job, with_field
 

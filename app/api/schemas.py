@@ -496,7 +496,7 @@ class SweepRequest(EstimateRequest):
 class CostOut(BaseModel):
     kind: Literal[COST_ORDER] = Field(  # type: ignore[valid-type]
         description="What the fix costs besides memory, cheapest kind first: none, throughput, compute, "
-        "communication, hardware, numerics.")
+        "communication, host (host memory and PCIe traffic each step: offloading), hardware, numerics.")
     text: str = Field(description="The cost in words, with its source.")
     extra_compute: float | None = Field(description="Extra FLOPs per step as a fraction of the step's (recomputation).")
     extra_communication: float | None = Field(description="Extra data-parallel traffic as a fraction (ZeRO).")

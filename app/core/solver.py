@@ -22,7 +22,7 @@ from app.core.job import JOB_FIELDS, Job, field_value, with_field
 from app.core.optimizers import OPTIMIZER_INFO
 from app.core.precision import PRECISION_PRESETS
 from app.core.series import POLYNOMIAL, Fit, boundary, polynomial
-from app.core.setup import activation_setup, data_step, effective_loop
+from app.core.setup import OFFLOADS, activation_setup, data_step, effective_loop
 
 TARGETS: Final = {
     "micro_batch_size": "training.micro_batch_size",
@@ -46,8 +46,8 @@ class Solution:
 
 @dataclass(frozen=True)
 class Cost:
-    """What a fix costs besides memory. Kinds, cheapest first: none, throughput, compute, communication,
-    hardware, numerics."""
+    """What a fix costs besides memory. Kinds, cheapest first: none, throughput, compute, communication, host (host
+    memory and PCIe traffic each step), hardware, numerics."""
 
     kind: str
     text: str
@@ -56,7 +56,7 @@ class Cost:
     extra_gpus: int | None = None
 
 
-COST_ORDER: Final = ("none", "throughput", "compute", "communication", "hardware", "numerics")
+COST_ORDER: Final = ("none", "throughput", "compute", "communication", "host", "hardware", "numerics")
 
 
 @dataclass(frozen=True)
@@ -227,7 +227,7 @@ _ESTIMATES: ContextVar[dict[Job, Estimate] | None] = ContextVar("solver_estimate
 
 def _candidates(job: Job) -> list[Candidate]:
     out: list[Candidate] = []
-    for maker in (_free_changes, _batch_shape, _recomputation, _zero, _experts, _more_gpus, _numerics):
+    for maker in (_free_changes, _batch_shape, _recomputation, _zero, _offload, _experts, _more_gpus, _numerics):
         try:
             out.extend(maker(job))
         except DomainError:  # a kind of change this setup does not allow at all: no fixes of that kind
@@ -314,6 +314,34 @@ def _zero(job: Job) -> list[Candidate]:
                                           f"{volume[p.zero_stage]}Ψ; Rajbhandari et al. 2019, section 7)",
                          extra_communication=extra)))
     return out
+
+
+def _offload(job: Job) -> list[Candidate]:
+    """The optimizer's state, the fp32 master copy and the update moved to host memory (ZeRO-Offload, Ren et al.
+    2021, arXiv:2101.06840: ZeRO stage 2 with offload_optimizer, which runs on one GPU too); failing that, the
+    16-bit parameters as well (ZeRO-Infinity's offload_param, with ZeRO stage 3). The first of the two that fits."""
+    p = job.parallelism
+    if OFFLOADS[p.offload].parameters:
+        return []
+    steps = [] if OFFLOADS[p.offload].optimizer else [(max(p.zero_stage, 2), "optimizer")]
+    steps.append((3, "optimizer+parameters"))
+    for stage, offload in steps:
+        change: dict[str, object] = {"parallelism.offload": offload}
+        if stage != p.zero_stage:
+            change["parallelism.zero_stage"] = stage
+        varied = job
+        for path, value in change.items():
+            varied = with_field(varied, path, value)
+        if not _fits(varied):
+            continue
+        what = "the optimizer's state and the fp32 master copy" if offload == "optimizer" else \
+            "the optimizer's state, the fp32 master copy and the 16-bit weights"
+        where = f"ZeRO stage {stage}" + (f" over the {p.data} data-parallel GPUs" if p.data > 1 else " on one GPU")
+        return [(change, f"Offload {what} to the CPU ({where})",
+                 Cost("host", f"no more GPUs: {what} live in host memory and the update runs on the CPU; each "
+                                    "step sends the gradients to the host and the updated weights back over PCIe "
+                                    "(ZeRO-Offload, Ren et al. 2021)"))]
+    return []
 
 
 def _experts(job: Job) -> list[Candidate]:

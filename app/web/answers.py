@@ -29,7 +29,7 @@ from app.web.view import format_bytes
 # What each cost kind is called beside a fix (app.core.solver.COST_ORDER, cheapest first).
 COST_LABELS: Final[dict[str, str]] = {
     "none": "free", "throughput": "throughput", "compute": "compute", "communication": "communication",
-    "hardware": "more GPUs", "numerics": "numerics",
+    "host": "host memory", "hardware": "more GPUs", "numerics": "numerics",
 }
 # Answers are kept for this many recent jobs: the unit switch, a pin and the way back ask again for the same job.
 CACHED_JOBS: Final = 64

@@ -326,9 +326,10 @@ def parse_form(params: Mapping[str, str]) -> ParsedForm:
         parallelism["expert"] = read("expert", parse_int)
         if _above(values["expert"], 1):
             parallelism["expert_load"] = read("expert_load", parse_factor)
-        parallelism["offload"] = values["offload"]
-        if values["offload"] != "none":
-            parallelism["gpus_per_node"] = read("gpus_per_node", parse_int)
+    # ZeRO and offloading count at one GPU too: ZeRO-Offload runs the optimizer on the host for a single GPU.
+    parallelism["offload"] = values["offload"]
+    if values["offload"] != "none":
+        parallelism["gpus_per_node"] = read("gpus_per_node", parse_int)
     if _above(values["tensor"], 1) and values["expert_tensor"].strip():
         parallelism["expert_tensor"] = read("expert_tensor", parse_int)
     if _above(values["pipeline"], 1):
@@ -355,9 +356,6 @@ def parse_form(params: Mapping[str, str]) -> ParsedForm:
         result = run_estimate(request)
     except core.DomainError as error:
         control, message = control_for(error.field.split("."), error.message, source)
-        if control == "zero_stage" and not _above(values["data"], 1):
-            # ZeRO is on screen only with data parallelism: the rule speaks at the convention that asked for it.
-            control, message = "framework", f"{message} (the ZeRO stage shows with more than one data-parallel GPU)"
         return ParsedForm(source, unit, values, refilled=refill, request=request, errors={control: message})
     return ParsedForm(source, unit, values, refilled=refill, request=request, estimate=result, host_ram_bytes=host_ram)
 

@@ -52,4 +52,5 @@ def test_a_field_outside_the_list_is_part_of_the_key():
     arch = core.get_preset("gpt2").architecture
     adam = core.estimate(architecture=arch, training=core.Training(optimizer="adamw"), reserve=False)
     sgd = core.estimate(architecture=arch, training=core.Training(optimizer="sgd"), reserve=False)
-    assert adam.per_gpu.categories()["optimizer_states"] > 0 == sgd.per_gpu.categories()["optimizer_states"]
+    assert (adam.per_gpu.categories()["optimizer_states"] or 0) > 0
+    assert sgd.per_gpu.categories()["optimizer_states"] == 0

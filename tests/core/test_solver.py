@@ -92,7 +92,8 @@ def test_every_fix_fits_and_they_come_cheapest_first():
 def test_zero_3_costs_half_again_the_traffic():
     # Model states of 16 B per parameter (128 GB) do not fit one A100 80GB; sharded over 8 they do.
     job = _job(seq_len=4096, data=8, zero_stage=0, gpu="a100-80gb")
-    zero = {fix.change["parallelism.zero_stage"]: fix.cost for fix in fixes(job) if "parallelism.zero_stage" in fix.change}
+    zero = {fix.change["parallelism.zero_stage"]: fix.cost for fix in fixes(job)
+            if set(fix.change) == {"parallelism.zero_stage"}}
     assert set(zero) == {1, 2, 3}
     # Rajbhandari et al. 2019, section 7: stages 1-2 move 2Ψ per step like data parallelism, stage 3 moves 3Ψ.
     assert zero[3].extra_communication == pytest.approx(0.5)
@@ -133,3 +134,30 @@ def test_expert_parallelism_is_offered_for_a_mixture():
     for smaller in (2, 4):
         if smaller < degree:
             assert with_field(job, "parallelism.expert", smaller).estimate().peak.bytes > capacity
+
+
+def test_a_newcomer_on_one_gpu_gets_offloading_before_more_gpus():
+    # Llama-3-8B, AdamW in bf16 with an fp32 master copy, 4,096 tokens, one H100 80GB: 16 bytes a parameter of
+    # model states alone (128 GB) cannot fit; ZeRO-Offload moves 12 of them to the host and runs on one GPU.
+    job = Job(architecture=core.get_preset("llama-3-8b").architecture, training=core.Training(seq_len=4096),
+              gpu=core.get_gpu("h100-80gb"))
+    first = fixes(job)[0]
+    assert first.change == {"parallelism.offload": "optimizer", "parallelism.zero_stage": 2}
+    assert first.cost.kind == "host" and first.estimate.gpu is not None and first.estimate.gpu.fits
+    assert all(fix.cost.kind in ("host", "hardware", "numerics") for fix in fixes(job))  # nothing cheaper fits
+
+
+def test_zero_without_offload_comes_before_offloading():
+    # Eight GPUs: sharding the states over them (no more traffic at stage 1 or 2) is cheaper than moving them to the
+    # host, and is offered first.
+    job = _job(seq_len=4096, data=8, zero_stage=0, gpu="a100-80gb")
+    kinds = [fix.cost.kind for fix in fixes(job)]
+    assert "communication" in kinds and "host" in kinds
+    assert kinds.index("communication") < kinds.index("host")
+
+
+def test_a_mixture_with_expert_parallelism_gets_offloading_before_more_gpus():
+    job = Job(architecture=core.get_preset("mixtral-8x7b").architecture, training=core.Training(seq_len=4096),
+              parallelism=core.Parallelism(data=8, expert=8), gpu=core.get_gpu("h100-80gb"))
+    first = fixes(job)[0]
+    assert first.change["parallelism.offload"] == "optimizer" and first.cost.kind == "host"

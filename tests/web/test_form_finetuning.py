@@ -80,9 +80,9 @@ def test_loss_context_and_virtual_stages_feed_their_fields():
 
 def test_hidden_controls_do_not_count():
     form = parse_form({"loss": "standard", "loss_chunks": "bad", "pipeline": "1", "virtual_stages": "bad",
-                       "data": "1", "offload": "optimizer"})
+                       "data": "1", "expert": "bad"})
     assert form.ok and form.request is not None, form.errors
-    assert form.request.parallelism.offload == "none"
+    assert form.request.parallelism.expert == 1
 
 
 def test_offload_feeds_the_host_estimate_and_the_host_ram():

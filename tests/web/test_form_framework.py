@@ -75,7 +75,7 @@ def test_the_convention_feeds_the_api_field_and_changes_the_breakdown(client):
 
 @pytest.mark.parametrize(("params", "control", "words"), [
     (FSDP2 | {"zero_stage": "1"}, "zero_stage", "choose ZeRO stage 3"),
-    ({"framework": "fsdp2"}, "framework", "shows with more than one data-parallel GPU"),  # ZeRO is hidden
+    ({"framework": "fsdp2"}, "zero_stage", "choose ZeRO stage 3"),  # at one GPU too: ZeRO is on screen
     (FSDP2 | {"method": "lora"}, "framework", "Fine-tuning under the fsdp2 convention"),
     ({"framework": "megatron"}, "framework", "choose the megatron implementation"),
     ({"framework": "megatron", "implementation": "megatron", "data": "8", "zero_stage": "2"}, "zero_stage",

@@ -153,11 +153,19 @@ def test_the_url_reopens_the_same_state(client):
     assert " GB" in html
 
 
-def test_zero_stage_is_shown_only_with_data_parallelism(client):
+def test_zero_and_offload_are_on_screen_at_one_gpu_expert_parallelism_with_data_parallelism(client):
+    # ZeRO-Offload runs on one GPU: a newcomer's cheapest fix needs both controls there.
     single = client.get("/").text
-    assert re.search(r'data-show-when="data&gt;1" hidden disabled', single)
+    assert re.search(r'<select id="f-zero_stage"', single) and re.search(r'<select id="f-offload"', single)
+    assert not re.search(r'data-show-when="data&gt;1"[^>]*>\s*<legend class="sr-only">ZeRO', single)
+    assert re.search(r'data-show-when="data&gt;1" hidden disabled>\s*<legend class="sr-only">Expert parallelism', single)
     multi = client.get("/?data=4").text
     assert not re.search(r'data-show-when="data&gt;1" hidden', multi)
+
+
+def test_offload_at_one_gpu_is_estimated(client):
+    html = client.get("/?preset=llama-3-8b&seq_len=4096&gpu=h100-80gb&zero_stage=2&offload=optimizer").text
+    assert "Fits, with" in html
 
 
 QUERY_VALUES = ["", "0", "-1", "1", "3", "7", "1e9", "abc", "99999999999999999999", "true", "custom", "{", "%00", "null"]
