@@ -1,6 +1,6 @@
 """Training configs in and out: a framework's config file read into an estimate body, and written back.
 
-Standard library only (and the core), so the command line can read a config without the web framework.
+The standard library, PyYAML and the core only, so the command line can read a config without the web framework.
 
 * `import_config(kind, text)` and `import_files([(kind, text), ...])` answer
   ``{"kind", "kinds", "request", "understood", "ignored", "assumed"}``: `request` is an estimate body for
