@@ -3,8 +3,11 @@
     trainmem estimate --model llama-3-8b --seq-len 4096 --gpu h100-80gb
     trainmem estimate --config path/to/config.json --micro-batch-size 2 --tensor 2 --zero-stage 1
     trainmem solve --model llama-3-8b --gpu a100-80gb --target micro_batch_size
-    trainmem sweep --model llama-3-8b --gpu h100-80gb --vary training.seq_len --values 1024,2048,4096
+    trainmem sweep --model llama-3-8b --gpu h100-80gb --vary seq_len --values 1024,2048,4096
     trainmem serve --port 8000
+
+`estimate` exits 1 when the job runs out of memory on the GPU given (0 when it fits), so a script can test it;
+a usage error is 2.
 
 Every field of the API's request is a flag, its name with dashes (`--seq-len` for training.seq_len,
 `--tensor` for parallelism.tensor); the model is `--model ID` (a preset), `--config PATH` (a Hugging Face
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import functools
 import json
 import os
@@ -310,9 +314,17 @@ def build_parser(command: str | None = None) -> Parser:
 
 
 def _vary(text: str) -> str:
-    if text not in JOB_FIELDS:
-        raise argparse.ArgumentTypeError(f"cannot vary {text!r}; choose from {', '.join(JOB_FIELDS)}")
-    return text
+    """A field to vary, by its request path (training.seq_len) or, where that is unambiguous, its last part
+    (seq_len); a name it does not know gets the nearest ones as suggestions."""
+    if text in JOB_FIELDS:
+        return text
+    by_name = [path for path in JOB_FIELDS if path.rpartition(".")[2] == text]
+    if len(by_name) == 1:
+        return by_name[0]
+    names = sorted({path.rpartition(".")[2] for path in JOB_FIELDS} | set(JOB_FIELDS))
+    near = difflib.get_close_matches(text, names, n=3, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(near)}?" if near else " (see --help for the fields)"
+    raise argparse.ArgumentTypeError(f"cannot vary {text!r}{hint}")
 
 
 def _port(text: str) -> int:
@@ -530,11 +542,20 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.json:
         print(json.dumps(result, indent=2))
-        return 0
+        return exit_status(result, args.command)
     if read is not None:
         print("\n".join(import_text(read)), end="\n\n", file=sys.stderr if args.command == "export" else sys.stdout)
     print("\n".join(TEXT[args.command](result)))
-    return 0
+    return exit_status(result, args.command)
+
+
+def exit_status(result: Mapping[str, Any], command: str) -> int:
+    """An estimate's exit status says the verdict, for scripts: 0 when it fits (or no GPU was given), 1 when it
+    runs out of memory on the GPU given; 2 is a usage error. The other commands answer 0."""
+    if command != "estimate":
+        return 0
+    gpu = result.get("gpu")
+    return 1 if gpu is not None and not gpu["fits"] else 0
 
 
 def import_text(read: Mapping[str, Any]) -> list[str]:
@@ -627,7 +648,7 @@ def run_body(text: str) -> int:
         print(json.dumps(error_detail(error.field, error.message), indent=2), file=sys.stderr)
         return 2
     print(json.dumps(result, indent=2))
-    return 0
+    return exit_status(result, "estimate")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

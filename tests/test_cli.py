@@ -49,9 +49,11 @@ def trainmem(*args: str, stdin: str | None = None) -> subprocess.CompletedProces
 
 def json_of(*args: str) -> dict:
     done = trainmem(*args, "--json")
-    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    over = args[0] == "estimate" and answer.get("gpu") is not None and not answer["gpu"]["fits"]
+    assert done.returncode == (1 if over else 0), done.stderr  # an estimate's status is its verdict
     assert done.stderr == ""
-    return json.loads(done.stdout)
+    return answer
 
 
 def api(path: str, body: dict) -> dict:
@@ -189,7 +191,7 @@ def test_a_json_body_as_argument_or_on_stdin_prints_the_estimate():
     body = {"model": {"preset": "llama-3-8b"}, "training": {"seq_len": 4096}, "gpu": "h100-80gb"}
     expected = api("estimate", body)
     for done in (trainmem(json.dumps(body)), trainmem(stdin=json.dumps(body))):
-        assert done.returncode == 0, done.stderr
+        assert done.returncode == 1, done.stderr  # it does not fit the H100
         assert json.loads(done.stdout) == expected
 
 
@@ -217,7 +219,7 @@ def test_a_bad_json_body_is_answered_with_the_apis_error_detail(body, loc):
 
 def test_estimate_table():
     done = trainmem("estimate", "--model", "llama-3-8b", "--seq-len", "4096", "--gpu", "h100-80gb")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1, done.stderr  # it does not fit: a script can test the verdict
     result = api("estimate", {"model": {"preset": "llama-3-8b"}, "training": {"seq_len": 4096}, "gpu": "h100-80gb"})
     out = done.stdout
     assert "Does not fit on NVIDIA H100" in out and "GiB short" in out
@@ -226,8 +228,24 @@ def test_estimate_table():
     assert "At the peak (GiB)" in out and "Per-GPU sum (GiB)" in out
     total = next(line for line in out.splitlines() if line.startswith("Total"))
     assert total.split()[1:] == [f"{peak['bytes'] / 2**30:,.2f}", f"{result['per_gpu']['total'] / 2**30:,.2f}"]
-    fits = trainmem("estimate", "--model", "gpt2", "--gpu", "h100-80gb").stdout
-    assert "Fits on" in fits and "GiB headroom" in fits
+    fits = trainmem("estimate", "--model", "gpt2", "--gpu", "h100-80gb")
+    assert fits.returncode == 0 and "Fits on" in fits.stdout and "GiB headroom" in fits.stdout
+
+
+def test_the_exit_status_is_the_verdict_in_json_and_for_a_body_too():
+    over = ["estimate", "--model", "llama-3-8b", "--seq-len", "4096", "--gpu", "h100-80gb", "--json"]
+    assert cli.main(over) == 1
+    assert cli.main(over[:-3] + ["--json"]) == 0  # no GPU, no verdict
+    body = json.dumps({"model": {"preset": "llama-3-8b"}, "training": {"seq_len": 4096}, "gpu": "h100-80gb"})
+    assert cli.main([body]) == 1
+    assert cli.main(["solve", "--model", "llama-3-8b", "--gpu", "h100-80gb", "--target", "seq_len", "--json"]) == 0
+
+
+def test_vary_takes_a_fields_last_part_and_suggests_near_names():
+    assert cli.main(["sweep", "--model", "gpt2", "--vary", "seq_len", "--values", "512,1024", "--json"]) == 0
+    done = trainmem("sweep", "--model", "gpt2", "--vary", "seqlen", "--values", "512")
+    assert done.returncode == 2 and "did you mean seq_len?" in done.stderr
+    assert len(done.stderr) < 200  # a suggestion, not the list of every field
 
 
 def test_estimate_table_without_an_architecture():
