@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from urllib.parse import parse_qs, urlparse
 
 import pytest
@@ -38,3 +39,22 @@ def test_the_qlora_preset_link_changes_the_verdict_and_shows_the_trainable_count
     expect(page.locator("#f-rank")).to_be_hidden()
     expect(page.locator("#f-frozen_layers")).to_be_visible()
     expect(page.locator("#results .trainable")).to_have_count(0)
+
+
+def test_a_common_setup_link_keeps_the_setup_edited_since_the_page_loaded(watched: Page, base_url: str):
+    # The links were fixed when the page loaded: after choosing an RTX 4090, "QLoRA r=16 all-linear" switched back to
+    # the H100 the page loaded with, and said it fit with 51 GiB to spare.
+    page = watched
+    page.goto(base_url + "/?gpu=h100-80gb")
+    page.select_option("#f-gpu", "rtx-4090-24gb")
+    page.wait_for_url(lambda url: parse_qs(urlparse(url).query).get("gpu") == ["rtx-4090-24gb"])
+    page.fill("#f-seq_len", "4096")
+    page.wait_for_url(lambda url: parse_qs(urlparse(url).query).get("seq_len") == ["4096"])
+    link = page.locator("a.preset-link", has_text="QLoRA r=16 all-linear")
+    expect(link).to_have_attribute("href", re.compile(r"gpu=rtx-4090-24gb"))
+    expect(link).to_have_attribute("href", re.compile(r"seq_len=4096"))
+    link.click()
+    page.wait_for_url(lambda url: parse_qs(urlparse(url).query).get("method") == ["qlora"])
+    query = parse_qs(urlparse(page.url).query)
+    assert query["gpu"] == ["rtx-4090-24gb"] and query["seq_len"] == ["4096"]
+    expect(page.locator("#f-gpu")).to_have_value("rtx-4090-24gb")
