@@ -83,6 +83,7 @@
   /* A change event after a debounced input of the same value would repeat the request (and add a
      history entry); skip requests whose query is the one already shown. */
   var shownQuery = location.search.replace(/^\?/, "");
+  var showsMessages = false;  /* the page shows an invalid value's messages, not the address's setup */
   function queryOf(detail) {
     return new URLSearchParams(detail.formData).toString();
   }
@@ -100,6 +101,20 @@
       return;
     }
     shownQuery = query;
+    /* Typing replaces the history entry (the server says so); a choice made adds one. */
+    var trigger = event.detail.triggeringEvent;
+    if (trigger && trigger.type === "input") event.detail.headers["X-Edit"] = "typing";
+    /* After an invalid value the address still names the last valid setup, but the page shows its messages:
+       the next update is sent whole, not as what differs from that address. */
+    if (showsMessages) event.detail.headers["HX-Current-URL"] = "";
+  });
+  document.addEventListener("htmx:afterRequest", function (event) {
+    if (!event.detail.xhr) return;
+    if (event.detail.elt.id === "calc") {
+      showsMessages = event.detail.xhr.getResponseHeader("HX-Reswap") === "none";
+    } else if (event.detail.elt.hasAttribute("data-apply")) {
+      showsMessages = false;  /* a link brought a whole new form */
+    }
   });
 
   /* After a link applied an answer (and the form came back with it), focus goes to the new verdict. */
@@ -109,6 +124,7 @@
   });
   window.addEventListener("popstate", function () {
     shownQuery = location.search.replace(/^\?/, "");
+    showsMessages = false;
   });
   document.addEventListener("htmx:historyRestore", function () {
     shownQuery = location.search.replace(/^\?/, "");

@@ -45,6 +45,7 @@ from app.web.sweeps import sweeps
 from app.web.view import UNIT_BYTES, format_bytes, format_size_input, result_view
 
 VARY: Final = "HX-Request, HX-History-Restore-Request, HX-Target, HX-Current-URL"
+EDIT_HEADER: Final = "X-Edit"  # "typing" when static/app.js sends an update for text typed, not a choice made
 FORM_ID: Final = "calc"  # an htmx request that targets the whole form gets the whole page
 PASTE_ID: Final = "paste"  # the paste box, which alone changes when a pasted config cannot be read
 UPDATES_KEPT: Final = 32  # rendered updates kept, by query: the setup shown is usually one just rendered
@@ -248,7 +249,12 @@ def _update_response(request: Request, key: tuple[str, str | None]) -> HTMLRespo
         response = HTMLResponse(body)
     if not swapped:
         response.headers["HX-Reswap"] = "none"
-    response.headers["Vary"] = f"{VARY}, Accept-Encoding"
+        response.headers["HX-Push-Url"] = "false"  # the address keeps the last setup that gave an answer
+    elif request.headers.get(EDIT_HEADER) == "typing":
+        # Typing replaces the history entry rather than adding one per pause; a choice made (a select, a
+        # checkbox) adds one, so the way back steps through choices, not keystrokes.
+        response.headers["HX-Replace-Url"] = f"{request.url.path}?{request.url.query}"
+    response.headers["Vary"] = f"{VARY}, {EDIT_HEADER}, Accept-Encoding"
     return response
 
 

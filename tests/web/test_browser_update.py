@@ -39,11 +39,14 @@ def _same_as_a_fresh_load(page: Page) -> None:
         assert live[region] == html, region
 
 
-def _update(page: Page, action, field: str, value: str) -> Response:
+def _update(page: Page, action, field: str, value: str, *, valid: bool = True) -> Response:
     with page.expect_response(lambda r: r.request.headers.get("hx-request") == "true"
                               and parse_qs(urlparse(r.url).query).get(field) == [value]) as answer:
         action()
-    _settle(page, field, value)
+    if valid:
+        _settle(page, field, value)
+    else:  # the address keeps the last valid setup
+        page.wait_for_function(SETTLED)
     return answer.value
 
 
@@ -65,7 +68,7 @@ def test_each_change_shows_what_a_fresh_load_of_its_address_shows(watched: Page,
     _same_as_a_fresh_load(page)
 
     # An invalid value keeps the last result, marked out of date; the next valid one brings the whole result back.
-    _update(page, lambda: page.fill("#f-tensor", "3"), "tensor", "3")
+    _update(page, lambda: page.fill("#f-tensor", "3"), "tensor", "3", valid=False)
     expect(page.locator("#error-tensor")).to_contain_text("divisible")
     expect(page.locator("#f-tensor")).to_have_attribute("aria-invalid", "true")
     expect(page.locator("#results-status")).to_contain_text("Out of date")
@@ -92,3 +95,26 @@ def test_each_change_shows_what_a_fresh_load_of_its_address_shows(watched: Page,
     _same_as_a_fresh_load(page)
     _update(page, lambda: page.fill("#f-seq_len", "2048"), "seq_len", "2048")
     _same_as_a_fresh_load(page)
+
+
+def test_the_address_holds_the_last_valid_setup_and_typing_adds_no_history(watched: Page, base_url: str):
+    page = watched
+    page.goto(base_url + "/?seq_len=2048")
+    start = page.evaluate("history.length")
+
+    # An invalid value gets its message, and the address keeps the setup that gave the answer on screen.
+    with page.expect_response(lambda response: "seq_len=abc" in response.url):
+        page.fill("#f-seq_len", "abc")
+    expect(page.locator("#error-seq_len")).not_to_be_empty()
+    assert parse_qs(urlparse(page.url).query)["seq_len"] == ["2048"]
+
+    # Typing valid values replaces the entry rather than adding one per pause.
+    for value in ("4096", "8192"):
+        page.fill("#f-seq_len", value)
+        page.wait_for_url(lambda url, v=value: parse_qs(urlparse(url).query).get("seq_len") == [v])
+    assert page.evaluate("history.length") == start
+
+    # A choice made adds one, so the way back steps through choices.
+    page.select_option("#f-gpu", "a100-80gb")
+    page.wait_for_url(lambda url: parse_qs(urlparse(url).query).get("gpu") == ["a100-80gb"])
+    assert page.evaluate("history.length") == start + 1
