@@ -96,6 +96,7 @@ EXTRA_HELP: Final[dict[str, str]] = {
     "so only model states are computed.",
     "precision": "The dtype of each kind of tensor; open Per-tensor dtypes to see or set them.",
     "gpu": "Usable memory as the driver reports it.",
+    "seq_len": "Tokens per sequence: 4096, 4,096 or 4k (k = 1,024 tokens, as context lengths are quoted).",
     "unit": "GB = 10⁹ bytes; GiB = 2³⁰ bytes (what nvidia-smi and PyTorch report).",
     "framework_overhead_bytes": "e.g. 512 MiB for communication buffers. The CUDA context, the libraries' "
     "workspaces and the allocator's cache are counted already.",

@@ -176,6 +176,16 @@ def parse_count(control: str, raw: str) -> int:
     return _parse_scaled(control, raw, COUNT_SUFFIXES, "7B or 6,738,415,616")
 
 
+# Context lengths as people write them: 4k is 4,096 tokens, 128k 131,072, 1M 1,048,576 (powers of two).
+TOKEN_SUFFIXES: Final = {"": 1, "k": 1 << 10, "m": 1 << 20}
+
+
+def parse_tokens(control: str, raw: str) -> int:
+    """A sequence length: ``4096``, ``4,096``, ``4k`` (4,096) or ``32K`` (32,768); k and M are powers of two, as
+    context lengths are quoted."""
+    return _parse_scaled(control, raw, TOKEN_SUFFIXES, "4096 or 4k")
+
+
 def parse_bytes(control: str, raw: str) -> int:
     """A size in bytes, optionally with a unit: ``1 GiB``, ``512 MiB``, ``2GB``, ``1073741824``."""
     return _parse_scaled(control, raw, BYTE_UNITS, "1 GiB or 512 MiB")
@@ -308,7 +318,8 @@ def parse_form(params: Mapping[str, str]) -> ParsedForm:
             return None
 
     model = _model_dict(values, source, read)
-    training: dict[str, Any] = {name: read(name, parse_int) for name in TRAINING_INTS}
+    training: dict[str, Any] = {name: read(name, parse_tokens if name == "seq_len" else parse_int)
+                                for name in TRAINING_INTS}
     training |= {name: values[name] for name in TRAINING_CHOICES}
     training["adafactor_momentum"] = values["adafactor_momentum"] == TRUE
     training["framework_overhead_bytes"] = read("framework_overhead_bytes", parse_bytes)

@@ -71,7 +71,7 @@ def test_an_empty_number_is_an_error_not_a_zero():
         ({"tensor": "3"}, "tensor", "divisible by the tensor-parallel degree"),
         ({"pipeline": "5"}, "pipeline", "divisible by the pipeline degree"),
         ({"seq_len": "0"}, "seq_len", "greater than or equal to 1"),
-        ({"seq_len": "many"}, "seq_len", "whole number"),
+        ({"seq_len": "many"}, "seq_len", "4096 or 4k"),
         ({"data": "-1"}, "data", "greater than or equal to 1"),
         ({"gpu": "h900"}, "gpu", "unknown GPU"),
         ({"preset": "gpt-7"}, "preset", "unknown preset"),
@@ -138,3 +138,17 @@ def test_preset_precision_shows_its_dtypes_in_the_dtype_fields():
     preset = core.PRECISION_PRESETS["megatron-bf16"].precision
     assert [form.values[name] for name in ("weights", "gradients", "master_weights")] == [
         preset.weights, preset.gradients, preset.master_weights]
+
+
+@pytest.mark.parametrize(("raw", "tokens"), [("4k", 4096), ("32K", 32_768), ("4,096", 4096), ("128k", 131_072),
+                                             ("1M", 1 << 20), ("2048", 2048)])
+def test_a_sequence_length_is_read_as_people_write_it(raw, tokens):
+    form = parse_form({"seq_len": raw})
+    assert form.ok and form.request is not None, form.errors
+    assert form.request.training.seq_len == tokens
+
+
+@pytest.mark.parametrize("raw", ["4kb", "0.3k", "four"])
+def test_a_sequence_length_that_is_not_one_is_a_message(raw):
+    form = parse_form({"seq_len": raw})
+    assert not form.ok and "seq_len" in form.errors
