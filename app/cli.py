@@ -544,6 +544,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=2))
         return exit_status(result, args.command)
     if read is not None:
+        assumed = {item["field"]: item for item in reversed(read["assumed"]) if not _set_by_flag(args, item["field"])}
+        read = dict(read, assumed=list(reversed(assumed.values())))  # each field once, its first reason
         print("\n".join(import_text(read)), end="\n\n", file=sys.stderr if args.command == "export" else sys.stdout)
     print("\n".join(TEXT[args.command](result)))
     return exit_status(result, args.command)
@@ -556,6 +558,15 @@ def exit_status(result: Mapping[str, Any], command: str) -> int:
         return 0
     gpu = result.get("gpu")
     return 1 if gpu is not None and not gpu["fits"] else 0
+
+
+def _set_by_flag(args: argparse.Namespace, field: str) -> bool:
+    """Whether a flag set `field` (a request path), which then is not an assumption: the model by any of the
+    model's flags."""
+    given = {path for path, value in vars(args).items() if path in FLAGS and value is not None}
+    if field.startswith("model."):
+        return any(path.startswith("model.") for path in given)
+    return field in given
 
 
 def import_text(read: Mapping[str, Any]) -> list[str]:

@@ -449,3 +449,13 @@ def test_export_writes_the_file_the_api_writes(tmp_path):
 def test_config_flags_fail_in_one_line(args, flag):
     done = trainmem(*args)
     assert done.returncode == 2 and flag in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_what_the_flags_set_is_not_reported_as_assumed():
+    # With --from, the flags override the file: the model and the sequence length they set are not assumptions,
+    # and a field is reported once.
+    done = trainmem("estimate", "--from", str(ROOT / "tests/configs/samples/ds_config_zero3.json"),
+                    "--model", "llama-3-8b", "--seq-len", "4096", "--gpu", "a100-80gb")
+    assumed = [line.split("=")[0].split()[-1] for line in done.stdout.splitlines() if line.startswith("  assumed ")]
+    assert "model.preset" not in assumed and "training.seq_len" not in assumed
+    assert "training.precision" in assumed and len(assumed) == len(set(assumed))
