@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: run test test-fast lint bench load validate lock clean
+.PHONY: run test test-fast lint bench load fuzz validate lock clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -70,6 +70,13 @@ bench: $(VENV)/.test
 # options, e.g. `make load LOAD_ARGS="--url http://127.0.0.1:8000 --pid 1234"`.
 load: $(VENV)/.test
 	$(BIN)/python -m bench.load $(LOAD_ARGS)
+
+# Schemathesis with every phase over every operation, then the slow-input search (bench/fuzz.py): cases, 5xx, schema
+# violations, the slowest case and the costliest input per endpoint. About 2 minutes; longer with
+# `make fuzz FUZZ_SECONDS=1200`. Fails on any 5xx, schema violation or input over its CPU limit.
+FUZZ_SECONDS ?= 120
+fuzz: $(VENV)/.test
+	$(BIN)/python -m bench.fuzz --seconds $(FUZZ_SECONDS)
 
 # DeepSpeed in an environment of its own, for the cross-check with its estimators (validation/ds_estimators.py).
 DEEPSPEED_ENV ?= .venv-deepspeed
