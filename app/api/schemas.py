@@ -1,12 +1,15 @@
 """Request and response shapes of JSON API v1. Field names here are a promise: change them only in a new version.
 
-The schema checks shapes and ranges; cross-field rules (heads divisible by the tensor degree,
-layers by the pipeline degree) are the core's, raised as DomainError and answered as 422 too.
+The schema checks shapes and ranges, and states the cross-field rules JSON Schema can (if/then clauses); the core
+decides every rule (heads divisible by the tensor degree, layers by the pipeline degree), raised as DomainError and
+answered as 422 too, and the fields' descriptions name the rules the schema cannot state.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
+import itertools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
 
@@ -44,19 +47,163 @@ else:
     LoopName = Literal[tuple(core.LOOPS)]
 
 ARCHITECTURE_FIELDS = wire.ARCHITECTURE_FIELDS
+# The fields a model needs without a preset, a count or a config (wire.architecture_from).
+CUSTOM_ARCHITECTURE: Final = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
+
+
+# --- cross-field rules the schema states -----------------------------------------------------------------
+# The core decides (app/core/rules.py, wire.architecture_from); these clauses state in JSON Schema the rules it
+# can state exactly, so that a client or a generator sees them. What it cannot state (divisibility by the model's
+# heads or layers, anything that depends on the architecture) is said in the field's description instead.
+
+Schema: TypeAlias = dict[str, Any]
+Clauses: TypeAlias = list[Any]  # as pydantic's json_schema_extra takes them
+NOT_NULL: Final[Schema] = {"not": {"type": "null"}}
+
+
+def _given(*names: str) -> Schema:
+    """Each named property present and not null."""
+    return {"required": list(names), "properties": {name: NOT_NULL for name in names}}
+
+
+def _at(path: str, schema: Schema, *, present: bool = True) -> Schema:
+    """`schema` for the value at a dotted request path; with present=False an absent value (its default) passes."""
+    *parents, name = path.split(".")
+    result: Schema = {"properties": {name: schema}}
+    for parent in reversed(parents):
+        result = {"properties": {parent: result}}
+    if present:
+        node = result
+        for part in path.split("."):
+            node["required"] = [part]
+            node = node["properties"][part]
+    return result
+
+
+def _all(*schemas: Schema) -> Schema:
+    return schemas[0] if len(schemas) == 1 else {"allOf": list(schemas)}
+
+
+@dataclass(frozen=True)
+class SchemaRule:
+    """One cross-field rule as JSON Schema: when `when` holds, `then` must. `fields` are the request paths it
+    reads; a sweep that varies one of them leaves the rule to each value's estimate."""
+
+    fields: tuple[str, ...]
+    when: Schema
+    then: Schema
+
+    def clause(self) -> Schema:
+        return {"if": self.when, "then": self.then}
+
+
+def _not(value: object) -> Schema:
+    return {"not": {"const": value}}
+
+
+_TE_RECIPES: Final = [id for id, recipe in limits.FP8_RECIPES.items() if recipe.transformer_engine is not None]
+_TORCHAO_RECIPES: Final = [id for id in limits.FP8_RECIPES if id != "none" and id not in _TE_RECIPES]
+_NOT_MEGATRON_FRAMEWORKS: Final = ["deepspeed", "hf-trainer", "torchtitan", "fsdp2"]
+_OPTIMIZER_OFFLOADS: Final = [id for id, offload in limits.OFFLOADS.items() if offload.optimizer]
+_PARAMETER_OFFLOADS: Final = [id for id, offload in limits.OFFLOADS.items() if offload.parameters]
+# Precision with bf16 activations, as a preset id or explicit dtypes.
+_BF16: Final[Schema] = {"anyOf": [
+    {"enum": [id for id, preset in core.PRECISION_PRESETS.items() if preset.precision.activations == "bf16"]},
+    {"type": "object", "properties": {"activations": {"const": "bf16"}}}]}
+_NUM_PARAMS: Final[Schema] = _at("model.num_params", {"type": "integer"})
+# The architecture's rules run when there is one: the model is not a bare parameter count.
+_ARCHITECTURE: Final[Schema] = _at("model.num_params", {"type": "null"}, present=False)
+_MODEL_FIELDS: Final = ("model.num_params", "model.preset")
+
+# Rules within one section, stated in that section's schema (paths relative to it).
+TRAINING_RULES: Final = (
+    SchemaRule(("training.framework", "training.implementation"),
+               _at("framework", {"enum": _NOT_MEGATRON_FRAMEWORKS}), _at("implementation", _not("megatron"), present=False)),
+    SchemaRule(("training.framework", "training.implementation"),
+               _at("framework", {"const": "megatron"}), _at("implementation", {"const": "megatron"})),
+    SchemaRule(("training.loss", "training.implementation"),
+               _at("loss", _not("standard")), _at("implementation", _not("megatron"), present=False)),
+    SchemaRule(("training.fp8", "training.implementation", "training.precision"),
+               _at("fp8", {"enum": _TE_RECIPES}),
+               _all(_at("implementation", {"const": "megatron"}), _at("precision", _BF16, present=False))),
+    SchemaRule(("training.fp8", "training.implementation", "training.precision"),
+               _at("fp8", {"enum": _TORCHAO_RECIPES}),
+               _all(_at("implementation", _not("megatron"), present=False), _at("precision", _BF16, present=False))),
+)
+PARALLELISM_RULES: Final = (
+    SchemaRule(("parallelism.offload", "parallelism.zero_stage"),
+               _at("offload", {"enum": _OPTIMIZER_OFFLOADS}), _at("zero_stage", {"minimum": 1})),
+    SchemaRule(("parallelism.offload", "parallelism.zero_stage"),
+               _at("offload", {"enum": _PARAMETER_OFFLOADS}), _at("zero_stage", {"const": 3})),
+)
+FINETUNING_RULES: Final = (
+    SchemaRule(("finetuning.method", "finetuning.freeze_embeddings", "finetuning.frozen_layers"),
+               _at("method", _not("full")),
+               _all(_at("freeze_embeddings", {"const": False}, present=False),
+                    _at("frozen_layers", {"const": 0}, present=False))),
+    SchemaRule(("finetuning.method", "finetuning.modules_to_save"),
+               _at("method", {"const": "full"}, present=False), _at("modules_to_save", {"maxItems": 0}, present=False)),
+)
+# Rules across sections, stated in the request's schema. Few: each doubles the branches a generator explores, and
+# beyond four at the request's root schemathesis 4 gives up on the operation; the rest are in the descriptions.
+REQUEST_RULES: Final = (
+    SchemaRule((*_MODEL_FIELDS, "parallelism.first_stage_layers", "parallelism.last_stage_layers",
+                "parallelism.pipeline", "parallelism.virtual_stages"),
+               _all(_ARCHITECTURE, {"anyOf": [_at("parallelism.first_stage_layers", {"type": "integer"}),
+                                              _at("parallelism.last_stage_layers", {"type": "integer"})]}),
+               _all(_at("parallelism.pipeline", {"minimum": 2}),
+                    _at("parallelism.virtual_stages", {"maximum": 1}, present=False))),
+    SchemaRule(("training.framework", "parallelism.zero_stage"),
+               _at("training.framework", {"const": "fsdp2"}), _at("parallelism.zero_stage", {"const": 3})),
+    SchemaRule(("parallelism.context", "training.attention"),
+               _at("parallelism.context", {"minimum": 2}), _at("training.attention", _not("eager"), present=False)),
+)
+# Stated in words (each field's description) for want of room: fp8, megatron or the fsdp2 convention with
+# fine-tuning; Transformer Engine or the megatron convention above ZeRO stage 1; float8 all-gather outside the fsdp2
+# convention; adapters under autocast; a bare parameter count with fine-tuning; virtual stages on one stage; the
+# expert load without expert parallelism.
+
+
+def clauses(rules: tuple[SchemaRule, ...]) -> Clauses:
+    return [rule.clause() for rule in rules]
+
+
+def request_rules(*, varied: bool = False) -> Clauses:
+    """The request's rules as `if`/`then` clauses. For a sweep (`varied`), a rule whose fields include vary.field is
+    left out where it is varied: each value's estimate checks it."""
+    if not varied:
+        return clauses(REQUEST_RULES)
+    return [{"if": _all(rule.when, _at("vary.field", {"not": {"enum": list(rule.fields)}}, present=False)),
+             "then": rule.then} for rule in REQUEST_RULES]
+
+
+def _model_rules() -> Clauses:
+    """One source of the model (a preset, a count, a config or the architecture fields); the architecture fields
+    only over a preset or alone, and then the four that size it."""
+    sources = ("preset", "num_params", "hf_config")
+    no_architecture: Schema = {"properties": {name: {"type": "null"} for name in ARCHITECTURE_FIELDS}}
+    return [
+        {"not": {"anyOf": [_given(a, b) for a, b in itertools.combinations(sources, 2)]}},
+        {"if": _given("num_params"), "then": no_architecture},
+        {"if": _given("hf_config"), "then": no_architecture},
+        {"if": {"not": {"anyOf": [_given(name) for name in sources]}}, "then": _given(*CUSTOM_ARCHITECTURE)},
+    ]
 
 
 def _count(description: str, high: int, low: int = 1) -> Any:
     return Field(default=None, ge=low, le=high, description=description)
 
 
+
 class ModelIn(BaseModel):
     """The model: a preset id (optionally with architecture fields overriding it), a parameter count,
     the architecture fields alone, or a Hugging Face config.json."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [{"preset": "llama-3-8b"}]})
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={
+        "examples": [{"preset": "llama-3-8b"}], "allOf": _model_rules()})
 
-    preset: str | None = Field(default=None, description="A preset id from GET /api/v1/presets, e.g. 'llama-3-8b'.")
+    preset: str | None = Field(default=None, description="A preset id from GET /api/v1/presets, e.g. 'llama-3-8b'.",
+                               json_schema_extra={"enum": [*core.model_presets(), None]})
     num_params: int | None = Field(
         default=None, ge=1, le=limits.MAX_PARAM_COUNT,
         description="Parameter count only (model states are computed; activations and temporary are null).",
@@ -69,8 +216,10 @@ class ModelIn(BaseModel):
     num_hidden_layers: int | None = _count("Number of decoder layers (L).", arch_limits.MAX_LAYERS)
     hidden_size: int | None = _count("Hidden size h, in elements.", arch_limits.MAX_HIDDEN_SIZE)
     num_attention_heads: int | None = _count("Query heads a.", arch_limits.MAX_HEADS)
-    num_key_value_heads: int | None = _count("Key/value heads g (grouped-query attention); defaults to a.", arch_limits.MAX_HEADS)
-    head_dim: int | None = _count("Head size d, in elements; defaults to h / a.", arch_limits.MAX_HIDDEN_SIZE)
+    num_key_value_heads: int | None = _count("Key/value heads g (grouped-query attention); defaults to a. It must "
+                                             "divide num_attention_heads.", arch_limits.MAX_HEADS)
+    head_dim: int | None = _count("Head size d, in elements; defaults to h / a, which then must be whole.",
+                                  arch_limits.MAX_HIDDEN_SIZE)
     intermediate_size: int | None = _count("MLP inner size I, in elements; defaults to 4h.", 64 * arch_limits.MAX_HIDDEN_SIZE)
     vocab_size: int | None = _count("Vocabulary size V.", arch_limits.MAX_VOCAB_SIZE)
     max_position_embeddings: int | None = _count("Longest sequence the model supports, in tokens.", arch_limits.MAX_POSITIONS)
@@ -90,7 +239,8 @@ class ModelIn(BaseModel):
     attention_dropout: float | None = Field(default=None, ge=0, lt=1, description="Dropout on attention probabilities; defaults to dropout.")
     num_local_experts: int | None = _count("Experts per mixture-of-experts layer (E); 0 or absent for a dense MLP.",
                                            arch_limits.MAX_EXPERTS, low=0)
-    num_experts_per_tok: int | None = _count("Experts each token is routed to (k).", arch_limits.MAX_EXPERTS)
+    num_experts_per_tok: int | None = _count("Experts each token is routed to (k), at most num_local_experts.",
+                                             arch_limits.MAX_EXPERTS)
     moe_intermediate_size: int | None = _count("Each expert's MLP width; defaults to intermediate_size.",
                                                64 * arch_limits.MAX_HIDDEN_SIZE)
     norm_topk_prob: bool | None = Field(default=None, description="The k routing weights renormalised to sum to 1 "
@@ -128,7 +278,7 @@ class PrecisionIn(BaseModel):
 
 
 class TrainingIn(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"allOf": clauses(TRAINING_RULES)})
 
     micro_batch_size: int = Field(default=1, ge=1, le=limits.MAX_MICRO_BATCH, description="Sequences per micro-batch per GPU (b).")
     seq_len: int = Field(default=2048, ge=1, le=limits.MAX_SEQ_LEN, description="Tokens per sequence (s).")
@@ -154,7 +304,8 @@ class TrainingIn(BaseModel):
     )
     implementation: ImplementationName = Field(
         default="transformers",
-        description="Whose code runs the model: Hugging Face transformers modules, or Megatron-LM's fused kernels.",
+        description="Whose code runs the model: Hugging Face transformers modules, or Megatron-LM's fused kernels. "
+        "liger is modelled for the Llama family's gated MLPs, megatron for dense models.",
     )
     loop: LoopName = Field(
         default="plain",
@@ -169,10 +320,13 @@ class TrainingIn(BaseModel):
                              description="Chunks of tokens for the chunked loss (torchtune's num_output_chunks).")
     framework: Literal[tuple(limits.FRAMEWORKS)] = Field(  # type: ignore[valid-type]
         default="pytorch", description="Whose memory convention the model states and their buffers follow: "
-        + "; ".join(f"{item.id}: {item.about}" for item in limits.FRAMEWORKS.values()))
+        + "; ".join(f"{item.id}: {item.about}" for item in limits.FRAMEWORKS.values())
+        + ". The fsdp2 convention (or torchtitan at ZeRO stage 3) is what float8 all-gather (torchao-fsdp-fp8) needs.")
     fp8: Literal[tuple(limits.FP8_RECIPES)] = Field(  # type: ignore[valid-type]
         default="none", description="FP8 training: "
-        + "; ".join(f"{item.id}: {item.about}" for item in limits.FP8_RECIPES.values()))
+        + "; ".join(f"{item.id}: {item.about}" for item in limits.FP8_RECIPES.values())
+        + ". Not with fine-tuning or a mixture of experts; Transformer Engine's recipes need the token count on a GPU "
+        "divisible by 8 and the linear layers' widths by 16 (8 for outputs), and standard attention.")
     gradient_accumulation_steps: int = Field(
         default=1, ge=1, le=limits.MAX_ACCUMULATION_STEPS,
         description="Micro-batches per optimizer step. From the second on, the gradients are alive through forward "
@@ -191,13 +345,17 @@ class TrainingIn(BaseModel):
 
 
 class ParallelismIn(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"allOf": clauses(PARALLELISM_RULES)})
 
     data: int = Field(default=1, ge=1, le=limits.MAX_DEGREE, description="Data-parallel degree.")
-    tensor: int = Field(default=1, ge=1, le=limits.MAX_DEGREE, description="Tensor-parallel degree.")
-    pipeline: int = Field(default=1, ge=1, le=limits.MAX_DEGREE, description="Pipeline-parallel degree (stages).")
+    tensor: int = Field(default=1, ge=1, le=limits.MAX_DEGREE, description="Tensor-parallel degree; it must divide "
+                        "num_attention_heads and num_key_value_heads.")
+    pipeline: int = Field(default=1, ge=1, le=limits.MAX_DEGREE, description="Pipeline-parallel degree (stages); it "
+                          "must divide num_hidden_layers unless first_stage_layers or last_stage_layers are given.")
     sequence_parallel: bool = Field(default=False, description="Megatron sequence parallelism over the tensor-parallel group.")
-    zero_stage: int = Field(default=0, ge=0, le=3, description="ZeRO stage: 1 shards optimizer state and master weights, 2 adds gradients, 3 weights.")
+    zero_stage: int = Field(default=0, ge=0, le=3, description="ZeRO stage: 1 shards optimizer state and master "
+                            "weights, 2 adds gradients, 3 weights. At most 1 with the megatron convention or a "
+                            "Transformer Engine fp8 recipe.")
     offload: Literal[tuple(limits.OFFLOADS)] = Field(  # type: ignore[valid-type]
         default="none", description="none; optimizer: optimizer state, master copy and an fp32 gradient partition in "
         "host memory, the update on the CPU (ZeRO-Offload; needs ZeRO 1-3); optimizer+parameters: the parameter "
@@ -206,7 +364,8 @@ class ParallelismIn(BaseModel):
                                description="GPUs sharing one host, for host memory per node.")
     context: int = Field(default=1, ge=1, le=limits.MAX_DEGREE,
                          description="Context parallelism: each sequence split over this many GPUs (ring attention); "
-                         "activations shrink with it, ZeRO shards over data × context.")
+                         "activations shrink with it, ZeRO shards over data × context. 2 × context must divide "
+                         "training.seq_len; gpt-oss (attention with sinks) needs training.attention flash.")
     expert: int = Field(default=1, ge=1, le=limits.MAX_DEGREE,
                         description="Expert parallelism: a mixture of experts' routed experts split over this many "
                         "GPUs (it divides the experts; with expert_tensor unset it divides data × context, in "
@@ -217,24 +376,28 @@ class ParallelismIn(BaseModel):
                                "multiple of balanced routing (1): a capacity factor bounds it (Megatron-LM's "
                                "--moe-expert-capacity-factor, DeepSpeed-MoE's capacity_factor; exactly that with "
                                "padding), a dropless run's imbalance raises it. At most expert × min(k, experts ÷ "
-                               "expert) ÷ k; 1 without expert parallelism.")
+                               "expert) ÷ k; 1 without expert parallelism and for a dense model.")
     expert_tensor: int | None = Field(default=None, ge=1, le=limits.MAX_DEGREE,
                                       description="Expert tensor parallelism (Megatron-LM's --expert-tensor-parallel-"
                                       "size): each routed expert's matrices split over this many GPUs instead of the "
                                       "tensor-parallel degree; absent or null: the tensor-parallel degree. expert_tensor "
                                       "× expert must divide tensor × data × context; with fewer expert-tensor than "
-                                      "tensor-parallel GPUs the tensor-parallel ranks share the routed tokens out.")
+                                      "tensor-parallel GPUs the tensor-parallel ranks share the routed tokens out. A dense model takes only the "
+                                      "tensor-parallel degree.")
     reduce_bucket_size: int = Field(default=limits.DEEPSPEED_REDUCE_BUCKET_SIZE, ge=1, le=limits.MAX_REDUCE_BUCKET_SIZE,
                                     description="DeepSpeed's zero_optimization.reduce_bucket_size, in elements (its "
                                     "default 500,000,000): the contiguous gradient bucket it reduces from, counted "
                                     "in the gradients' dtype under training.framework deepspeed.")
     virtual_stages: int = Field(default=1, ge=1, le=limits.MAX_DEGREE,
                                 description="Interleaved pipeline schedule (Megatron's virtual stages): model chunks "
-                                "per device; the first device then holds (p - 1) chunks of activations more.")
+                                "per device; the first device then holds (p - 1) chunks of activations more. Needs "
+                                "pipeline ≥ 2, pipeline × virtual_stages dividing num_hidden_layers, and "
+                                "gradient_accumulation_steps a multiple of pipeline.")
     first_stage_layers: int | None = Field(default=None, ge=1, le=arch_limits.MAX_LAYERS,
                                            description="Uneven pipeline stages: decoder layers on the first stage "
                                            "(Megatron-LM's --decoder-first-pipeline-num-layers); the layers left "
-                                           "split evenly over the other stages. Absent or null: an even split.")
+                                           "split evenly over the other stages, at least one each (with two stages, first and last add up to "
+                                           "num_hidden_layers). Absent or null: an even split.")
     last_stage_layers: int | None = Field(default=None, ge=1, le=arch_limits.MAX_LAYERS,
                                           description="Uneven pipeline stages: decoder layers on the last stage "
                                           "(--decoder-last-pipeline-num-layers). Absent or null: an even split.")
@@ -245,12 +408,16 @@ class FinetuningIn(BaseModel):
     beside a frozen base, counted as peft counts them."""
 
     model_config = ConfigDict(extra="forbid", strict=True,
-                              json_schema_extra={"examples": [{"method": "qlora", "rank": 16,
+                              json_schema_extra={"allOf": clauses(FINETUNING_RULES),
+                                                 "examples": [{"method": "qlora", "rank": 16,
                                                                "target_modules": ["all-linear"]}]})
 
     method: Literal[FINETUNING_METHODS] = Field(  # type: ignore[valid-type]
         default="full", description="full: every parameter trains; lora: rank-r adapters beside the frozen base "
-        "(peft); qlora: the same beside a base quantized by bitsandbytes.")
+        "(peft); qlora: the same beside a base quantized by bitsandbytes. Anything but the default fine-tuning needs "
+        "an architecture (not num_params), the transformers or liger implementation, no fp8, and outside the fsdp2 "
+        "convention; adapters need a precision without autocast. Of mixtures of experts, which parts may be frozen "
+        "or adapted depends on the family.")
     rank: int = Field(default=16, ge=1, le=finetuning_limits.MAX_RANK, description="LoRA rank r.")
     target_modules: list[str] = Field(
         default_factory=lambda: ["q_proj", "v_proj"], min_length=1, max_length=64,
@@ -267,7 +434,8 @@ class FinetuningIn(BaseModel):
         "(scales quantized again: ~4.127 bits), int8 (LLM.int8(): a byte and a scale per row).")
     freeze_embeddings: bool = Field(default=False, description="Full fine-tuning: keep the embeddings frozen.")
     frozen_layers: int = Field(default=0, ge=0, le=arch_limits.MAX_LAYERS,
-                               description="Full fine-tuning: keep the first k decoder layers frozen.")
+                               description="Full fine-tuning: keep the first k decoder layers frozen; fewer than "
+                               "num_hidden_layers, and with pipeline stages at most the first stage's layers.")
 
 
 class EstimateRequest(BaseModel):
@@ -275,6 +443,7 @@ class EstimateRequest(BaseModel):
         extra="forbid",
         strict=True,
         json_schema_extra={
+            "allOf": request_rules(),
             "examples": [
                 {"model": {"preset": "llama-3-8b"}, "training": {"micro_batch_size": 1, "seq_len": 4096, "optimizer": "adamw"},
                  "gpu": "h100-80gb"}
@@ -287,7 +456,8 @@ class EstimateRequest(BaseModel):
                                  "optimizer, recomputation, attention, loop.")
     parallelism: ParallelismIn = Field(default_factory=ParallelismIn, description="How the job is split over GPUs.")
     finetuning: FinetuningIn = Field(default_factory=FinetuningIn, description="What trains: full, LoRA or QLoRA.")
-    gpu: str | None = Field(default=None, description="A GPU id from GET /api/v1/gpus, for the fit check.")
+    gpu: str | None = Field(default=None, description="A GPU id from GET /api/v1/gpus, for the fit check; "
+                            "null or empty for none.", json_schema_extra={"enum": [*core.gpu_catalogue(), "", None]})
 
 
 Bytes = Annotated[int, Field(description="Bytes.")]
@@ -453,12 +623,25 @@ class GpuOut(BaseModel):
 
 # --- solver and sweeps --------------------------------------------------------------------------------
 
+# The solver fits into a GPU, and all but the data-parallel degree need an architecture.
+_SOLVE_RULES: Final[Clauses] = [
+    {"properties": {"gpu": {"enum": list(core.gpu_catalogue())}}, "required": ["gpu"]},
+    {"if": _at("target", {"enum": [target for target in TARGETS if target != "data"]}),
+     "then": _at("model.num_params", {"type": "null"}, present=False)},
+]
+# Varying an architecture field needs an architecture to vary.
+_SWEEP_RULES: Final[Clauses] = [
+    {"if": _NUM_PARAMS, "then": _at("vary.field", {"not": {"enum": [
+        path for path in JOB_FIELDS if path.startswith("model.") and path not in _MODEL_FIELDS]}})},
+]
+
 
 class SolveRequest(EstimateRequest):
     model_config = ConfigDict(
         extra="forbid",
         strict=True,
-        json_schema_extra={"examples": [{"model": {"preset": "llama-3-8b"}, "training": {"seq_len": 4096},
+        json_schema_extra={"allOf": [*request_rules(), *_SOLVE_RULES],
+                           "examples": [{"model": {"preset": "llama-3-8b"}, "training": {"seq_len": 4096},
                                          "parallelism": {"data": 8, "zero_stage": 2}, "gpu": "a100-80gb",
                                          "target": "micro_batch_size"}]},
     )
@@ -478,7 +661,8 @@ class VaryIn(BaseModel):
     values: list[StrictInt | StrictBool | str] = Field(
         min_length=1, max_length=MAX_VALUES,
         description=f"The values to try, at most {MAX_VALUES:,}: integers for integer fields, ids for choices, "
-        "true/false for switches.",
+        "true/false for switches, each within the field's own range and choices. Each value is checked with the rest "
+        "of the body as an estimate would check it.",
     )
 
 
@@ -486,7 +670,8 @@ class SweepRequest(EstimateRequest):
     model_config = ConfigDict(
         extra="forbid",
         strict=True,
-        json_schema_extra={"examples": [{"model": {"preset": "llama-3-8b"}, "gpu": "h100-80gb",
+        json_schema_extra={"allOf": [*request_rules(varied=True), *_SWEEP_RULES],
+                           "examples": [{"model": {"preset": "llama-3-8b"}, "gpu": "h100-80gb",
                                          "vary": {"field": "training.seq_len", "values": [1024, 2048, 4096, 8192]}}]},
     )
 
@@ -576,7 +761,10 @@ class ImportRequest(BaseModel):
 
     model_config = ConfigDict(
         extra="forbid", strict=True,
-        json_schema_extra={"examples": [
+        json_schema_extra={"if": _given("files"), "then": {"properties": {"text": {"type": "null"},
+                                                                          "kind": {"type": "null"}}},
+                           "else": _given("text"),
+                           "examples": [
             {"kind": "deepspeed", "text": '{"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 8, '
                                           '"train_batch_size": 256, "zero_optimization": {"stage": 2}, '
                                           '"bf16": {"enabled": true}}'},
@@ -644,7 +832,8 @@ class ImportResponse(BaseModel):
 class ExportRequest(EstimateRequest):
     model_config = ConfigDict(
         extra="forbid", strict=True,
-        json_schema_extra={"examples": [{"kind": "deepspeed", "model": {"preset": "llama-3-8b"},
+        json_schema_extra={"allOf": request_rules(),
+                           "examples": [{"kind": "deepspeed", "model": {"preset": "llama-3-8b"},
                                          "training": {"micro_batch_size": 2, "gradient_accumulation_steps": 8},
                                          "parallelism": {"data": 8, "zero_stage": 3}}]},
     )
