@@ -155,7 +155,24 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {' '.join(message.split())}\n")
+        message = " ".join(message.split())
+        if message.startswith("unrecognized arguments: "):
+            unknown = [word for word in message.partition(": ")[2].split() if word.startswith("--")]
+            near = [match for word in unknown[:1]
+                    for match in difflib.get_close_matches(word.partition("=")[0], self._options(), n=2)]
+            if near:
+                message += f"; did you mean {' or '.join(near)}?"
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+    def _options(self) -> list[str]:
+        """Every long option of this parser and of its commands'."""
+        found = []
+        for action in self._actions:
+            found += [option for option in action.option_strings if option.startswith("--")]
+            if isinstance(action.choices, dict):  # the commands: name -> parser
+                for parser in action.choices.values():
+                    found += parser._options() if isinstance(parser, Parser) else []
+        return sorted(set(found))
 
 
 def _int(flag: Flag, text: str) -> int:

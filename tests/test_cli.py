@@ -459,3 +459,9 @@ def test_what_the_flags_set_is_not_reported_as_assumed():
     assumed = [line.split("=")[0].split()[-1] for line in done.stdout.splitlines() if line.startswith("  assumed ")]
     assert "model.preset" not in assumed and "training.seq_len" not in assumed
     assert "training.precision" in assumed and len(assumed) == len(set(assumed))
+
+
+def test_a_mistyped_flag_gets_the_nearest_one():
+    done = trainmem("estimate", "--model", "gpt2", "--seqlen", "4096")
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1
+    assert "did you mean --seq-len?" in done.stderr
