@@ -483,8 +483,9 @@ class PeakOut(BaseModel):
         description="The caching allocator's reserved memory at its worst moment of the two steps "
         "(torch.cuda.max_memory_reserved()): the tensors, their rounding and the freed blocks it keeps cached. With a "
         "GPU, near its capacity, the cache as released before the allocator gives up. For a bare parameter count (no "
-        "tensor shapes to replay), the allocated peak. null for a sweep point worked out from the fitted polynomial "
-        "rather than replayed (its fits still follows the reserve).")
+        "tensor shapes to replay), the allocated peak. null for a sweep point not replayed: worked out from the fitted "
+        "polynomial, or, in a sweep of more than 24 values of another field, judged by the replays of the values "
+        "around where the fit changes (its fits still follows the reserve).")
 
 
 class TimelinePointOut(BaseModel):

@@ -29,6 +29,7 @@ from typing import Final, NamedTuple, cast
 
 from app.core import activations as act
 from app.core.categories import CATEGORIES, Breakdown
+from app.core.communicators import communicator_bytes
 from app.core.errors import DomainError
 from app.core.estimate import Estimate
 from app.core.gpus import get_gpu
@@ -39,6 +40,10 @@ from app.core.timeline import Peak
 
 MAX_VALUES: Final = 1000
 MAX_SEGMENTS: Final = 8  # polynomial pieces a series is fitted in before the rest is estimated value by value
+# A sweep over a field whose memory is not a polynomial replays the allocator for at most this many values; with
+# more, each value gets its tensors' timeline, and its fit is judged by replays of the values around the boundary
+# (`_judged_by_boundary`).
+MAX_REPLAYED: Final = 24
 
 # Fields whose memory is a polynomial in the value (module docstring): its degree, and the smallest
 # value from which it holds. At micro-batch 1 transformers' shifted labels stay a view of s + 1
@@ -84,6 +89,9 @@ def series(job: Job, path: str, values: Sequence[object], *, verdicts: bool = Tr
         largest = _largest_fitting(job, path, sorted(cast("int", value) for _, value in distinct))
         for _, _, piece in pieces:
             piece.largest_fitting = largest
+    if not pieces and verdicts and job.gpu is not None and len(distinct) > MAX_REPLAYED:
+        judged = _judged_by_boundary(job, path, distinct)
+        return tuple(judged[(type(value), value)] for value in values)
     points: dict[tuple[type, object], SeriesPoint] = {}
     for key, index in distinct.items():
         value = key[1]
@@ -99,6 +107,66 @@ def series(job: Job, path: str, values: Sequence[object], *, verdicts: bool = Tr
                     raise
                 raise DomainError(where, f"{path} = {value!r}: {error.message}") from None
     return tuple(points[(type(value), value)] for value in values)
+
+
+def _varied(job: Job, path: str, value: object, index: int) -> Job:
+    where = f"vary.values.{index}"
+    try:
+        return with_field(job, path, value, where=where)
+    except DomainError as error:
+        if error.field == where:
+            raise
+        raise DomainError(where, f"{path} = {value!r}: {error.message}") from None
+
+
+def _judged_by_boundary(job: Job, path: str, distinct: dict[tuple[type, object], int]) -> dict[tuple, SeriesPoint]:
+    """Many values of a field whose memory is not a polynomial: each value's tensors through the two steps (no
+    replay), and its fit from where the fit changes in the order of what the values need (their tensors' peak and
+    what lies outside the allocator), found by bisection with full estimates. The reserve rises with what the
+    tensors need, so the fit changes once in that order; the values replayed keep their reserved peak, the others
+    have none. A sweep of 1,000 values then costs some 1,000 timelines and a dozen replays, not 1,000 replays."""
+    gpu = job.gpu
+    assert gpu is not None  # only asked with a GPU
+    tensors: dict[tuple, tuple[Job, Estimate, int]] = {}
+    for key, index in distinct.items():
+        varied = _varied(job, path, key[1], index)
+        try:
+            result = varied.estimate(reserve=False)
+        except DomainError as error:
+            raise DomainError(f"vary.values.{index}", f"{path} = {key[1]!r}: {error.message}") from None
+        outside = gpu.context_bytes + communicator_bytes(varied.parallelism, gpu.interconnect)
+        tensors[key] = (varied, result, result.peak.bytes + outside)
+    order = sorted(tensors, key=lambda key: tensors[key][2])
+    replayed: dict[tuple, Estimate] = {}
+
+    def fits(position: int) -> bool:
+        key = order[position]
+        if tensors[key][0].surely_over():
+            return False
+        if key not in replayed:
+            replayed[key] = tensors[key][0].estimate()
+        fit = replayed[key].gpu
+        return bool(fit and fit.fits)
+
+    last = -1
+    if fits(0):
+        room = gpu.capacity_bytes
+        below = max((i for i, key in enumerate(order) if tensors[key][2] <= room), default=0)
+        last = boundary(fits, 0, len(order) - 1, below)
+    # Near the boundary the reserve does not follow the tensors exactly (a segment more or less): the values whose
+    # need lies closest to it are replayed too, up to MAX_REPLAYED in all, and keep their own verdicts.
+    edge = tensors[order[min(last + 1, len(order) - 1)]][2] if last >= 0 else tensors[order[0]][2]
+    nearest = sorted((key for key in order if key not in replayed), key=lambda key: abs(tensors[key][2] - edge))
+    for key in nearest[:max(MAX_REPLAYED - len(replayed), 0)]:
+        replayed[key] = tensors[key][0].estimate()
+    points = {}
+    for position, key in enumerate(order):
+        if key in replayed:
+            points[key] = _point(key[1], replayed[key])
+        else:
+            result = tensors[key][1]
+            points[key] = SeriesPoint(key[1], result.peak, result.per_gpu, position <= last, None)
+    return points
 
 
 def _point(value: object, result: Estimate) -> SeriesPoint:

@@ -10,7 +10,7 @@ import pytest
 from app import core
 from app.core.finetuning import Finetuning
 from app.core.job import Job, with_field
-from app.core.series import MAX_VALUES, polynomial, series
+from app.core.series import MAX_REPLAYED, MAX_VALUES, polynomial, series
 
 LLAMA = core.get_preset("llama-3-8b").architecture
 OLMO2 = core.get_preset("olmo-2-7b").architecture
@@ -136,3 +136,17 @@ def test_bad_values_name_their_place(path, values, where):
     with pytest.raises(core.DomainError) as error:
         series(JOBS["llama bf16 sdpa"], path, values)
     assert error.value.field == where
+
+
+@pytest.mark.parametrize("gpu", ["a100-40gb", "h100-80gb"])
+def test_a_long_sweep_replays_a_few_values_and_judges_the_rest_as_full_estimates_do(gpu):
+    # 1,000 data-parallel degrees under ZeRO-3: each value's tensors, a bounded number of replays around where the
+    # fit changes, and the verdict of a full estimate wherever it is compared (the first 60, where it changes).
+    job = Job(architecture=core.get_preset("llama-3-8b").architecture, training=core.Training(seq_len=4096),
+              parallelism=core.Parallelism(zero_stage=3), gpu=core.get_gpu(gpu))
+    points = series(job, "parallelism.data", list(range(1, 1001)))
+    assert sum(point.reserved_bytes is not None for point in points) <= MAX_REPLAYED
+    for data in (*range(1, 61), 500, 1000):
+        full = with_field(job, "parallelism.data", data).estimate()
+        assert points[data - 1].fits == full.gpu.fits, data  # type: ignore[union-attr]
+        assert points[data - 1].peak.bytes == full.peak.bytes
