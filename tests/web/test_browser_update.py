@@ -111,7 +111,7 @@ def test_the_address_holds_the_last_valid_setup_and_typing_adds_no_history(watch
     # Typing valid values replaces the entry rather than adding one per pause.
     for value in ("4096", "8192"):
         page.fill("#f-seq_len", value)
-        page.wait_for_url(lambda url, v=value: parse_qs(urlparse(url).query).get("seq_len") == [v])
+        _settle(page, "seq_len", value)
     assert page.evaluate("history.length") == start
 
     # A choice made adds one, so the way back steps through choices.
