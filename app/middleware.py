@@ -81,7 +81,10 @@ class _Reply:
 
     def __init__(self, scope: Scope, send: Send, page: Page | None) -> None:
         self.send, self.started, self.refused = send, False, False
-        self.page = page if not scope["path"].startswith("/api/") else None
+        # A page's own script (htmx) reads a refusal's message from the API's error shape and puts it at the
+        # control; a page loaded in the browser gets the page.
+        scripted = (b"hx-request", b"true") in scope.get("headers", ())
+        self.page = page if not (scope["path"].startswith("/api/") or scripted) else None
 
     async def __call__(self, message: Message) -> None:
         if self.refused:

@@ -107,10 +107,9 @@ def test_a_make_it_fit_link_applies_the_change_in_place_and_the_verdict_turns_to
     assert parse_qs(urlparse(page.url).query)["tensor"] == ["4"]
     expect(page.locator("#summary .verdict")).to_contain_text("Fits, with")
 
-    # Back returns to the setup that did not fit.
+    # Back returns to the setup that did not fit: typing replaced the applied fix's entry rather than adding one.
     page.go_back()
     expect(page.locator("#f-seq_len")).to_have_value("4096")
-    page.go_back()
     expect(page.locator("#summary .verdict")).to_contain_text("Does not fit")
     expect(page.locator("#f-tensor")).not_to_have_value("4")
 

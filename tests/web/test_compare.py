@@ -74,7 +74,7 @@ def test_only_changes_that_count_are_listed():
 
 
 def test_a_pin_that_cannot_be_estimated_is_a_message_not_an_error():
-    for raw, expected in (("seq_len=abc", "Sequence length: Enter a whole number"),
+    for raw, expected in (("seq_len=abc", "Sequence length: Enter a number, e.g. 4096 or 4k"),
                           ("tensor=3", "divisible by the tensor-parallel degree (3)"),
                           ("gpu=not-a-gpu", "GPU:")):
         shown = _pin({"pin": raw})
