@@ -595,9 +595,18 @@ def import_text(read: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _unexpressed(item: Any) -> str:
+    """What an exported file cannot carry, in words: ``training.framework = pytorch: why``."""
+    if isinstance(item, Mapping) and "field" in item:
+        value = item.get("value")
+        shown = json.dumps(value) if not isinstance(value, str) else value
+        return f"{item['field']} = {shown}" + (f": {item['why']}" if item.get("why") else "")
+    return str(item)
+
+
 def export_text(result: Mapping[str, Any]) -> list[str]:
     """The exported file's text; what it cannot carry goes to stderr, so the output is the file itself."""
-    notes = [*result.get("notes", []), *(f"not carried: {item}" for item in result.get("unexpressed", []))]
+    notes = [*result.get("notes", []), *(f"not carried: {_unexpressed(item)}" for item in result.get("unexpressed", []))]
     for note in notes:
         print(f"{PROG} export: {note}", file=sys.stderr)
     return [result["text"].rstrip()]

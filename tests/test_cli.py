@@ -465,3 +465,11 @@ def test_a_mistyped_flag_gets_the_nearest_one():
     done = trainmem("estimate", "--model", "gpt2", "--seqlen", "4096")
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1
     assert "did you mean --seq-len?" in done.stderr
+
+
+def test_what_an_export_cannot_carry_is_said_in_words():
+    done = trainmem("export", "--kind", "deepspeed", "--model", "llama-3-8b", "--data", "8", "--zero-stage", "3")
+    assert done.returncode == 0
+    carried = [line for line in done.stderr.splitlines() if "not carried:" in line]
+    assert carried and all("{" not in line and "'field'" not in line for line in carried)
+    assert any("training.framework = pytorch: " in line for line in carried)
