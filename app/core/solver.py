@@ -379,29 +379,50 @@ def _more_gpus(job: Job) -> list[Candidate]:
                         Cost("hardware", _more(extra), extra_gpus=extra)))
     if arch is None:
         return out
-    for tensor in range(p.tensor + 1, MAX_FIX_TENSOR + 1):
-        if arch.num_attention_heads % tensor or arch.kv_heads % tensor:
-            continue
-        if _fits(with_field(job, "parallelism.tensor", tensor)):
-            extra = (tensor - p.tensor) * p.data * p.pipeline
-            out.append(({"parallelism.tensor": tensor}, f"Tensor parallelism over {tensor} GPUs",
-                         Cost("hardware", f"{_more(extra)}; each layer all-reduces its activations twice in forward "
-                                          "and twice in backward, so keep the group inside one NVLink node",
-                              extra_gpus=extra)))
-            break
+    tensors = [t for t in range(p.tensor + 1, MAX_FIX_TENSOR + 1)
+               if not (arch.num_attention_heads % t or arch.kv_heads % t)]
+    tensor = _fewest(job, "parallelism.tensor", tensors)
+    if tensor is not None:
+        extra = (tensor - p.tensor) * p.data * p.pipeline
+        out.append(({"parallelism.tensor": tensor}, f"Tensor parallelism over {tensor} GPUs",
+                     Cost("hardware", f"{_more(extra)}; each layer all-reduces its activations twice in forward "
+                                      "and twice in backward, so keep the group inside one NVLink node",
+                          extra_gpus=extra)))
     m = job.training.gradient_accumulation_steps
-    for pipeline in range(p.pipeline + 1, min(arch.num_hidden_layers, MAX_FIX_PIPELINE) + 1):
-        if arch.num_hidden_layers % pipeline:
-            continue
-        if _fits(with_field(job, "parallelism.pipeline", pipeline)):
-            extra = (pipeline - p.pipeline) * p.data * p.tensor
-            bubble = (pipeline - 1) / (m + pipeline - 1)
-            out.append(({"parallelism.pipeline": pipeline}, f"{pipeline} pipeline stages",
-                         Cost("hardware", f"{_more(extra)}; with {m} micro-batch{'es' if m > 1 else ''} per step the 1F1B pipeline idles "
-                                          f"{bubble:.0%} of the step ((p - 1)/(m + p - 1), Narayanan et al. 2021)",
-                              extra_gpus=extra)))
-            break
+    pipelines = [d for d in range(p.pipeline + 1, min(arch.num_hidden_layers, MAX_FIX_PIPELINE) + 1)
+                 if arch.num_hidden_layers % d == 0]
+    pipeline = _fewest(job, "parallelism.pipeline", pipelines)
+    if pipeline is not None:
+        extra = (pipeline - p.pipeline) * p.data * p.tensor
+        bubble = (pipeline - 1) / (m + pipeline - 1)
+        out.append(({"parallelism.pipeline": pipeline}, f"{pipeline} pipeline stages",
+                     Cost("hardware", f"{_more(extra)}; with {m} micro-batch{'es' if m > 1 else ''} per step the 1F1B "
+                                      f"pipeline idles {bubble:.0%} of the step ((p - 1)/(m + p - 1), Narayanan et al. "
+                                      "2021)", extra_gpus=extra)))
     return out
+
+
+def _fewest(job: Job, path: str, degrees: list[int]) -> int | None:
+    """The smallest of the (ascending) degrees at which the job fits: the memory per GPU falls as the degree grows,
+    so those whose tensors alone pass the capacity are set aside without a replay and the rest bisected, a few
+    replays rather than one per degree (a 64-stage search took seconds of CPU)."""
+    def possible(degree: int) -> bool:
+        try:
+            return not with_field(job, path, degree).surely_over()
+        except DomainError:
+            return False
+
+    left = [degree for degree in degrees if possible(degree)]
+    if not left or not _fits(with_field(job, path, left[-1])):
+        return None
+    low, high = 0, len(left) - 1  # left[high] fits
+    while low < high:
+        middle = (low + high) // 2
+        if _fits(with_field(job, path, left[middle])):
+            high = middle
+        else:
+            low = middle + 1
+    return left[high]
 
 
 def _fits(varied: Job) -> bool:
