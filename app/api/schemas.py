@@ -7,13 +7,35 @@ answered as 422 too, and the fields' descriptions name the rules the schema cann
 
 from __future__ import annotations
 
-import itertools
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
 
 from app import configs, core, wire
+from app.api.answers import (
+    BreakdownOut,
+    EstimateResponse,
+    GpuOut,
+    ModelPresetOut,
+    PeakOut,
+    PrecisionPresetOut,
+    PresetsResponse,
+)
+from app.api.contract import (
+    _MODEL_FIELDS,
+    _NUM_PARAMS,
+    ARCHITECTURE_FIELDS,
+    FINETUNING_RULES,
+    PARALLELISM_RULES,
+    REQUEST_RULES,
+    TRAINING_RULES,
+    Clauses,
+    _at,
+    _given,
+    _model_rules,
+    clauses,
+    request_rules,
+)
 from app.core import architecture as arch_limits
 from app.core import finetuning as finetuning_limits
 from app.core import setup as limits
@@ -45,150 +67,6 @@ else:
     AttentionName = Literal[tuple(core.ATTENTION_CHOICES)]
     ImplementationName = Literal[tuple(core.IMPLEMENTATION_CHOICES)]
     LoopName = Literal[tuple(core.LOOPS)]
-
-ARCHITECTURE_FIELDS = wire.ARCHITECTURE_FIELDS
-# The fields a model needs without a preset, a count or a config (wire.architecture_from).
-CUSTOM_ARCHITECTURE: Final = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
-
-
-# --- cross-field rules the schema states -----------------------------------------------------------------
-# The core decides (app/core/rules.py, wire.architecture_from); these clauses state in JSON Schema the rules it
-# can state exactly, so that a client or a generator sees them. What it cannot state (divisibility by the model's
-# heads or layers, anything that depends on the architecture) is said in the field's description instead.
-
-Schema: TypeAlias = dict[str, Any]
-Clauses: TypeAlias = list[Any]  # as pydantic's json_schema_extra takes them
-NOT_NULL: Final[Schema] = {"not": {"type": "null"}}
-
-
-def _given(*names: str) -> Schema:
-    """Each named property present and not null."""
-    return {"required": list(names), "properties": {name: NOT_NULL for name in names}}
-
-
-def _at(path: str, schema: Schema, *, present: bool = True) -> Schema:
-    """`schema` for the value at a dotted request path; with present=False an absent value (its default) passes."""
-    *parents, name = path.split(".")
-    result: Schema = {"properties": {name: schema}}
-    for parent in reversed(parents):
-        result = {"properties": {parent: result}}
-    if present:
-        node = result
-        for part in path.split("."):
-            node["required"] = [part]
-            node = node["properties"][part]
-    return result
-
-
-def _all(*schemas: Schema) -> Schema:
-    return schemas[0] if len(schemas) == 1 else {"allOf": list(schemas)}
-
-
-@dataclass(frozen=True)
-class SchemaRule:
-    """One cross-field rule as JSON Schema: when `when` holds, `then` must. `fields` are the request paths it
-    reads; a sweep that varies one of them leaves the rule to each value's estimate."""
-
-    fields: tuple[str, ...]
-    when: Schema
-    then: Schema
-
-    def clause(self) -> Schema:
-        return {"if": self.when, "then": self.then}
-
-
-def _not(value: object) -> Schema:
-    return {"not": {"const": value}}
-
-
-_TE_RECIPES: Final = [id for id, recipe in limits.FP8_RECIPES.items() if recipe.transformer_engine is not None]
-_TORCHAO_RECIPES: Final = [id for id in limits.FP8_RECIPES if id != "none" and id not in _TE_RECIPES]
-_NOT_MEGATRON_FRAMEWORKS: Final = ["deepspeed", "hf-trainer", "torchtitan", "fsdp2"]
-_OPTIMIZER_OFFLOADS: Final = [id for id, offload in limits.OFFLOADS.items() if offload.optimizer]
-_PARAMETER_OFFLOADS: Final = [id for id, offload in limits.OFFLOADS.items() if offload.parameters]
-# Precision with bf16 activations, as a preset id or explicit dtypes.
-_BF16: Final[Schema] = {"anyOf": [
-    {"enum": [id for id, preset in core.PRECISION_PRESETS.items() if preset.precision.activations == "bf16"]},
-    {"type": "object", "properties": {"activations": {"const": "bf16"}}}]}
-_NUM_PARAMS: Final[Schema] = _at("model.num_params", {"type": "integer"})
-# The architecture's rules run when there is one: the model is not a bare parameter count.
-_ARCHITECTURE: Final[Schema] = _at("model.num_params", {"type": "null"}, present=False)
-_MODEL_FIELDS: Final = ("model.num_params", "model.preset")
-
-# Rules within one section, stated in that section's schema (paths relative to it).
-TRAINING_RULES: Final = (
-    SchemaRule(("training.framework", "training.implementation"),
-               _at("framework", {"enum": _NOT_MEGATRON_FRAMEWORKS}), _at("implementation", _not("megatron"), present=False)),
-    SchemaRule(("training.framework", "training.implementation"),
-               _at("framework", {"const": "megatron"}), _at("implementation", {"const": "megatron"})),
-    SchemaRule(("training.loss", "training.implementation"),
-               _at("loss", _not("standard")), _at("implementation", _not("megatron"), present=False)),
-    SchemaRule(("training.fp8", "training.implementation", "training.precision"),
-               _at("fp8", {"enum": _TE_RECIPES}),
-               _all(_at("implementation", {"const": "megatron"}), _at("precision", _BF16, present=False))),
-    SchemaRule(("training.fp8", "training.implementation", "training.precision"),
-               _at("fp8", {"enum": _TORCHAO_RECIPES}),
-               _all(_at("implementation", _not("megatron"), present=False), _at("precision", _BF16, present=False))),
-)
-PARALLELISM_RULES: Final = (
-    SchemaRule(("parallelism.offload", "parallelism.zero_stage"),
-               _at("offload", {"enum": _OPTIMIZER_OFFLOADS}), _at("zero_stage", {"minimum": 1})),
-    SchemaRule(("parallelism.offload", "parallelism.zero_stage"),
-               _at("offload", {"enum": _PARAMETER_OFFLOADS}), _at("zero_stage", {"const": 3})),
-)
-FINETUNING_RULES: Final = (
-    SchemaRule(("finetuning.method", "finetuning.freeze_embeddings", "finetuning.frozen_layers"),
-               _at("method", _not("full")),
-               _all(_at("freeze_embeddings", {"const": False}, present=False),
-                    _at("frozen_layers", {"const": 0}, present=False))),
-    SchemaRule(("finetuning.method", "finetuning.modules_to_save"),
-               _at("method", {"const": "full"}, present=False), _at("modules_to_save", {"maxItems": 0}, present=False)),
-)
-# Rules across sections, stated in the request's schema. Few: each doubles the branches a generator explores, and
-# beyond four at the request's root schemathesis 4 gives up on the operation; the rest are in the descriptions.
-REQUEST_RULES: Final = (
-    SchemaRule((*_MODEL_FIELDS, "parallelism.first_stage_layers", "parallelism.last_stage_layers",
-                "parallelism.pipeline", "parallelism.virtual_stages"),
-               _all(_ARCHITECTURE, {"anyOf": [_at("parallelism.first_stage_layers", {"type": "integer"}),
-                                              _at("parallelism.last_stage_layers", {"type": "integer"})]}),
-               _all(_at("parallelism.pipeline", {"minimum": 2}),
-                    _at("parallelism.virtual_stages", {"maximum": 1}, present=False))),
-    SchemaRule(("training.framework", "parallelism.zero_stage"),
-               _at("training.framework", {"const": "fsdp2"}), _at("parallelism.zero_stage", {"const": 3})),
-    SchemaRule(("parallelism.context", "training.attention"),
-               _at("parallelism.context", {"minimum": 2}), _at("training.attention", _not("eager"), present=False)),
-)
-# Stated in words (each field's description) for want of room: fp8, megatron or the fsdp2 convention with
-# fine-tuning; Transformer Engine or the megatron convention above ZeRO stage 1; float8 all-gather outside the fsdp2
-# convention; adapters under autocast; a bare parameter count with fine-tuning; virtual stages on one stage; the
-# expert load without expert parallelism.
-
-
-def clauses(rules: tuple[SchemaRule, ...]) -> Clauses:
-    return [rule.clause() for rule in rules]
-
-
-def request_rules(*, varied: bool = False) -> Clauses:
-    """The request's rules as `if`/`then` clauses. For a sweep (`varied`), a rule whose fields include vary.field is
-    left out where it is varied: each value's estimate checks it."""
-    if not varied:
-        return clauses(REQUEST_RULES)
-    return [{"if": _all(rule.when, _at("vary.field", {"not": {"enum": list(rule.fields)}}, present=False)),
-             "then": rule.then} for rule in REQUEST_RULES]
-
-
-def _model_rules() -> Clauses:
-    """One source of the model (a preset, a count, a config or the architecture fields); the architecture fields
-    only over a preset or alone, and then the four that size it."""
-    sources = ("preset", "num_params", "hf_config")
-    no_architecture: Schema = {"properties": {name: {"type": "null"} for name in ARCHITECTURE_FIELDS}}
-    return [
-        {"not": {"anyOf": [_given(a, b) for a, b in itertools.combinations(sources, 2)]}},
-        {"if": _given("num_params"), "then": no_architecture},
-        {"if": _given("hf_config"), "then": no_architecture},
-        {"if": {"not": {"anyOf": [_given(name) for name in sources]}}, "then": _given(*CUSTOM_ARCHITECTURE)},
-    ]
-
 
 def _count(description: str, high: int, low: int = 1) -> Any:
     return Field(default=None, ge=low, le=high, description=description)
@@ -460,166 +338,6 @@ class EstimateRequest(BaseModel):
                             "null or empty for none.", json_schema_extra={"enum": [*core.gpu_catalogue(), "", None]})
 
 
-Bytes = Annotated[int, Field(description="Bytes.")]
-MaybeBytes = Annotated[int | None, Field(description="Bytes; activations are null when the architecture is unknown.")]
-
-
-class BreakdownOut(BaseModel):
-    weights: Bytes
-    gradients: Bytes
-    master_weights: Bytes
-    optimizer_states: Bytes
-    activations: MaybeBytes
-    temporary: MaybeBytes
-    total: Bytes = Field(description="Bytes: the sum of the categories above.")
-
-
-class PeakOut(BaseModel):
-    bytes: int = Field(description="The most memory alive at once on the most-loaded GPU, in bytes.")
-    event: str = Field(description="The event of the step where it happens, e.g. 'backward: loss gradients'.")
-    step: int = Field(description="1: the first step (no optimizer state before its optimizer.step); 2: every later step.")
-    breakdown: dict[str, int] = Field(description="Bytes alive at the peak, by category.")
-    reserved_bytes: int | None = Field(
-        description="The caching allocator's reserved memory at its worst moment of the two steps "
-        "(torch.cuda.max_memory_reserved()): the tensors, their rounding and the freed blocks it keeps cached. With a "
-        "GPU, near its capacity, the cache as released before the allocator gives up. For a bare parameter count (no "
-        "tensor shapes to replay), the allocated peak. null for a sweep point not replayed: worked out from the fitted "
-        "polynomial, or, in a sweep of more than 24 values of another field, judged by the replays of the values "
-        "around where the fit changes (its fits still follows the reserve).")
-
-
-class TimelinePointOut(BaseModel):
-    event: str = Field(description="What happens: 'forward: layer 1', 'backward: loss gradients', 'optimizer.step'...")
-    step: int = Field(description="1 or 2 (2 stands for every later step).")
-    bytes: int = Field(description="Bytes alive at this event (the most during it), on the most-loaded GPU.")
-    breakdown: dict[str, int] = Field(description="The same bytes by category.")
-    reserved_bytes: int | None = Field(description="The allocator's reserved memory, the most during this event; "
-                                       "null for a bare parameter count.")
-
-
-class BufferOut(BaseModel):
-    category: str = Field(description="The per_gpu category it counts in.")
-    label: str = Field(description="What the buffer is, in words.")
-    formula: str = Field(description="Its bytes as a formula with this request's numbers.")
-    bytes: int = Field(description="Bytes on the most-loaded GPU.")
-    cluster_bytes: int = Field(description="Bytes summed over every GPU that holds it.")
-    allocated: str = Field(description="The event at which it is allocated.")
-    freed: str = Field(description="The event after which it is freed.")
-
-
-class CommunicatorOut(BaseModel):
-    group: Literal["tensor", "pipeline", "context", "data", "expert", "expert-data"] = Field(
-        description="The process group: its parallelism (data: the gradient reduction over data × context; "
-                    "expert-data: over the GPUs holding the same experts).")
-    ranks: int = Field(description="GPUs in the group.")
-    pattern: Literal["collective", "point-to-point"] = Field(
-        description="collective: a ring over every channel (and NVLink SHARP's buffers on NVSwitch); "
-                    "point-to-point: a connection per peer and channel.")
-    bytes: int = Field(description="Its buffers on this GPU, in bytes.")
-    formula: str = Field(description="How the bytes add up.")
-
-
-class GpuFitOut(BaseModel):
-    id: str = Field(description="GPU id from GET /api/v1/gpus.")
-    name: str = Field(description="Marketing name.")
-    capacity: int = Field(description="Usable memory in bytes, as the driver reports it.")
-    fits: bool = Field(description="Whether the step runs without CUDA out of memory: the allocator's reserved peak "
-                       "plus what lives outside it fits in capacity, and a replay of the step within capacity (the "
-                       "allocator releasing its cache before it gives up) never fails.")
-    headroom: int = Field(description="capacity - (reserved_bytes + outside_allocator_bytes), in bytes; negative when "
-                          "it does not fit.")
-    reserved_bytes: int = Field(description="The allocator's reserved peak on this GPU, the libraries' workspaces "
-                                "included.")
-    outside_allocator_bytes: int = Field(description="Memory outside PyTorch's allocator: the CUDA context and "
-                                         "modules (the GPU catalogue's context_bytes), communicator_bytes and "
-                                         "training.framework_overhead_bytes.")
-    communicator_bytes: int = Field(description="NCCL's buffers for the process groups this setup creates, summed "
-                                    "over communicators; derived from NCCL 2.30's defaults and the GPU's interconnect, "
-                                    "not measured.")
-    communicators: list[CommunicatorOut] = Field(description="Each process group's NCCL buffers on this GPU.")
-
-
-class HostOut(BaseModel):
-    per_gpu: BreakdownOut = Field(description="Host memory each GPU's offloaded states take, by category, in bytes.")
-    gpus_per_node: int = Field(description="GPUs counted on one host (gpus_per_node, at most the job's GPUs).")
-    per_node_bytes: int = Field(description="Host memory one node needs for them, in bytes.")
-    ledger: list[BufferOut] = Field(description="The buffers in host memory.")
-
-
-class TermOut(BaseModel):
-    category: str = Field(description="The per_gpu category this line explains.")
-    label: str = Field(description="What the bytes are, in words.")
-    formula: str = Field(description="The formula with this request's numbers in it.")
-    bytes: int = Field(description="Bytes per GPU.")
-
-
-class SavedTensorOut(BaseModel):
-    name: str = Field(description="Which tensor a layer keeps for the backward pass (e.g. attn.query, mlp.gate).")
-    bytes: int = Field(description="Bytes per micro-batch on the most-loaded rank.")
-
-
-class EstimateResponse(BaseModel):
-    param_count: int = Field(description="Exact number of parameters, adapters and saved copies included (as peft "
-                             "counts 'all params').")
-    trainable_param_count: int = Field(description="Parameters that train (equal to param_count for full training).")
-    active_param_count: int = Field(description="Parameters one token uses: all but the experts it is not routed to "
-                                    "(equal to param_count for a dense model).")
-    per_gpu: BreakdownOut = Field(
-        description="Bytes on the most-loaded GPU, every buffer of the ledger summed by category (an upper bound: "
-        "not everything is alive at once; see peak)."
-    )
-    cluster: BreakdownOut = Field(description="Bytes summed over every GPU.")
-    gpu: GpuFitOut | None = Field(description="Fit check against the requested GPU; null when none was given.")
-    warnings: list[str] = Field(description="Assumptions that bite for this request, in words.")
-    bytes_per_param: dict[str, float] = Field(description="Unsharded bytes per parameter for each model-state category.")
-    pipeline_stage: int = Field(description="Index of the most-loaded pipeline stage (the per_gpu figures).")
-    explanation: list[TermOut] = Field(description="Per-GPU figures, line by line, with their formulas (the ledger's buffers).")
-    peak: PeakOut = Field(description="The most alive at once through two training steps; gpu.fits follows it.")
-    timeline: list[TimelinePointOut] = Field(description="Live memory at each event of two training steps.")
-    ledger: list[BufferOut] = Field(description="Every buffer on the most-loaded GPU, with when it lives.")
-    attention_kernel: str | None = Field(
-        description="The attention kernel assumed (eager, flash, memory-efficient or math); null without an architecture."
-    )
-    host: HostOut | None = Field(description="Host memory for offloaded states; null without offloading.")
-    layer_activations: list[SavedTensorOut] = Field(
-        description="The tensors one decoder layer keeps for backward under the chosen recomputation, for one "
-        "micro-batch; empty when the architecture is unknown."
-    )
-
-
-class ModelPresetOut(BaseModel):
-    id: str = Field(description="Preset id to use as model.preset.")
-    name: str = Field(description="Model name.")
-    param_count: int = Field(description="Exact number of parameters.")
-    architecture: dict[str, Any] = Field(description="Architecture fields (Hugging Face config names; sizes in elements).")
-    architecture_source: str = Field(description="Where the architecture numbers come from.")
-    param_count_source: str = Field(description="Where the published parameter total comes from.")
-
-
-class PrecisionPresetOut(BaseModel):
-    id: str = Field(description="Preset id to use as training.precision.")
-    name: str = Field(description="Short name.")
-    description: str = Field(description="What convention it stands for.")
-    dtypes: dict[str, str | None] = Field(description="Dtype per tensor class.")
-
-
-class PresetsResponse(BaseModel):
-    models: list[ModelPresetOut] = Field(description="Model presets.")
-    precisions: list[PrecisionPresetOut] = Field(description="Precision presets.")
-
-
-class GpuOut(BaseModel):
-    id: str = Field(description="GPU id to use as gpu.")
-    name: str = Field(description="Marketing name.")
-    capacity: int = Field(description="Usable memory in bytes, as the driver reports it.")
-    source: str = Field(description="Where the capacity figure comes from.")
-    context_bytes: int = Field(description="Memory in use before the first tensor (the CUDA context and the kernels' "
-                               "modules), outside PyTorch's allocator.")
-    workspace_bytes: int = Field(description="The libraries' workspaces (cuBLAS), allocated through the allocator "
-                                 "at the first matrix product and kept.")
-    context_source: str = Field(description="Where the context and workspace figures come from.")
-    interconnect: Literal["nvswitch-hopper", "nvswitch-blackwell", "nvlink", "pcie"] = Field(
-        description="How a node's GPUs reach each other; it sets NCCL's channel counts, hence communicator_bytes.")
 
 
 # --- solver and sweeps --------------------------------------------------------------------------------
@@ -858,3 +576,6 @@ class ExportResponse(BaseModel):
                              "model's path); YAML carries these as comments too.")
     unexpressed: list[UnexpressedOut] = Field(description="The request's fields the file does not carry, with why.")
 
+
+# Defined in app/api/answers.py and app/api/contract.py; the routes, the page and the tests read them from here.
+__all__ = ["GpuOut", "ModelPresetOut", "PrecisionPresetOut", "PresetsResponse", "REQUEST_RULES"]
