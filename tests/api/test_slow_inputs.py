@@ -13,8 +13,9 @@ Costs known to be over their limits (measured on a 2-core machine, by the reprod
   only piecewise, so that the values left over are each replayed: 1.8 s against 1.5 s;
 - an import of a text near the body limit where the YAML reader works through it (1 MB of "[": 135-245 ms).
 Their reproducers are expected failures, strict where far over the limit, so that a fix makes them pass loudly.
-Until then the searches over /solve and /sweep are expected failures (they find those inputs), and the search over
-/import holds to today's ceiling (TODAY_S), so that a regression still fails. A sweep of many values of another
+Until then the searches over /solve and /sweep are expected failures run by `make fuzz` only (they find those
+inputs, and shrinking them would take minutes), and the search over /import holds to today's ceiling (TODAY_S), so
+that a regression still fails. A sweep of many values of another
 field replays the allocator for at most `series.MAX_REPLAYED` of them (it cost about 11 ms a point when each was
 replayed: 1,000 values of parallelism.data took 5-10 s for 1B-parameter models, 42 s for Llama-3.1-405B).
 """
@@ -50,6 +51,10 @@ MAX_REPEATS = MAX_BODY_BYTES // 16
 
 client = TestClient(app)
 KNOWN_SLOW = "over its limit today: see the module's docstring"
+# A search that finds an input over its limit then shrinks it, each step a request that costs seconds: the searches
+# known to find one run under `make fuzz` (which sets SLOW_INPUT_EXAMPLES), not in the suite, until they are fixed.
+KNOWN_FAILING_SEARCH = pytest.mark.skipif("SLOW_INPUT_EXAMPLES" not in os.environ,
+                                          reason="finds inputs over its limit today: run by make fuzz")
 SLOWEST: dict[str, tuple[float, str]] = {}
 
 
@@ -171,6 +176,7 @@ def test_a_sweep_of_sequence_lengths_with_sliding_windows():
            SWEEP_CPU_LIMIT_S)
 
 
+@KNOWN_FAILING_SEARCH
 @pytest.mark.xfail(strict=False, reason=KNOWN_SLOW)
 @given(body=estimate_bodies(), goal=st.sampled_from(sorted(TARGETS)))
 @_settings()
@@ -193,6 +199,7 @@ SWEPT = {"training.seq_len": lambda i: 1 + 64 * i, "training.micro_batch_size": 
          "parallelism.data": lambda i: 1 + i, "training.gradient_accumulation_steps": lambda i: 1 + i}
 
 
+@KNOWN_FAILING_SEARCH
 @pytest.mark.xfail(strict=False, reason=KNOWN_SLOW)
 @given(body=estimate_bodies(), field=st.sampled_from(sorted(SWEPT)), points=st.integers(1, 1_000))
 @_settings(max(EXAMPLES // 5, 5))
