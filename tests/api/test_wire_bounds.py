@@ -4,13 +4,13 @@ exactly what the checked parse answers (the same value, or a refusal at the same
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app import core, wire
+from tests.cpu import least_cpu_s
 
 NUMBERS = st.one_of(st.integers(min_value=-(10**45), max_value=10**45),
                     st.floats(allow_nan=True, allow_infinity=True))
@@ -60,8 +60,10 @@ def test_edges_agree(text: str) -> None:
 def test_a_megabyte_of_numbers_is_scanned_in_milliseconds():
     # The scan that decides the parse took 80 ms of CPU on a megabyte of short numbers as a regular expression.
     text = json.dumps({"mlp_only_layers": list(range(140_000))})
-    start = time.process_time()
-    for _ in range(5):
-        assert not wire._needs_checks(text)
-    assert (time.process_time() - start) / 5 < 0.04
+    def five_scans() -> bool:
+        return any(wire._needs_checks(text) for _ in range(5))
+
+    cpu_s, needed = least_cpu_s(five_scans, 5 * 0.04)
+    assert not needed
+    assert cpu_s / 5 < 0.04
     assert wire._needs_checks(text.replace("139999", "1" * 41)) and wire._needs_checks('{"a": 1e5}')
