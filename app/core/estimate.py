@@ -50,7 +50,7 @@ from app.core.timeline import (
     timeline_points,
 )
 from app.core.units import ceil_div, tensor_bytes
-from app.core.warnings import count_warnings, estimate_warnings
+from app.core.warnings import count_warnings, estimate_warnings, folded_warnings
 
 COUNT_FORWARD: Final = "fwd.model"
 COUNT_BACKWARD: Final = "bwd.model"
@@ -162,12 +162,17 @@ def _from_architecture(arch: Architecture, training: Training, parallelism: Para
     stage_reserve = None
     groups = communicators(parallelism, gpu.interconnect) if gpu else ()
     if with_reserve:
+        ramps = {ACTS: kind.layers, FORWARDED: kind.layers, GRADS: kind.layers, GRADS_DONE: kind.layers}
+        kept_bytes = [t.bytes for t in kept_layer]
+        templates = reserve.stage_templates(arch, parallelism, kind, ledger, full_layer, kept_bytes)
+        fold = reserve.fold_for(ledger, steps, ramps, templates)
+        if fold > 1:
+            templates = reserve.stage_templates(arch, parallelism, kind, ledger, full_layer, kept_bytes, fold)
         stage_reserve = reserve.stage_reserve(
-            ledger, steps, {ACTS: kind.layers, FORWARDED: kind.layers, GRADS: kind.layers, GRADS_DONE: kind.layers},
-            templates=reserve.stage_templates(arch, parallelism, kind, ledger, full_layer, [t.bytes for t in kept_layer]),
+            ledger, steps, ramps, templates=templates,
             forward_transient=full_layer if training.activation_checkpointing == "full" else (),
             kind=training.allocator, gpu=gpu, extra_bytes=training.framework_overhead_bytes,  # type: ignore[arg-type]
-            ledger_peak_bytes=peak.bytes, communicator_bytes=sum(c.bytes for c in groups))
+            ledger_peak_bytes=peak.bytes, communicator_bytes=sum(c.bytes for c in groups), fold=fold)
         peak = peak._replace(reserved_bytes=stage_reserve.reserved.max_bytes)
     ledger = tuple(buffer if buffer.cluster_bytes == cluster_by_key[buffer.key] else
                    _with_cluster(buffer, cluster_by_key[buffer.key]) for buffer in ledger)
@@ -189,9 +194,10 @@ def _from_architecture(arch: Architecture, training: Training, parallelism: Para
                 outside_bytes=stage_reserve.outside_bytes, out_of_memory=stage_reserve.out_of_memory,
                 communicators=groups)
         if gpu and stage_reserve else None,
-        warnings=tuple(estimate_warnings(
+        warnings=(*estimate_warnings(
             arch, training, parallelism, kernel=kernel, peak=peak, per_gpu=per_gpu,
-            experts_backward_known=moe_backward_modelled(arch, training, parallelism, setup))),
+            experts_backward_known=moe_backward_modelled(arch, training, parallelism, setup)),
+            *folded_warnings(stage_reserve.reserved.fold if stage_reserve else 1, kind.layers)),
         pipeline_stage=kind.index,
         ledger=ledger,
         bytes_per_param=_bytes_per_param(count, states.states_bytes(list(whole.rank_shapes), training, count=count)),

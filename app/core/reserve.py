@@ -9,11 +9,18 @@ one tensor; tensors of at most 1 MiB are packed together (`_pack_small`). Betwee
 events, buffers that end are freed first, then the layers' ramps move one layer at a time (in a layer's forward
 under recomputation its working set is allocated and freed around what it keeps; in backward its gradients are
 allocated before its activations are freed), then buffers that begin are allocated, in the ledger's order.
+
+The replay costs about 3 µs of CPU a tensor, and a stage's tensors grow with its layers (8,637 for Llama-3.1-405B's
+126; 64,100 for a config of 1,000 Llama layers, 424 ms). A stage of more than `MAX_REPLAYED_TENSORS` is replayed
+several layers at a time (`fold_for`): each of a layer's tensors stands for the same tensor of `fold` layers, and the
+layers' ramps move `fold` layers a step.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import gc
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Final
 
@@ -41,6 +48,9 @@ SUCCEEDS: Final = {"loss.logits_previous": "loss.logits"}
 WORKING_WINDOW: Final = 3
 # The user's extra per GPU stands for memory outside the allocator, so it is not replayed.
 OUTSIDE_KEY: Final = "overhead"
+# The most tensors one replay makes before layers are folded together: about 30 ms of CPU, above every preset's
+# stage (the most: 8,637 for Llama-3.1-405B) and every recorded run's, which are replayed layer by layer.
+MAX_REPLAYED_TENSORS: Final = 12_000
 
 
 @dataclass(frozen=True)
@@ -50,6 +60,7 @@ class Reserved:
     per_event: tuple[int, ...]
     max_bytes: int
     out_of_memory_at: int | None  # the index of the event where a request could not be met; None if none
+    fold: int = 1  # layers replayed as one (`fold_for`); 1 for every stage of at most MAX_REPLAYED_TENSORS
 
 
 def split(total: int, template: Sequence[int]) -> tuple[int, ...]:
@@ -66,10 +77,33 @@ def split(total: int, template: Sequence[int]) -> tuple[int, ...]:
 
 def replay(ledger: Sequence[Buffer], steps: Plan, ramp_totals: Mapping[str, int], *,
            templates: Mapping[str, Sequence[int]], forward_transient: Sequence[int] = (),
-           kind: AllocatorKind = "default", limit: int | None = None, preallocated: Sequence[int] = ()) -> Reserved:
+           kind: AllocatorKind = "default", limit: int | None = None, preallocated: Sequence[int] = (),
+           fold: int = 1) -> Reserved:
     """Replay the step's allocations; `templates` maps a buffer key to the relative
     sizes of its tensors (for a ramp, of one layer's); `forward_transient` is a layer's working set in forward
-    when it keeps less than that (recomputation); `preallocated` are tensors live before the step (workspaces)."""
+    when it keeps less than that (recomputation); `preallocated` are tensors live before the step (workspaces);
+    `fold` layers move as one (`fold_for`), the templates made with the same `fold`."""
+    with _no_collection():
+        return _replay(ledger, steps, ramp_totals, templates, forward_transient, kind, limit, preallocated, fold)
+
+
+@contextmanager
+def _no_collection() -> Iterator[None]:
+    """The garbage collector held off: a replay makes tens of thousands of linked blocks, each making a collection
+    likelier, and a full collection walks the whole heap (10,000 layers: 57 ms of CPU in a fresh process, 82 ms
+    once earlier requests had grown the heap, 52 ms held off). The blocks are collected young after it."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _replay(ledger: Sequence[Buffer], steps: Plan, ramp_totals: Mapping[str, int],
+            templates: Mapping[str, Sequence[int]], forward_transient: Sequence[int], kind: AllocatorKind,
+            limit: int | None, preallocated: Sequence[int], fold: int) -> Reserved:
     allocator = CachingAllocator(kind, limit=limit)
     events = steps.timeline
     ranks = {key: rank for rank, key in enumerate(LAST_IN_ORDER, start=1)}
@@ -78,8 +112,9 @@ def replay(ledger: Sequence[Buffer], steps: Plan, ramp_totals: Mapping[str, int]
     successors = {i: index_of[SUCCEEDS[buffer.key]] for i, buffer in enumerate(ledger)
                   if buffer.key in SUCCEEDS and SUCCEEDS[buffer.key] in index_of}
     held: list[list[list[Block]]] = [[] for _ in ledger]  # per buffer, per unit (layer), the handles
-    counts = [_counts(buffer, steps, len(events)) for buffer in ledger]
-    units = [_units(buffer, ramp_totals, templates) for buffer in ledger]
+    folded = {ramp: _folded(total, fold) for ramp, total in ramp_totals.items()}
+    counts = [_counts(buffer, steps, len(events), ramp_totals, folded) for buffer in ledger]
+    units = [_units(buffer, folded, templates) for buffer in ledger]
     per_event: list[int] = []
     oom_at: int | None = None
     try:
@@ -96,14 +131,40 @@ def replay(ledger: Sequence[Buffer], steps: Plan, ramp_totals: Mapping[str, int]
         oom_at = len(per_event)
         per_event.append(allocator.limit or allocator.reserved)
     per_event += [per_event[-1]] * (len(events) - len(per_event))
-    return Reserved(tuple(per_event), max(per_event), oom_at)
+    return Reserved(tuple(per_event), max(per_event), oom_at, fold)
 
 
-def _counts(buffer: Buffer, steps: Plan, length: int) -> list[int]:
+def _folded(layers: int, fold: int) -> int:
+    """How many units `layers` make, `fold` layers each (the last fewer)."""
+    return -(-layers // fold)
+
+
+def _counts(buffer: Buffer, steps: Plan, length: int, ramp_totals: Mapping[str, int] | None = None,
+            folded: Mapping[str, int] | None = None) -> list[int]:
+    """The buffer's units alive at each event: for a ramp folded into fewer units, the units that hold its layers
+    alive (a unit is made with its first layer and freed with its last)."""
     counts = [0] * length
+    ramp = buffer.life.ramp
+    layers, units = ((ramp_totals[ramp], folded[ramp]) if ramp is not None and ramp_totals and folded
+                     and folded[ramp] != ramp_totals[ramp] else (0, 0))
     for index, count in steps.alive_at(buffer.life):
-        counts[index] = count
+        counts[index] = -(-count * units // layers) if layers else count
     return counts
+
+
+def fold_for(ledger: Sequence[Buffer], steps: Plan, ramp_totals: Mapping[str, int],
+             templates: Mapping[str, Sequence[int]]) -> int:
+    """How many layers the replay moves as one, so that it makes at most about MAX_REPLAYED_TENSORS tensors: 1 for
+    every stage at most that (`templates` made unfolded; small tensors counted unpacked, so it errs towards folding)."""
+    made = 0
+    replayed = [buffer for buffer in ledger if buffer.key != OUTSIDE_KEY]
+    for buffer in replayed:
+        counts = _counts(buffer, steps, len(steps.timeline))
+        allocations = sum(max(now - before, 0) for before, now in zip([0, *counts], counts, strict=False))
+        made += allocations * max(len(templates.get(buffer.key) or (1,)), 1)
+    if made <= MAX_REPLAYED_TENSORS:
+        return 1
+    return min(-(-made // MAX_REPLAYED_TENSORS), max(ramp_totals.values(), default=1))
 
 
 def _units(buffer: Buffer, ramp_totals: Mapping[str, int], templates: Mapping[str, Sequence[int]]) -> tuple[int, ...]:
@@ -192,26 +253,30 @@ class StageReserve:
     out_of_memory: bool  # the replay ran out with the cache released, within the GPU's capacity
 
 
-def _elements(shapes: Sequence[tuple[tuple[int, ...], int]]) -> list[int]:
+def _elements(shapes: Sequence[tuple[tuple[int, ...], int]], fold: int = 1) -> list[int]:
+    """Each tensor's elements; a tensor repeated over layers, `fold` of them as one."""
     sizes = []
     for shape, repeats in shapes:
         count = 1
         for dim in shape:
             count *= dim
-        sizes += [count] * repeats
+        pieces = _folded(repeats, fold)
+        if pieces:
+            sizes += [count * repeats // pieces] * pieces
     return sizes
 
 
 def stage_templates(arch: Architecture, parallelism: Parallelism, kind: StageKind, ledger: Sequence[Buffer],
-                    full_layer: Sequence[int], kept_layer: Sequence[int]) -> dict[str, Sequence[int]]:
+                    full_layer: Sequence[int], kept_layer: Sequence[int], fold: int = 1) -> dict[str, Sequence[int]]:
     """How each buffer of a stage splits into tensors: model states per parameter, a layer's gradients per
-    parameter of a layer, a layer's activations per saved tensor, the recomputed layer as a whole layer's."""
+    parameter of a layer, a layer's activations per saved tensor, the recomputed layer as a whole layer's; a tensor
+    repeated over layers, `fold` of them as one (a ramp's unit is scaled by the replay)."""
     dense = states.dense_layers_on(arch, first_layer=kind.first_layer - 1, layers=kind.layers, count=kind.count)
     shapes = states.stage_shapes(arch, parallelism.tensor, layers=kind.layers, first=kind.first, last=kind.last,
                                  dense=dense, expert_parallel=parallelism.expert,
                                  expert_tensor=parallelism.expert_tensor_degree)
     stage_shapes = shapes.rank_ep_shapes or shapes.rank_shapes
-    per_param = _elements(stage_shapes)
+    per_param = _elements(stage_shapes, fold)
     one_layer = _elements(states.rank_shapes(((tensor, 1) for tensor in layer_tensors(arch)), parallelism.tensor))
     # The weights and the master copy are made before anything is freed, so a layer's parameters lie side by side
     # whether made one by one or at once: a piece per layer (the embedding and output layer on their own). The
@@ -219,7 +284,8 @@ def stage_templates(arch: Architecture, parallelism: Parallelism, kind: StageKin
     # reserved peaks agree within 1%, docs/VALIDATION.md); the optimizer's state stays per parameter, as it settles
     # into the holes the step before left.
     layered = sum(_elements([(shape, repeats) for shape, repeats in stage_shapes if repeats > 1]))
-    per_layer = [layered // kind.layers] * kind.layers if kind.layers and layered else []
+    pieces = _folded(kind.layers, fold)
+    per_layer = [layered // pieces] * pieces if kind.layers and layered else []
     by_layer = per_layer + _elements([(shape, repeats) for shape, repeats in stage_shapes if repeats == 1])
     sizes = {buffer.key: buffer.bytes for buffer in ledger}
     reference = sizes.get("master_weights") or sizes.get("weights") or 1
@@ -244,12 +310,13 @@ def tensors_pass(gpu: Gpu, ledger_peak_bytes: int, extra_bytes: int, communicato
 def stage_reserve(ledger: Sequence[Buffer], steps: Plan, ramp_totals: Mapping[str, int], *,
                   templates: Mapping[str, Sequence[int]], forward_transient: Sequence[int], kind: AllocatorKind,
                   gpu: Gpu | None, extra_bytes: int, ledger_peak_bytes: int,
-                  communicator_bytes: int = 0) -> StageReserve:
+                  communicator_bytes: int = 0, fold: int = 1) -> StageReserve:
     """The replay without a limit; on a GPU where that passes the allocator's room, once more within it, as the
     allocator releases its cache before it gives up (not when the tensors alone pass it: `tensors_pass`)."""
     replayed = [buffer for buffer in ledger if buffer.key != OUTSIDE_KEY]
     workspaces = (gpu.workspace_bytes,) if gpu is not None and gpu.workspace_bytes else ()
-    args = {"templates": templates, "forward_transient": forward_transient, "kind": kind, "preallocated": workspaces}
+    args = {"templates": templates, "forward_transient": forward_transient, "kind": kind, "preallocated": workspaces,
+            "fold": fold}
     free = replay(replayed, steps, ramp_totals, **args)  # type: ignore[arg-type]
     if gpu is None:
         return StageReserve(free, extra_bytes, False)

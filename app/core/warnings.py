@@ -120,3 +120,13 @@ def _layer_backward_unmodelled(arch: Architecture, training: Training, experts_b
     if not arch.is_gated and not family_of(arch).gpt2_modules:
         return "an MLP without a gate"
     return ""
+
+
+def folded_warnings(fold: int, layers: int) -> list[str]:
+    """The reserve of a stage replayed several layers at a time (`reserve.fold_for`)."""
+    if fold == 1:
+        return []
+    return [f"The allocator's replay moved this stage's {layers:,} layers {fold} at a time, each of a layer's "
+            f"tensors standing for the same tensor of {fold} layers, to answer within milliseconds: the reserved "
+            "memory is approximate (where compared with a replay layer by layer, within 1.2%: docs/VALIDATION.md); "
+            "the allocated peak is not."]

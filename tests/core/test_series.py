@@ -150,3 +150,30 @@ def test_a_long_sweep_replays_a_few_values_and_judges_the_rest_as_full_estimates
         full = with_field(job, "parallelism.data", data).estimate()
         assert points[data - 1].fits == full.gpu.fits, data  # type: ignore[union-attr]
         assert points[data - 1].peak.bytes == full.peak.bytes
+
+
+@pytest.mark.parametrize("gpu", ["l4-24gb", "a100-40gb"])
+def test_values_left_over_past_the_pieces_are_judged_by_the_largest_that_fits(gpu, monkeypatch):
+    # Gemma 3's sliding windows make its memory polynomial in the sequence only piecewise: past MAX_SEGMENTS pieces
+    # the values left over are too many to replay each (1,000 took 8.6 s of CPU), so each gets its tensors' timeline
+    # and the fit of the largest length that fits, as a fitted value does; a full estimate agrees wherever compared.
+    replays: list[bool] = []
+    estimate = Job.estimate
+
+    def counted(job: Job, *, reserve: bool = True) -> core.Estimate:
+        replays.append(reserve)
+        return estimate(job, reserve=reserve)
+
+    job = _job(GEMMA3, gpu=core.get_gpu(gpu))
+    values = [1 + 64 * i for i in range(1000)]
+    monkeypatch.setattr(Job, "estimate", counted)
+    points = series(job, "training.seq_len", values)
+    monkeypatch.undo()
+    assert sum(replays) <= 2 * MAX_REPLAYED
+    fits = [point.fits for point in points]
+    last = fits.index(False) - 1
+    assert last >= 0 and not any(fits[last + 1:])
+    for index in (0, last, last + 1, 500, 999):
+        full = with_field(job, "training.seq_len", values[index]).estimate()
+        assert points[index].fits == full.gpu.fits, values[index]  # type: ignore[union-attr]
+        assert points[index].peak.bytes == full.peak.bytes
