@@ -144,6 +144,7 @@ def _sweep(data: dict[str, Any], reading: Reading) -> None:
     """Nothing dropped silently: a key no reader reported (an empty or switched-off setting) is listed as ignored."""
     seen = {fact.key for r in (reading, *reading.children) for fact in r.facts}
     seen |= {entry["key"] for r in (reading, *reading.children) for entry in (*r.understood, *r.ignored)}
+    seen |= {key for r in (reading, *reading.children) for key in r.autos.values()}  # the merge says what fills them
     seen.discard("")
     above = {key[:i] for key in seen for i, c in enumerate(key) if c == "."}  # sections that hold a seen key
 

@@ -260,7 +260,8 @@ def _precision(data: dict[str, Any], r: Reading, p: str) -> None:
         if switch is not None:
             r.said("ds_bf16" if switch_key.startswith(bf16_key) else "ds_fp16", switch, switch_key, field="")
         if switch == AUTO:
-            r.also(switch_key, AUTO, "training.precision", "filled from the Trainer's bf16/fp16 (false without one)")
+            r.also(switch_key, AUTO, "training.precision", "filled from the Trainer's --bf16/--fp16 (assumed passed "
+                                                           "when no Trainer arguments are given)")
     grad_accum = None
     types = data.get("data_types")
     if types is not None:

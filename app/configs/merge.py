@@ -143,11 +143,14 @@ class _Merge:
         self.precision()
         model = self.model()
         fallback = defaults()
+        explained = {entry["field"] for entry in self.assumed}
         for field, value in fallback.items():
             if field not in self.values:
                 self.values[field] = value
                 if field == "training.adafactor_momentum" and self.values.get("training.optimizer") != "adafactor":
                     continue  # it means nothing for another optimizer
+                if field in explained:
+                    continue  # already said why (an "auto" left to the Trainer): once is enough
                 self.assumed.append({"field": field, "value": json_safe(value), "why": DEFAULT_WHY, "file": None})
         for reading in self.readings:
             self.understood.extend(reading.understood)
@@ -425,9 +428,17 @@ class _Merge:
                     return next((r.autos["ds_precision:bf16"] for r in readings if "ds_precision:bf16" in r.autos),
                                 from_amp[mode])
                 return from_amp[mode]
-            reasons.append(f"{auto_key} is \"auto\", which the Trainer fills from its bf16/fp16 (default false); "
-                           "none given, so fp32")
-            return "fp32"
+            # A file with "auto" runs only under the Trainer (or accelerate), which fills it from its --bf16 or
+            # --fp16 (HfTrainerDeepSpeedConfig.trainer_config_process: fill_match("bf16.enabled", args.bf16)); they
+            # are off unless passed, but a half-precision switch left to the command line is one meant to be passed.
+            half = "fp16" if auto_key.endswith("fp16.enabled") else "bf16"
+            reasons.append(f"{auto_key} is \"auto\": the Trainer fills it from its --{half}, not given here, so "
+                           f"assumed passed ({half} with an fp32 master copy); without it the Trainer trains in fp32: "
+                           "set the precision to fp32 if so")
+            if half == "bf16":
+                return next((r.autos["ds_precision:bf16"] for r in readings if "ds_precision:bf16" in r.autos),
+                            from_amp["bf16"])
+            return from_amp["fp16"]
         if mode in ("bf16", "fp16"):
             # accelerate adds {"enabled": true} for a missing section (DeepSpeedPlugin.set_mixed_precision).
             reasons.append(f"{mode} with DeepSpeed" + (", whose file is not read" if not readings else "") +

@@ -50,8 +50,24 @@ def test_auto_values_alone_fall_back_to_defaults_and_say_so():
     reasons = assumed(answer)
     assert any('"auto"' in why for _, why in reasons["training.micro_batch_size"])
     assert any('"auto"' in why for _, why in reasons["training.precision"])
-    assert request["training"]["precision"] == "fp32"  # bf16/fp16 "auto" with no Trainer: its default, false
+    # bf16/fp16 "auto" with no Trainer arguments: assumed passed, and said so with what happens if not.
+    assert request["training"]["precision"] == "bf16-fp32-master"
+    assert any("--bf16" in why and "fp32" in why for _, why in reasons["training.precision"])
     assert "zero_optimization.offload_param.device" in ignored(answer)  # device none: still reported
+
+
+def test_the_stock_zero3_offload_config_imports_as_it_runs():
+    # transformers' DeepSpeed guide's ZeRO-3 file (samples/SOURCES.md): ZeRO-3, optimizer and parameters on the CPU,
+    # bf16 once the Trainer fills its "auto"; it was fp32 on one GPU without ZeRO, "does not fit by 103.68 GiB".
+    answer = imported("deepspeed", sample("ds_config_zero3_offload.json"))
+    request = answer["request"]
+    assert request["parallelism"]["zero_stage"] == 3
+    assert request["parallelism"]["offload"] == "optimizer+parameters"
+    assert request["training"]["precision"] == "bf16-fp32-master"
+    assert request["training"]["optimizer"] == "adamw"
+    fields = [entry["field"] for entry in answer["assumed"]]
+    assert len(fields) == len(set(fields)), "a field assumed twice"
+    assert not set(understood(answer)) & set(ignored(answer)), "a key both understood and ignored"
 
 
 @pytest.mark.parametrize("section, precision", [
