@@ -1,6 +1,13 @@
-"""Assumptions that bite for a request, in words."""
+"""Assumptions that bite for a request, in words, the ones that matter most for it first.
+
+Each caveat has a weight: inputs that do not do what they seem to, then what may dominate the figures or makes them
+a bound, then the model's assumptions, then general notes that hold for every setup of the kind (`is_general`), which
+the page folds away. The lists are sorted by weight, each weight's caveats in the order they are made.
+"""
 
 from __future__ import annotations
+
+from typing import Final
 
 from app.core.architecture import Architecture
 from app.core.categories import Breakdown
@@ -8,103 +15,131 @@ from app.core.families import family_of
 from app.core.setup import UNUSUAL_MICRO_BATCH, UNUSUAL_SEQ_LEN, Parallelism, Training
 from app.core.timeline import Peak
 
+INPUTS: Final = 0  # an input that does not do what it seems to, or is out of any realistic range
+DOMINANT: Final = 1  # a term that may dominate the figures, or figures that are only a bound
+MODEL: Final = 2  # an assumption of the model that moves the figures
+GENERAL: Final = 3  # true of every setup of the kind: how to read the figures rather than news about this one
 
-def _state_warnings(training: Training, parallelism: Parallelism) -> list[str]:
+# How each general caveat opens: `is_general` knows them by it.
+ADAM_BYTES: Final = "The often-quoted 16 bytes per parameter for Adam"
+PEAK_BELOW_SUM: Final = "The peak is at '"
+RECOMPUTATION: Final = "Recomputation replays the forward pass in backward"
+_GENERAL_OPENINGS: Final = (ADAM_BYTES, PEAK_BELOW_SUM, RECOMPUTATION)
+
+
+def is_general(caveat: str) -> bool:
+    """Whether a caveat holds for every setup of its kind (weight GENERAL), so that it can wait behind the rest."""
+    return caveat.startswith(_GENERAL_OPENINGS)
+
+
+def _ranked(caveats: list[tuple[int, str]]) -> list[str]:
+    """The texts, those of least weight first; of equal weight, in the order they were made."""
+    return [text for _, text in sorted(caveats, key=lambda caveat: caveat[0])]
+
+
+def _state_warnings(training: Training, parallelism: Parallelism) -> list[tuple[int, str]]:
     precision = training.precision
     warnings = []
     if training.optimizer in ("adam", "adamw"):
         per_param = (precision.bits("weights") + precision.bits("gradients") + precision.bits("master_weights")
                      + 2 * precision.bits("optimizer_states")) // 8
-        warnings.append(
-            f"The often-quoted 16 bytes per parameter for Adam assume mixed precision with an fp32 master copy "
+        warnings.append((GENERAL,
+            f"{ADAM_BYTES} assume mixed precision with an fp32 master copy "
             f"(2 + 2 + 4 + 8); this precision gives {per_param} bytes per parameter before sharding."
-        )
+        ))
     if parallelism.zero_stage and parallelism.data == 1:
-        warnings.append("ZeRO shards over the data-parallel group; with a data-parallel degree of 1 it saves nothing.")
+        warnings.append((INPUTS, "ZeRO shards over the data-parallel group; with a data-parallel degree of 1 it saves "
+                                 "nothing."))
     if parallelism.zero_stage == 0 and parallelism.data > 1:
-        warnings.append("Each data-parallel rank holds a full replica of the model states; ZeRO stage 1-3 would shard them.")
+        warnings.append((MODEL, "Each data-parallel rank holds a full replica of the model states; ZeRO stage 1-3 "
+                                "would shard them."))
     if "fp8" in (precision.weights, precision.activations):
-        warnings.append("fp8 training keeps higher-precision copies and scaling factors that vary by recipe; "
-                        "treat fp8 figures as a lower bound.")
+        warnings.append((DOMINANT, "fp8 training keeps higher-precision copies and scaling factors that vary by "
+                                   "recipe; treat fp8 figures as a lower bound."))
     return warnings
 
 
 def count_warnings(training: Training, parallelism: Parallelism, *, scratch_known: bool) -> list[str]:
-    warnings = [
+    warnings = [(DOMINANT,
         "Activations and temporary buffers depend on the architecture (layers, hidden size, heads, vocabulary); "
         "with only a parameter count the peak covers model states and the optimizer step alone. Choose a preset, "
         "give the architecture or paste a config.json to include them."
-    ]
+    )]
     if not scratch_known:
-        warnings.append("The for-loop optimizer's scratch is two copies of the largest tensor, which a bare "
-                        "parameter count does not give; it is left out.")
-    return warnings + _state_warnings(training, parallelism)
+        warnings.append((DOMINANT, "The for-loop optimizer's scratch is two copies of the largest tensor, which a bare "
+                                   "parameter count does not give; it is left out."))
+    return _ranked(warnings + _state_warnings(training, parallelism))
 
 
 def estimate_warnings(arch: Architecture, training: Training, parallelism: Parallelism, *, kernel: str,
                       peak: Peak, per_gpu: Breakdown, experts_backward_known: bool = False) -> list[str]:
     warnings = _state_warnings(training, parallelism)
     if per_gpu.total_bytes != peak.bytes:
-        warnings.append(
-            f"The peak is at '{peak.event}' in step {peak.step}; the sum of every buffer is an upper bound that "
+        warnings.append((GENERAL,
+            f"{PEAK_BELOW_SUM}{peak.event}' in step {peak.step}; the sum of every buffer is an upper bound that "
             "never happens, because gradients appear as backward frees the activations and the loss's buffers "
             "come and go."
-        )
+        ))
     unmodelled = _layer_backward_unmodelled(arch, training, experts_backward_known)
     if unmodelled and peak.event.startswith("backward: layer"):
-        warnings.append(
+        warnings.append((DOMINANT,
             f"The peak is in a layer's backward ('{peak.event}'), whose working set beyond the saved tensors (the "
             f"gradients the MLP's backward makes) is not modelled with {unmodelled}. Measured, such peaks came out "
             "up to 7.4% (dropout) and 9.6% (a mixture of experts without its backward counted) above the prediction "
             "on small CPU models where one layer is a large share of the memory (docs/VALIDATION.md)."
-        )
+        ))
     if parallelism.expert > 1 and parallelism.expert_load == 1.0:
-        warnings.append(
+        warnings.append((DOMINANT,
             f"Expert parallelism over {parallelism.expert} GPUs is counted with balanced routing: each GPU receives "
             "its share of the tokens' k copies. Routing is seldom balanced; the GPU whose experts receive the most "
             "tokens holds more activations than shown. Set parallelism.expert_load to your capacity factor (which "
             "bounds it) or to the imbalance you expect."
-        )
+        ))
     elif parallelism.expert > 1:
-        warnings.append(
+        warnings.append((MODEL,
             f"The most-loaded expert-parallel GPU's experts are counted with {parallelism.expert_load:g} × the "
             "token copies of balanced routing (parallelism.expert_load)."
-        )
+        ))
     if training.seq_len > arch.max_position_embeddings:
-        warnings.append(f"seq_len ({training.seq_len:,}) exceeds the model's max_position_embeddings "
-                        f"({arch.max_position_embeddings:,}).")
+        warnings.append((INPUTS, f"seq_len ({training.seq_len:,}) exceeds the model's max_position_embeddings "
+                                 f"({arch.max_position_embeddings:,})."))
     if training.activation_checkpointing != "none":
-        warnings.append("Recomputation replays the forward pass in backward: it needs deterministic operations "
-                        "(dropout restores its RNG state) and costs about one extra forward of compute.")
+        warnings.append((GENERAL, f"{RECOMPUTATION}: it needs deterministic operations "
+                                  "(dropout restores its RNG state) and costs about one extra forward of compute."))
     if training.activation_checkpointing == "selective" and training.implementation != "megatron":
-        warnings.append("Hugging Face transformers has no selective recomputation of its own; this models "
-                        "Megatron-style recomputation of the attention core.")
+        warnings.append((MODEL, "Hugging Face transformers has no selective recomputation of its own; this models "
+                                "Megatron-style recomputation of the attention core."))
     if kernel == "eager" and training.seq_len >= 8192:
-        warnings.append("Eager attention stores the s × s score matrix per head; at this length it dominates. "
-                        "A fused (flash) kernel avoids it.")
+        warnings.append((DOMINANT, "Eager attention stores the s × s score matrix per head; at this length it "
+                                   "dominates. A fused (flash) kernel avoids it."))
     if kernel == "math":
-        warnings.append("PyTorch's scaled_dot_product_attention runs its math kernel here (flash needs fp16 or bf16, "
-                        "the memory-efficient kernel refuses grouped K/V heads), which stores the s × s "
-                        "probabilities as eager attention does and makes two more s × s fp32 tensors while each "
-                        "layer runs, forward and backward.")
+        warnings.append((DOMINANT,
+            "PyTorch's scaled_dot_product_attention runs its math kernel here (flash needs fp16 or bf16, "
+            "the memory-efficient kernel refuses grouped K/V heads), which stores the s × s "
+            "probabilities as eager attention does and makes two more s × s fp32 tensors while each "
+            "layer runs, forward and backward."))
     if training.attention == "flash" and training.precision.activations == "fp32":
-        warnings.append("Flash attention kernels need fp16 or bf16 activations; in fp32 PyTorch falls back to a "
-                        "kernel that may store the score matrix (choose sdpa to model the fallback).")
+        warnings.append((DOMINANT,
+            "Flash attention kernels need fp16 or bf16 activations; in fp32 PyTorch falls back to a "
+            "kernel that may store the score matrix (choose sdpa to model the fallback)."))
     if parallelism.sequence_parallel and parallelism.tensor == 1:
-        warnings.append("Sequence parallelism splits activations over the tensor-parallel group; with tensor=1 it has no effect.")
+        warnings.append((INPUTS, "Sequence parallelism splits activations over the tensor-parallel group; with "
+                                 "tensor=1 it has no effect."))
     if parallelism.tensor > 1 and training.implementation != "megatron":
-        warnings.append("Tensor-parallel activations follow Megatron's split of attention heads and MLP columns.")
+        warnings.append((MODEL, "Tensor-parallel activations follow Megatron's split of attention heads and MLP "
+                                "columns."))
     if parallelism.pipeline > 1:
         m, p = training.gradient_accumulation_steps, parallelism.pipeline
         if m < p:
-            warnings.append(f"With {m} micro-batch{'es' if m > 1 else ''} per step and {p} pipeline stages the "
-                            f"pipeline idles; 1F1B needs at least {p} (gradient_accumulation_steps).")
-        warnings.append(f"Pipeline figures assume 1F1B: stage k holds min({m}, {p} - k) micro-batches of activations.")
+            warnings.append((INPUTS, f"With {m} micro-batch{'es' if m > 1 else ''} per step and {p} pipeline stages "
+                                     f"the pipeline idles; 1F1B needs at least {p} (gradient_accumulation_steps)."))
+        warnings.append((MODEL, f"Pipeline figures assume 1F1B: stage k holds min({m}, {p} - k) micro-batches of "
+                                "activations."))
         if arch.tie_word_embeddings:
-            warnings.append("Tied embeddings are duplicated on the last pipeline stage for the output layer.")
+            warnings.append((MODEL, "Tied embeddings are duplicated on the last pipeline stage for the output layer."))
     if training.seq_len > UNUSUAL_SEQ_LEN or training.micro_batch_size > UNUSUAL_MICRO_BATCH:
-        warnings.append("This batch shape is far outside what is trained in practice; check the inputs.")
-    return warnings
+        warnings.append((INPUTS, "This batch shape is far outside what is trained in practice; check the inputs."))
+    return _ranked(warnings)
 
 
 def _layer_backward_unmodelled(arch: Architecture, training: Training, experts_backward_known: bool) -> str:

@@ -15,7 +15,9 @@ from typing import Final, Literal
 
 from app import core
 from app.core.estimate import Host
+from app.core.warnings import is_general
 from app.web.chart import Chart, timeline_chart
+from app.web.controls import LABELS
 from app.web.form import Unit
 
 UNIT_BYTES: Final[dict[str, int]] = {"GB": 10**9, "GiB": 1 << 30}
@@ -184,7 +186,8 @@ class ResultView:
     bytes_per_param_total: str
     bytes_per_param_sum: str
     explanations: tuple[Explanation, ...]
-    warnings: tuple[str, ...]
+    warnings: tuple[str, ...]  # what is news about this setup, the most telling first
+    general_warnings: tuple[str, ...]  # true of every setup of the kind: shown folded, after the rest
     trainable: str | None = None  # "6,815,744 trainable of 8,037,076,992", when fewer than all train
     host: HostView | None = None  # host memory per node, when offloading
 
@@ -406,7 +409,8 @@ def result_view(result: core.Estimate, parallelism: core.Parallelism, unit: Unit
         bytes_per_param_total=format_bytes_per_param(sum(per_param.values())),
         bytes_per_param_sum=" + ".join(format_bytes_per_param(per_param[c]) for c in core.CATEGORIES if c in per_param),
         explanations=_explanations(result, unit),
-        warnings=result.warnings,
+        warnings=tuple(warning for warning in result.warnings if not is_general(warning)),
+        general_warnings=tuple(warning for warning in result.warnings if is_general(warning)),
         trainable=trainable_note(result.param_count, result.trainable_param_count),
         host=host_view(result.host, host_ram, unit) if result.host is not None else None,
     )
@@ -441,10 +445,22 @@ def _explanations(result: core.Estimate, unit: Unit) -> tuple[Explanation, ...]:
             short=CATEGORY_SHORT[category],
             about=CATEGORY_ABOUT[category],
             size=format_bytes(result.per_gpu[category] or 0, unit),
-            lines=tuple(TermLine(t.label, t.formula, format_bytes(t.bytes, unit), format_exact_bytes(t.bytes)) for t in terms),
+            lines=tuple(_term_line(t, unit) for t in terms),
             details=_layer_details(result, unit) if category == "activations" else (),
         ))
     return tuple(groups)
+
+
+# The person's own extra per GPU: named as its control is, and at its default said to be unset.
+OVERHEAD_KEY: Final = "overhead"
+
+
+def _term_line(term: core.Buffer, unit: Unit) -> TermLine:
+    label, formula = term.label, term.formula
+    if term.key == OVERHEAD_KEY:
+        label = LABELS["framework_overhead_bytes"]
+        formula = "set by you" if term.bytes else "none set"
+    return TermLine(label, formula, format_bytes(term.bytes, unit), format_exact_bytes(term.bytes))
 
 
 def _layer_details(result: core.Estimate, unit: Unit) -> tuple[TermLine, ...]:
