@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
-from app import cli
+from app import cli, cli_args
 from app.api.schemas import (
     EstimateRequest,
     FinetuningIn,
@@ -66,7 +67,7 @@ def api(path: str, body: dict) -> dict:
 
 
 def _subcommand(command: str) -> argparse.ArgumentParser:
-    parser = cli.build_parser(command)
+    parser = cli_args.build_parser(command)
     subparsers = next(action for action in parser._actions if action.dest == "command")
     assert isinstance(subparsers, argparse._SubParsersAction)
     return subparsers.choices[command]
@@ -95,7 +96,7 @@ def test_every_request_field_has_a_flag():
         missing = [path for path in paths if path not in dests]
         assert missing == [], f"{command}: request fields without a flag: {missing}"
         for path in paths:  # the flag a DomainError names is the one that sets the field
-            assert options[cli.option_for(path)] == path
+            assert options[cli_args.option_for(path)] == path
     assert set(SolveRequest.model_fields) - set(EstimateRequest.model_fields) == {"target"}
     assert "target" in _dests("solve")
     assert set(SweepRequest.model_fields) - set(EstimateRequest.model_fields) == {"vary"}
@@ -269,6 +270,20 @@ def test_solve_table():
     assert "Fixes" not in found
 
 
+def test_solve_says_memory_in_gib_throughout():
+    # The solver's note gives its figures in bytes (exact, in --json); the text beside the GiB tables says GiB.
+    for args in (["--model", "llama-3-8b", "--seq-len", "8192", "--gpu", "a100-40gb", "--target", "micro_batch_size"],
+                 ["--model", "llama-3-70b", "--gpu", "t4-16gb", "--zero-stage", "3", "--target", "data"]):
+        done = trainmem("solve", *args)
+        assert done.returncode == 0, done.stderr
+        note = json_of("solve", *args)["note"]
+        figures = [int(figure.replace(",", "")) for figure in re.findall(r"([\d,]+) B\b", note)]
+        assert figures  # the API's note keeps its exact bytes
+        assert re.search(r"\d B\b", done.stdout) is None, done.stdout
+        for figure in figures:
+            assert f"{figure / 2**30:,.2f} GiB" in done.stdout
+
+
 def test_sweep_table():
     done = trainmem("sweep", "--model", "llama-3-8b", "--gpu", "h100-80gb", "--zero-stage", "3", "--data", "8",
                     "--vary", "training.seq_len", "--values", "1024,4096,65536")
@@ -348,7 +363,10 @@ def test_no_command_prints_the_help_and_exits_2():
 def test_help_lists_the_flags():
     done = trainmem("estimate", "--help")
     assert done.returncode == 0
-    assert "--seq-len" in done.stdout and "--no-sequence-parallel" in done.stdout
+    assert "--seq-len" in done.stdout and "--help-all" in done.stdout
+    every = trainmem("estimate", "--help-all")
+    assert every.returncode == 0
+    assert "--seq-len" in every.stdout and "--no-sequence-parallel" in every.stdout
 
 
 # --- start-up: no web framework -------------------------------------------------------------------------------
