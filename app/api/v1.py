@@ -55,7 +55,8 @@ UNPROCESSABLE: dict[int | str, dict[str, Any]] = {
 }
 
 
-@router.post("/estimate", response_model=EstimateResponse, responses=UNPROCESSABLE)
+@router.post("/estimate", response_model=EstimateResponse, responses=UNPROCESSABLE,
+             summary="Estimate memory for a training step")
 def post_estimate(request: EstimateRequest) -> AnswerJSON:
     """Memory for one training step: per GPU (the most-loaded rank) and for the whole cluster, in bytes."""
     # In a worker thread, as every route that computes: the allocator's replay takes milliseconds (3 to 15 ms per
@@ -63,14 +64,16 @@ def post_estimate(request: EstimateRequest) -> AnswerJSON:
     return AnswerJSON(wire.estimate_json(run_estimate(request)))
 
 
-@router.post("/solve", response_model=SolveResponse, responses=UNPROCESSABLE)
+@router.post("/solve", response_model=SolveResponse, responses=UNPROCESSABLE,
+             summary="Solve for the largest batch or sequence, or the fewest GPUs")
 def post_solve(request: SolveRequest) -> AnswerJSON:
     """The largest micro-batch or sequence, or the fewest data-parallel GPUs, whose peak fits the GPU; and for a
     setup that does not fit, the single changes that make it fit, cheapest first, each with its cost."""
     return AnswerJSON(wire.solution_json(solve(to_job(request), request.target)))
 
 
-@router.post("/sweep", response_model=SweepResponse, responses=UNPROCESSABLE)
+@router.post("/sweep", response_model=SweepResponse, responses=UNPROCESSABLE,
+             summary="Sweep one field over many values")
 def post_sweep(request: SweepRequest) -> AnswerJSON:
     """The peak, the per-GPU sum and the fit as one field takes each of up to 1,000 values; each point is what
     /estimate answers for that value."""
@@ -78,7 +81,8 @@ def post_sweep(request: SweepRequest) -> AnswerJSON:
     return AnswerJSON(wire.series_json(field, series(to_job(request), field, request.vary.values)))
 
 
-@router.post("/import", response_model=ImportResponse, responses=UNPROCESSABLE)
+@router.post("/import", response_model=ImportResponse, responses=UNPROCESSABLE,
+             summary="Import a training config as an estimate body")
 def post_import(request: ImportRequest) -> AnswerJSON:
     """A training config (DeepSpeed, TrainingArguments, accelerate, axolotl, torchtitan, Megatron-LM flags), or
     several files of one run, read into an estimate body, with what was understood, ignored and assumed."""
@@ -87,7 +91,8 @@ def post_import(request: ImportRequest) -> AnswerJSON:
     return AnswerJSON(import_config(request.kind or "auto", request.text))
 
 
-@router.post("/export", response_model=ExportResponse, responses=UNPROCESSABLE)
+@router.post("/export", response_model=ExportResponse, responses=UNPROCESSABLE,
+             summary="Export an estimate body as a framework config")
 def post_export(request: ExportRequest) -> AnswerJSON:
     """An estimate body written as a DeepSpeed, TrainingArguments, accelerate or axolotl config; the fields the file
     cannot carry are listed with why."""
@@ -95,7 +100,7 @@ def post_export(request: ExportRequest) -> AnswerJSON:
     return AnswerJSON(export.export_config(body, request.kind))
 
 
-@router.get("/presets", response_model=PresetsResponse)
+@router.get("/presets", response_model=PresetsResponse, summary="List the model and precision presets")
 def get_presets() -> PresetsResponse:
     """Model presets with exact parameter counts and their sources, and the precision presets."""
     models = [
@@ -116,7 +121,7 @@ def get_presets() -> PresetsResponse:
     return PresetsResponse(models=models, precisions=precisions)
 
 
-@router.get("/gpus", response_model=list[GpuOut])
+@router.get("/gpus", response_model=list[GpuOut], summary="List the GPU catalogue")
 def get_gpus() -> list[GpuOut]:
     """The GPU catalogue: usable capacity in bytes as the driver reports it, with its source."""
     return [GpuOut(id=g.id, name=g.name, capacity=g.capacity_bytes, source=g.source, context_bytes=g.context_bytes,
