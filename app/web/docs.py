@@ -6,7 +6,10 @@ they work offline and under the site's Content-Security-Policy: no inline script
 
 from __future__ import annotations
 
+import dataclasses
+import html
 import re
+from dataclasses import dataclass
 from functools import cache
 from typing import Final
 
@@ -24,11 +27,13 @@ from app.web.markdown import to_html
 
 SWAGGER_UI: Final = "/static/swagger-ui-5.35.0"
 REPORT_IMAGE: Final = re.compile(r"^[a-z0-9][a-z0-9.-]*\.svg$")
+# In the report's HTML (app/web/markdown.py writes it): a heading, or the box a table scrolls in.
+_TABLE: Final = re.compile(r'<div class="table-scroll">')
+_HEADING_OR_TABLE: Final = re.compile(r'<h([1-6]) id="([^"]*)">(.*?)</h\1>|' + _TABLE.pattern)
+_TAG: Final = re.compile(r"<[^>]+>")
 
 templates = Jinja2Templates(directory=TEMPLATES_DIR)
 router = APIRouter(include_in_schema=False)
-
-
 
 
 @router.get("/export/{kind}")
@@ -64,9 +69,67 @@ def redoc() -> RedirectResponse:
     return RedirectResponse("/docs", status_code=301)
 
 
+@dataclass(frozen=True)
+class Section:
+    level: int
+    id: str
+    title: str  # as plain text
+    subsections: tuple[Section, ...] = ()
+
+
+@dataclass(frozen=True)
+class Report:
+    """The report as the page shows it: its opening (the title and what precedes the first section), the table of
+    contents, and the sections."""
+
+    opening: str
+    contents: tuple[Section, ...]
+    body: str
+
+
 @cache
-def _report_html(text: str) -> str:
-    return to_html(text, url=lambda target: f"/validation/{target}" if REPORT_IMAGE.match(target) else target)
+def _report(text: str) -> Report:
+    markup = to_html(text, url=lambda target: f"/validation/{target}" if REPORT_IMAGE.match(target) else target)
+    markup, sections = _name_tables(markup)
+    heading = re.search(r"<h2[ >]", markup)
+    first = heading.start() if heading else len(markup)
+    return Report(markup[:first], _contents(sections), markup[first:])
+
+
+def _contents(sections: list[Section]) -> tuple[Section, ...]:
+    """The sections (h2) with their subsections (h3), in order."""
+    tops: list[Section] = []
+    for section in sections:
+        if section.level == 2:
+            tops.append(section)
+        elif section.level == 3 and tops:
+            tops[-1] = dataclasses.replace(tops[-1], subsections=(*tops[-1].subsections, section))
+    return tuple(tops)
+
+
+def _name_tables(markup: str) -> tuple[str, list[Section]]:
+    """Each table's scrolling box as a region a keyboard can focus (to scroll it), named after its section:
+    "Activations, table 2 of 3". Returns the markup and its headings."""
+    sections: list[Section] = []
+    owners: list[int] = []  # per table, the index of its section (-1 before the first heading)
+    for match in _HEADING_OR_TABLE.finditer(markup):
+        if match.group(1):
+            title = html.unescape(_TAG.sub("", match.group(3)))
+            sections.append(Section(int(match.group(1)), match.group(2), title))
+        else:
+            owners.append(len(sections) - 1)
+    names = iter(_table_names(sections, owners))
+    return _TABLE.sub(lambda _: f'<div class="table-scroll" role="region" tabindex="0" '
+                                f'aria-label="{html.escape(next(names))}">', markup), sections
+
+
+def _table_names(sections: list[Section], owners: list[int]) -> list[str]:
+    names = []
+    for index, owner in enumerate(owners):
+        title = sections[owner].title if owner >= 0 else "Report"
+        total, nth = owners.count(owner), owners[: index + 1].count(owner)
+        names.append(f"{title}, table {nth} of {total}" if total > 1 else f"{title}, table")
+    return names
 
 
 @router.get("/validation", response_class=HTMLResponse)
@@ -75,7 +138,7 @@ def validation_report(request: Request) -> HTMLResponse:
     text = report_text()
     if text is None:
         return templates.TemplateResponse(request, "validation.html", {"report": None}, status_code=404)
-    return templates.TemplateResponse(request, "validation.html", {"report": _report_html(text)})
+    return templates.TemplateResponse(request, "validation.html", {"report": _report(text)})
 
 
 @router.get("/validation/{name}")
