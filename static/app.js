@@ -163,6 +163,66 @@
   });
   document.addEventListener("htmx:oobAfterSwap", markSoon);
 
+  /* The help beside a label ("?", templates/macros.html): out of the tab order until opened, since each control is
+     described by its help and "?" typed in the control opens it; one open at a time, closed by Escape (focus back
+     to its control), by a click elsewhere, and when focus moves to another field. */
+  function tipsOutOfTabOrder(root) {
+    root.querySelectorAll("details.tip > summary").forEach(function (summary) {
+      if (!summary.parentNode.open) summary.tabIndex = -1;
+    });
+  }
+  tipsOutOfTabOrder(document);
+  document.addEventListener("htmx:load", function (event) { tipsOutOfTabOrder(event.detail.elt); });
+
+  function fieldOf(node) {
+    return node && node.closest ? node.closest(".field, .radios") : null;
+  }
+  function closeTips(kept) {
+    document.querySelectorAll("details.tip[open]").forEach(function (tip) {
+      if (tip !== kept) tip.open = false;
+    });
+  }
+  function tipOf(control) {
+    var described = control.closest ? control.closest("[aria-describedby]") : null;
+    var ids = described ? described.getAttribute("aria-describedby").split(" ") : [];
+    for (var i = 0; i < ids.length; i++) {
+      var help = ids[i].indexOf("help-") === 0 ? document.getElementById(ids[i]) : null;
+      if (help && help.parentNode.matches("details.tip")) return help.parentNode;
+    }
+    return null;
+  }
+  document.addEventListener("toggle", function (event) {
+    var tip = event.target;
+    if (!tip.matches || !tip.matches("details.tip")) return;
+    tip.firstElementChild.tabIndex = tip.open ? 0 : -1;
+    if (tip.open) closeTips(tip);
+  }, true);
+  document.addEventListener("click", function (event) {
+    closeTips(event.target.closest ? event.target.closest("details.tip") : null);
+  });
+  document.addEventListener("focusin", function (event) {
+    var field = fieldOf(event.target);
+    document.querySelectorAll("details.tip[open]").forEach(function (tip) {
+      if (fieldOf(tip) !== field) tip.open = false;
+    });
+  });
+  document.addEventListener("keydown", function (event) {
+    if (event.key === "Escape") {
+      var open = document.querySelector("details.tip[open]");
+      if (!open) return;
+      var box = open.contains(document.activeElement) ? fieldOf(open) : null;
+      closeTips(null);
+      var control = box && (box.querySelector("input:checked") || box.querySelector("input, select, textarea"));
+      if (control) control.focus();
+      return;
+    }
+    if (event.key !== "?" || event.ctrlKey || event.metaKey || event.altKey || event.target.tagName === "TEXTAREA") return;
+    var tip = tipOf(event.target);
+    if (!tip) return;
+    event.preventDefault();
+    tip.open = !tip.open;
+  });
+
   /* A pasted config over the body limit is refused before the page sees it (a 413 in the API's error
      shape, which htmx does not swap): its message goes where the page's own messages about the text go. */
   document.addEventListener("htmx:responseError", function (event) {

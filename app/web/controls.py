@@ -65,6 +65,11 @@ LABELS: Final[dict[str, str]] = {
     "position_embedding": "Positions",
     "dropout": "Dropout",
     "attention_dropout": "Attention dropout",
+    "num_local_experts": "Experts per layer",
+    "num_experts_per_tok": "Experts per token",
+    "moe_intermediate_size": "Expert MLP inner size",
+    "norm_topk_prob": "Renormalise routing weights",
+    "qk_norm": "Query/key norms",
     "loss": "Loss",
     "loss_chunks": "Loss chunks",
     "context": "Context parallel",
@@ -91,10 +96,6 @@ LABELS: Final[dict[str, str]] = {
 
 EXTRA_HELP: Final[dict[str, str]] = {
     "source": "A preset, your own architecture, a bare parameter count (model states only) or a Hugging Face config.json.",
-    "preset": "Exact parameter counts from each model's published architecture.",
-    "num_params": "Whole number, e.g. 6,738,415,616 or 7B (k, M, B, T). Activations need the architecture, "
-    "so only model states are computed.",
-    "precision": "The dtype of each kind of tensor; open Per-tensor dtypes to see or set them.",
     "gpu": "Usable memory as the driver reports it.",
     "seq_len": "Tokens per sequence: 4096, 4,096 or 4k (k = 1,024 tokens, as context lengths are quoted).",
     "unit": "GB = 10⁹ bytes; GiB = 2³⁰ bytes (what nvidia-smi and PyTorch report).",
@@ -105,24 +106,73 @@ EXTRA_HELP: Final[dict[str, str]] = {
     "fill": "Set the fields below to the chosen model's.",
     "expert_load": "× balanced routing: 1.25 for a capacity factor of 1.25 (tokens over it dropped), or the "
     "imbalance a dropless run expects.",
-    "first_stage_layers": "Blank: an even split. Fewer layers where the embedding sits balance the stages "
-    "(Megatron-LM's --decoder-first-pipeline-num-layers).",
-    "last_stage_layers": "Blank: an even split. Fewer layers where the output layer and loss sit balance the stages "
-    "(--decoder-last-pipeline-num-layers).",
-    "expert_tensor": "Blank: the tensor-parallel degree. Each routed expert's matrices split over this many GPUs "
-    "(Megatron-LM's --expert-tensor-parallel-size).",
     "host_ram": "The page's own figure, for the host memory bar: e.g. 512 GiB or 2 TB.",
     "target_modules": "Comma-separated, e.g. q_proj, v_proj, or all-linear.",
-    "method": "LoRA and QLoRA need the base in its own dtype: choose a precision that is not autocast.",
-    "save_embed_tokens": "modules_to_save: peft keeps a trainable copy beside the frozen original.",
-    "save_lm_head": "modules_to_save: peft keeps a trainable copy beside the frozen original.",
 }
-# Help read from a registry's own texts instead of the schema's description: each choice's label and what it counts.
+# The page's own words where the schema's description speaks the API's (its paths, its field names, null): the
+# whole help text of these controls. A test keeps the API's names out of every help text on the page.
+PAGE_HELP: Final[dict[str, str]] = {
+    "preset": "Exact parameter counts from each model's published architecture.",
+    "num_params": "Whole number, e.g. 6,738,415,616 or 7B (k, M, B, T). Activations need the architecture, "
+    "so only model states are computed.",
+    "precision": "The dtype of each kind of tensor: weights, gradients, master copy, optimizer state and "
+    "activations. Open Per-tensor dtypes to see or set them.",
+    "attention": "eager stores the s × s score matrix; flash is a fused kernel that does not; sdpa is the kernel "
+    "PyTorch's scaled_dot_product_attention picks on CUDA (flash for fp16/bf16 and head size ≤ 256, else "
+    "memory-efficient unless K/V heads are grouped, else math). The line under these choices names the kernel.",
+    "tensor": "Tensor-parallel degree; it must divide the attention heads and the key/value heads.",
+    "pipeline": "Pipeline-parallel degree (stages); it must divide the layers unless the layers on the first or "
+    "last stage are given.",
+    "master_weights": "Dtype of the optimizer's master copy, or none.",
+    "num_key_value_heads": "Key/value heads g (grouped-query attention); blank: as many as the attention heads, "
+    "which they must divide.",
+    "qkv_bias": "Biases on query, key and value only (Qwen2); overrides Attention biases there.",
+    "num_experts_per_tok": "Experts each token is routed to (k), at most the experts per layer.",
+    "moe_intermediate_size": "Each expert's MLP width; defaults to the MLP inner size.",
+    "norm_topk_prob": "The k routing weights renormalised to sum to 1 (Mixtral: always; Qwen3-MoE: as its "
+    "config.json says).",
+    "position_embedding": "learned: a table of max positions × h; rope: no parameters.",
+    "loss": "standard: the model returns the logits and the loss upcasts them to fp32; chunked: the output layer "
+    "and loss run a few chunks of tokens at a time (torchtune); fused-linear: Liger Kernel's fused linear cross "
+    "entropy, which never materialises the logits.",
+    "context": "Context parallelism: each sequence split over this many GPUs (ring attention); activations shrink "
+    "with it, and ZeRO shards over data × context. 2 × context must divide the sequence length; gpt-oss (attention "
+    "with sinks) needs the flash attention kernel.",
+    "virtual_stages": "Interleaved pipeline schedule (Megatron's virtual stages): model chunks per GPU; the first "
+    "GPU then holds (p - 1) chunks of activations more. Needs 2 or more pipeline stages, pipeline × virtual stages "
+    "dividing the layers, and gradient accumulation a multiple of the pipeline stages.",
+    "first_stage_layers": "Blank: an even split. Decoder layers on the first stage; fewer where the embedding sits "
+    "balance the stages (Megatron-LM's --decoder-first-pipeline-num-layers). The other stages share the rest "
+    "evenly, at least one each; with two stages, first and last add up to the layers.",
+    "last_stage_layers": "Blank: an even split. Decoder layers on the last stage; fewer where the output layer and "
+    "loss sit balance the stages (Megatron-LM's --decoder-last-pipeline-num-layers).",
+    "reduce_bucket_size": "DeepSpeed's gradient bucket, in elements (zero_optimization.reduce_bucket_size in its "
+    "config; its default 500,000,000): the contiguous buffer it reduces from, counted in the gradients' dtype under "
+    "the DeepSpeed memory convention.",
+    "expert": "Expert parallelism: a mixture of experts' routed experts split over this many GPUs (it divides the "
+    "experts, and expert tensor × expert parallel divides tensor × data × context); each expert's ZeRO shards "
+    "spread over the rest of the stage's GPUs.",
+    "expert_tensor": "Blank: the tensor-parallel degree. Each routed expert's matrices split over this many GPUs "
+    "instead (Megatron-LM's --expert-tensor-parallel-size); expert tensor × expert parallel must divide tensor × "
+    "data × context. A dense model takes only the tensor-parallel degree.",
+    "method": "full: every parameter trains; lora: rank-r adapters beside the frozen base (peft); qlora: the same "
+    "beside a base quantized by bitsandbytes. Anything but full needs an architecture (not a bare parameter count), "
+    "the transformers or liger implementation, no fp8 and a memory convention other than FSDP2; LoRA and QLoRA need "
+    "the base in its own dtype: choose a precision that is not autocast. Of mixtures of experts, which parts may be "
+    "frozen or adapted depends on the family.",
+    "lora_dropout": "Dropout on each adapter's input (peft's LoraConfig.lora_dropout); above 0 each adapter keeps "
+    "its own dropped copy of its input.",
+    "save_embed_tokens": "peft's LoraConfig.modules_to_save: a trainable copy kept beside the frozen original.",
+    "save_lm_head": "peft's LoraConfig.modules_to_save: a trainable copy kept beside the frozen original.",
+    "frozen_layers": "Full fine-tuning: keep the first k decoder layers frozen; fewer than the layers, and with "
+    "pipeline stages at most the first stage's layers.",
+}
+# Help read from a registry's own texts instead of the schema's description: each choice's label (what each one
+# counts is in the explanation of the result and the API's documentation).
 REGISTRY_HELP: Final[dict[str, str]] = {
-    "framework": "Whose accounting the model states follow. "
-    + " ".join(f"{item.label}: {item.about}" for item in core.FRAMEWORKS.values()),
-    "fp8": "Which linear layers compute in float8. "
-    + " ".join(f"{item.label}: {item.about}" for item in core.FP8_RECIPES.values()),
+    "framework": "Whose accounting the model states follow: "
+    + "; ".join(item.label for item in core.FRAMEWORKS.values()) + ".",
+    "fp8": "Which linear layers compute in float8: " + "; ".join(item.label for item in core.FP8_RECIPES.values()) + ".",
 }
 # Controls named apart from their API field (the finetuning field `dropout` would clash with the architecture's).
 SCHEMA_FIELDS: Final[dict[str, tuple[Any, str]]] = {"lora_dropout": (FinetuningIn, "dropout")}
@@ -168,7 +218,10 @@ def _schema_field(name: str) -> Any:
 
 
 def help_text(name: str) -> str:
-    """The schema's description of the field (or its registry's texts), then anything the page adds."""
+    """The schema's description of the field (or its registry's texts), then anything the page adds; or the page's
+    own words for it."""
+    if name in PAGE_HELP:
+        return PAGE_HELP[name]
     schema_field = _schema_field(name)
     parts = [schema_field.description] if schema_field is not None and schema_field.description else []
     if name in REGISTRY_HELP:

@@ -45,7 +45,7 @@ def test_the_options_are_the_registry_with_its_labels_and_texts(client):
     assert [option.value for option in controls.options()["framework"]] == list(core.FRAMEWORKS)
     assert [option.label for option in controls.options()["framework"]] == [f.label for f in core.FRAMEWORKS.values()]
     help_text = controls.help_text("framework")
-    assert all(f.about in help_text for f in core.FRAMEWORKS.values())
+    assert all(f.label in help_text for f in core.FRAMEWORKS.values())
 
     page = client.get("/").text
     assert '<label for="f-framework">Memory convention</label>' in page
