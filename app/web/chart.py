@@ -6,8 +6,10 @@ category (bottom to top in the table's order); the highest point is marked and n
 capacity is a dashed line, and a divider separates the steps. Coordinates are in the SVG's own
 units (its viewBox), rounded to one decimal so the markup stays small.
 
-Text inside an SVG scales with it, so label widths are estimated from an average glyph width to
-keep every label inside the box.
+Text inside an SVG scales with it. The viewBox is as wide as the narrowest place the chart is drawn (a
+390 px phone gives it 332 px), so FONT units are at least 12 px there; on a wide screen the chart grows to at
+most MAX_SCALE times that. Each label's box is estimated from an upper bound on its glyphs, so labels are
+placed inside the chart and clear of one another (`Box`).
 """
 
 from __future__ import annotations
@@ -19,11 +21,15 @@ from typing import Final
 
 from app import core
 
-WIDTH: Final = 400
+WIDTH: Final = 320
 HEIGHT: Final = 230
+MAX_SCALE: Final = 1.5  # the chart is drawn at most this many px per unit: FONT-sized text at most 18 px
 FONT: Final = 12  # label size in SVG units (the template's CSS uses the same)
 LINE: Final = 14  # distance between the two lines of the peak label
-CHAR_WIDTH: Final = 7.2  # advance of a FONT-sized glyph of a wide bold sans-serif (DejaVu Sans Bold): an upper estimate
+CHAR_WIDTH: Final = 7.8  # advance of a FONT-sized glyph (DejaVu Sans digits are 7.63): an upper estimate
+LETTER_WIDTH: Final = 13.5  # a band's bold capital (DejaVu Sans Bold "W" is 13.2)
+TEXT_ASCENT: Final = 11.5  # a FONT-sized line's box above its baseline (DejaVu Sans: 11.2) ...
+TEXT_DESCENT: Final = 3.0  # ... and below it (2.6)
 PAD: Final = 4.0
 TOP: Final = 40.0  # room above the plot for the two-line peak label
 BOTTOM_GAP: Final = 20.0  # room below the plot for the step names
@@ -32,6 +38,25 @@ TICKS_WANTED: Final = 4  # at most this many gridlines above zero
 NICE_MANTISSAS: Final = (1, 2, 5)
 LETTER_MIN_THICKNESS: Final = 11.0  # a band this thick (SVG units) has room for its letter
 MARKER_GAP: Final = 6.0  # between the peak label's leader and the marker
+
+
+@dataclass(frozen=True)
+class Box:
+    """Where a label's text lies, in SVG units: from (x0, y0) at the top left to (x1, y1)."""
+
+    x0: float
+    y0: float
+    x1: float
+    y1: float
+
+    def overlaps(self, other: Box) -> bool:
+        return self.x0 < other.x1 and other.x0 < self.x1 and self.y0 < other.y1 and other.y0 < self.y1
+
+
+def text_box(x: float, baseline: float, width: float, anchor: str, *, lines: int = 1) -> Box:
+    """The box of a label `width` wide written at (x, baseline) with `anchor` ("start", "middle" or "end")."""
+    x0 = x if anchor == "start" else x - width if anchor == "end" else x - width / 2
+    return Box(x0, baseline - TEXT_ASCENT, x0 + width, baseline + (lines - 1) * LINE + TEXT_DESCENT)
 
 
 @dataclass(frozen=True)
@@ -48,6 +73,7 @@ class Band:
     category: str
     points: str
     letter: str
+    name: str  # the category's label, for the key below the chart
     letter_x: float | None  # where its letter fits, at the band's thickest point; None when nowhere
     letter_y: float | None
 
@@ -71,6 +97,10 @@ class PeakMark:
     lines: tuple[str, str]
     text: str  # the label as one line: "peak: 151.06 GiB at optimizer.step, step 1"
 
+    @property
+    def box(self) -> Box:
+        return text_box(self.label_x, self.label_y, max(text_width(line) for line in self.lines), "start", lines=2)
+
 
 @dataclass(frozen=True)
 class CapacityMark:
@@ -80,6 +110,10 @@ class CapacityMark:
     label_y: float
     anchor: str  # "start" or "end"
     over: bool  # the peak is above it
+
+    @property
+    def box(self) -> Box:
+        return text_box(self.label_x, self.label_y, text_width(self.label), self.anchor)
 
 
 @dataclass(frozen=True)
@@ -122,6 +156,16 @@ class Chart:
     @property
     def view_box(self) -> str:
         return f"0 0 {self.width} {self.height}"
+
+    @property
+    def max_width(self) -> float:
+        """The widest it is drawn, in px."""
+        return self.width * MAX_SCALE
+
+    @property
+    def key(self) -> tuple[Band, ...]:
+        """The bands in the table's order (bottom to top), for the key below the chart."""
+        return tuple(reversed(self.bands))
 
 
 def nice_step(value: float, *, ticks: int = TICKS_WANTED) -> float:
@@ -212,13 +256,14 @@ def timeline_chart(
     ys = tuple(y_of(total) for total in totals)
 
     ticks = axis.ticks(y_of)
-    bands = _bands(points, xs, y_of, bottom=bottom, left=left, right=right, avoid=top_index)
     steps = _steps(points, xs)
     peak = _peak(points[top_index], top_index, xs[top_index], ys[top_index], size)
     capacity = None
     if capacity_bytes:
         capacity = _capacity(y_of(capacity_bytes), f"capacity {size(capacity_bytes)}", peak_x=peak.x,
                              left=left, right=right, over=totals[top_index] > capacity_bytes if over is None else over)
+    taken = [peak.box] + ([capacity.box] if capacity else [])
+    bands = _bands(points, xs, y_of, bottom=bottom, left=left, right=right, avoid=top_index, taken=taken)
     rows = tuple(Row(point.event, point.step, size(point.bytes), f"{point.bytes:,} bytes", index == top_index,
                      size(reserved[index]) if reserved else None)
                  for index, point in enumerate(points))
@@ -234,10 +279,11 @@ def timeline_chart(
 
 
 def _bands(points: Sequence[core.Point], xs: tuple[float, ...], y_of: Callable[[int], float], *,
-           bottom: float, left: float, right: float, avoid: int) -> tuple[Band, ...]:
+           bottom: float, left: float, right: float, avoid: int, taken: list[Box]) -> tuple[Band, ...]:
     """The stack by category: each band is the area under its cumulative top, painted from the top down.
 
-    A band's letter goes where it is thickest, but not in the column `avoid` (the peak's marker).
+    A band's letter goes where it is thickest, but not in the column `avoid` (the peak's marker) nor over a
+    label already placed (`taken`, which each letter joins).
     """
     below = [0] * len(points)
     bands = []
@@ -248,16 +294,29 @@ def _bands(points: Sequence[core.Point], xs: tuple[float, ...], y_of: Callable[[
         above = [low + value for low, value in zip(below, values, strict=True)]
         tops = [y_of(value) for value in above]
         outline = points_attr(xs, tops) + f" {num(xs[-1])},{num(bottom)} {num(xs[0])},{num(bottom)}"
-        thickness = [y_of(low) - high for low, high in zip(below, tops, strict=True)]
         columns = [index for index in range(len(points)) if index != avoid] or [avoid]
-        widest = max(columns, key=lambda index: (thickness[index], -index))
-        letter_x = letter_y = None
-        if thickness[widest] >= LETTER_MIN_THICKNESS:
-            letter_x = rounded(min(max(xs[widest], left + FONT / 2), right - FONT / 2))
-            letter_y = rounded(tops[widest] + thickness[widest] / 2 + FONT / 3)
-        bands.append(Band(category, outline, core.CATEGORY_TABLE[category].short, letter_x, letter_y))
+        spot = letter_spot(columns, xs, [y_of(low) for low in below], tops, left=left, right=right, taken=taken)
+        entry = core.CATEGORY_TABLE[category]
+        bands.append(Band(category, outline, entry.short, entry.label, *spot))
         below = above
     return tuple(reversed(bands))
+
+
+def letter_spot(columns: Sequence[int], xs: Sequence[float], lows: Sequence[float], highs: Sequence[float], *,
+                left: float, right: float, taken: list[Box]) -> tuple[float, float] | tuple[None, None]:
+    """Where a band's letter goes: the thickest of `columns` (a band runs from `highs` down to `lows` there) at
+    least LETTER_MIN_THICKNESS thick whose letter is clear of every box in `taken`; the letter's box joins them.
+    (None, None) when there is no such place: the key below the chart names the band."""
+    for index in sorted(columns, key=lambda index: (highs[index] - lows[index], index)):
+        if lows[index] - highs[index] < LETTER_MIN_THICKNESS:
+            break
+        x = rounded(min(max(xs[index], left + LETTER_WIDTH / 2), right - LETTER_WIDTH / 2))
+        y = rounded((lows[index] + highs[index]) / 2 + FONT / 3)
+        box = text_box(x, y, LETTER_WIDTH, "middle")
+        if not any(box.overlaps(other) for other in taken):
+            taken.append(box)
+            return x, y
+    return None, None
 
 
 def _steps(points: Sequence[core.Point], xs: tuple[float, ...]) -> tuple[StepMark, ...]:

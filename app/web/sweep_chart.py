@@ -4,7 +4,8 @@ the sequence length) or one line per series (the peak against the data-parallel 
 The swept values are geometric, so x is on a log2 scale with gridlines at powers of two; y is linear
 in bytes from zero (app/web/chart.py's axis), up to the larger of the data and the GPU's capacity,
 or to `clip_at` when the data climb far above it (the stack is then clipped at the top of the plot).
-The capacity is a dashed line and the form's current value is marked. Pure functions from numbers to
+The capacity is a dashed line and the form's current value is marked; lines that coincide are said so in
+words. Labels keep clear of one another as app/web/chart.py's do (its `Box`). Pure functions from numbers to
 coordinates and strings; templates/partials/sweeps.html only places them.
 """
 
@@ -18,33 +19,42 @@ from typing import Final
 from app import core
 from app.web.chart import (
     FONT,
-    LETTER_MIN_THICKNESS,
+    MAX_SCALE,
     PAD,
+    TEXT_ASCENT,
+    TEXT_DESCENT,
     Band,
+    Box,
     CapacityMark,
     Tick,
+    letter_spot,
     num,
     points_attr,
     rounded,
+    text_box,
     text_width,
     value_axis,
 )
+from app.web.chart import WIDTH as WIDTH
 
-WIDTH: Final = 400
 HEIGHT: Final = 220
 TOP: Final = 24.0  # room above the plot for the current value's label
 NOW_LABEL_Y: Final = TOP - 8.0  # the baseline of the current value's label
 BOTTOM_GAP: Final = 20.0  # room below the plot for the x labels
 RIGHT_GAP: Final = 10.0
-LINE_LABEL_SPACING: Final = FONT + 1.0  # between the baselines of two line labels at the right end
-BOLD_CAPITALS: Final = 1.25  # line labels are bold and mostly capitals: wider than chart.CHAR_WIDTH's average glyph
+LINE_LABEL_SPACING: Final = TEXT_ASCENT + TEXT_DESCENT + 1  # between the baselines of two line labels
+BOLD_CAPITALS: Final = 1.1  # line labels are bold and mostly capitals: wider than chart.CHAR_WIDTH (8.3 for "ZeRO-1")
 
 
 @dataclass(frozen=True)
 class XTick:
     x: float
     label: str
-    anchor: str  # "middle", or "start"/"end" at an edge so the label stays inside the box
+    anchor: str  # "middle", or "start"/"end" at an end of the axis so the label stays over the plot
+
+    @property
+    def box(self) -> Box:
+        return text_box(self.x, 0.0, text_width(self.label), self.anchor)
 
 
 @dataclass(frozen=True)
@@ -98,10 +108,21 @@ class SweepChart:
     desc: str
     head: tuple[str, ...]
     rows: tuple[TableRow, ...]
+    notes: tuple[str, ...] = ()  # what the drawing cannot show, in words: "ZeRO-1 and ZeRO-2 coincide: ..."
 
     @property
     def view_box(self) -> str:
         return f"0 0 {self.width} {self.height}"
+
+    @property
+    def max_width(self) -> float:
+        """The widest it is drawn, in px (see app/web/chart.py)."""
+        return self.width * MAX_SCALE
+
+    @property
+    def key(self) -> tuple[Band, ...]:
+        """The bands in the table's order (bottom to top), for the key below the chart."""
+        return tuple(reversed(self.bands))
 
     @property
     def clip_id(self) -> str:
@@ -141,31 +162,30 @@ def log_scale(low: float, high: float, left: float, right: float) -> Callable[[f
 
 
 def x_ticks(low: int, high: int, x_of: Callable[[float], float], label: Callable[[int], str]) -> tuple[XTick, ...]:
-    """A label at every power of two in [low, high], or every second, third... so that none overlap."""
+    """A label at every power of two in [low, high], or every second, third... so that none overlap.
+
+    Labels stay over the axis, from x_of(low) to x_of(high): clear of the value labels on its left, and of
+    the line labels on its right.
+    """
     powers = [1 << k for k in range(math.ceil(math.log2(low)), math.floor(math.log2(high)) + 1)]
-    if not powers:
-        return ()
-    widest = max(text_width(label(power)) for power in powers)
-    spacing = x_of(powers[1]) - x_of(powers[0]) if len(powers) > 1 else math.inf
-    stride = 1
-    while spacing * stride < widest + 2 * PAD:
-        stride += 1
-    ticks = []
-    for power in powers[::stride]:
-        x, text = x_of(power), label(power)
-        half = text_width(text) / 2
-        anchor = "start" if x - half < PAD else "end" if x + half > WIDTH - PAD else "middle"
-        ticks.append(XTick(x, text, anchor))
+    lo, hi = x_of(low), x_of(high)
+    ticks: list[XTick] = []
+    for stride in range(1, len(powers) + 1):
+        ticks = [XTick(x_of(power), label(power), _anchor(x_of(power), text_width(label(power)), lo, hi))
+                 for power in powers[::stride]]
+        if all(a.box.x1 + 2 * PAD <= b.box.x0 for a, b in zip(ticks, ticks[1:], strict=False)):
+            break
     return tuple(ticks)
 
 
-def _now(x: float, label: str, point_y: float | None) -> Now:
-    width = text_width(label)
-    if x - width / 2 < PAD:
-        return Now(x, label, rounded(max(x, PAD)), "start", point_y)
-    if x + width / 2 > WIDTH - PAD:
-        return Now(x, label, rounded(min(x, WIDTH - PAD)), "end", point_y)
-    return Now(x, label, x, "middle", point_y)
+def _anchor(x: float, width: float, lo: float, hi: float) -> str:
+    """How a label `width` wide at `x` stays within [lo, hi]: centred where it fits, else from or to `x`."""
+    return "start" if x - width / 2 < lo else "end" if x + width / 2 > hi else "middle"
+
+
+def _now(x: float, label: str, point_y: float | None, *, left: float) -> Now:
+    """The label above the plot, clear of the value labels left of it and inside the box."""
+    return Now(x, label, x, _anchor(x, text_width(label), left, WIDTH - PAD), point_y)
 
 
 def _capacity(y: float, label: str, *, left: float, right: float, over: bool, on_right: bool) -> CapacityMark:
@@ -210,13 +230,14 @@ def stacked_chart(
 
     x_of = log_scale(values[0], values[-1], left, right)
     xs = tuple(x_of(value) for value in values)
-    bands = _stack(breakdowns, xs, y_of, top=top, bottom=bottom, left=left, right=right)
     current_total = totals[values.index(current)]
     current_y = y_of(current_total)
     capacity = None
     if capacity_bytes:
         capacity = _capacity(y_of(capacity_bytes), f"capacity {size(capacity_bytes)}", left=left, right=right,
                              over=current_total > capacity_bytes, on_right=x_of(current) < (left + right) / 2)
+    taken = [capacity.box] if capacity else []
+    bands = _stack(breakdowns, xs, y_of, top=top, bottom=bottom, left=left, right=right, taken=taken)
     return SweepChart(
         id=chart_id, width=WIDTH, height=HEIGHT, left=left, top=top, right=right, bottom=bottom,
         tick_label_x=rounded(left - PAD), x_label_y=rounded(bottom + BOTTOM_GAP - PAD - 1), line_label_x=right,
@@ -227,7 +248,7 @@ def stacked_chart(
         total=points_attr(xs, [y_of(total) for total in totals]),
         lines=(),
         capacity=capacity,
-        now=_now(x_of(current), now_label, current_y if current_y >= top else None),
+        now=_now(x_of(current), now_label, current_y if current_y >= top else None, left=left),
         shade_x=x_of(shade_from) if shade_from is not None and values[0] < shade_from < values[-1] else None,
         clipped=highest > axis.scale_bytes,
         title=text.title, desc=text.desc, head=text.head, rows=text.rows,
@@ -235,9 +256,9 @@ def stacked_chart(
 
 
 def _stack(breakdowns: Sequence[Mapping[str, int | None]], xs: tuple[float, ...], y_of: Callable[[int], float], *,
-           top: float, bottom: float, left: float, right: float) -> tuple[Band, ...]:
+           top: float, bottom: float, left: float, right: float, taken: list[Box]) -> tuple[Band, ...]:
     """Each category as the area under its cumulative top, painted from the top down; its letter where it is
-    thickest inside the plot."""
+    thickest inside the plot, clear of the labels in `taken` (which each letter joins)."""
     below = [0] * len(breakdowns)
     bands = []
     for category in core.CATEGORIES:
@@ -247,15 +268,11 @@ def _stack(breakdowns: Sequence[Mapping[str, int | None]], xs: tuple[float, ...]
         above = [low + amount for low, amount in zip(below, amounts, strict=True)]
         tops = [y_of(value) for value in above]
         outline = points_attr(xs, tops) + f" {num(xs[-1])},{num(bottom)} {num(xs[0])},{num(bottom)}"
-        visible = [(min(y_of(low), bottom), max(high, top)) for low, high in zip(below, tops, strict=True)]
-        thickness = [low - high for low, high in visible]
-        widest = max(range(len(xs)), key=lambda index: (thickness[index], -index))
-        letter_x = letter_y = None
-        if thickness[widest] >= LETTER_MIN_THICKNESS:
-            letter_x = rounded(min(max(xs[widest], left + FONT / 2), right - FONT / 2))
-            low, high = visible[widest]
-            letter_y = rounded((low + high) / 2 + FONT / 3)
-        bands.append(Band(category, outline, core.CATEGORY_TABLE[category].short, letter_x, letter_y))
+        lows = [min(y_of(low), bottom) for low in below]
+        highs = [max(high, top) for high in tops]
+        spot = letter_spot(range(len(xs)), xs, lows, highs, left=left, right=right, taken=taken)
+        entry = core.CATEGORY_TABLE[category]
+        bands.append(Band(category, outline, entry.short, entry.label, *spot))
         below = above
     return tuple(reversed(bands))
 
@@ -298,6 +315,7 @@ def lines_chart(
     if capacity_bytes:
         capacity = _capacity(y_of(capacity_bytes), f"capacity {size(capacity_bytes)}", left=left, right=right,
                              over=current_bytes > capacity_bytes, on_right=x_of(current) < (left + right) / 2)
+    notes = tuple(_coincide(group) for group in coinciding(lines))
     return SweepChart(
         id=chart_id, width=WIDTH, height=HEIGHT, left=left, top=top, right=right, bottom=bottom,
         tick_label_x=rounded(left - PAD), x_label_y=rounded(bottom + BOTTOM_GAP - PAD - 1),
@@ -308,11 +326,25 @@ def lines_chart(
         total=None,
         lines=drawn,
         capacity=capacity,
-        now=_now(x_of(current), now_label, y_of(current_bytes)),
+        now=_now(x_of(current), now_label, y_of(current_bytes), left=left),
         shade_x=None,
         clipped=False,
-        title=text.title, desc=text.desc, head=text.head, rows=text.rows,
+        title=text.title, desc=" ".join((text.desc, *notes)), head=text.head, rows=text.rows, notes=notes,
     )
+
+
+def coinciding(lines: Sequence[tuple[str, str, Sequence[int]]]) -> tuple[tuple[str, ...], ...]:
+    """The labels of lines equal at every value, in groups of two or more (one drawn line hides the others)."""
+    groups: dict[tuple[int, ...], list[str]] = {}
+    for _, label, series in lines:
+        groups.setdefault(tuple(series), []).append(label)
+    return tuple(tuple(labels) for labels in groups.values() if len(labels) > 1)
+
+
+def _coincide(labels: Sequence[str]) -> str:
+    names = f"{', '.join(labels[:-1])} and {labels[-1]}"
+    others = "the others" if len(labels) > 2 else "the other"
+    return f"{names} coincide: their peaks are equal at every point, so one line hides {others}."
 
 
 def spread(ys: Sequence[float], *, low: float, high: float, gap: float = LINE_LABEL_SPACING) -> tuple[float, ...]:

@@ -61,7 +61,7 @@ def test_axis_runs_to_the_capacity_in_steps_of_20_gib(drawn):
 def test_one_x_per_event_evenly_spaced(drawn):
     assert len(drawn.xs) == len(drawn.ys) == len(POINTS) == 6
     assert len(drawn.line.split()) == 6
-    assert drawn.xs[0] == drawn.left and drawn.xs[-1] == drawn.right == 392
+    assert drawn.xs[0] == drawn.left and drawn.xs[-1] == drawn.right == 312
     spacing = (drawn.right - drawn.left) / 5
     for index, x in enumerate(drawn.xs):
         assert x == pytest.approx(drawn.left + index * spacing, abs=0.05)
@@ -121,7 +121,7 @@ def test_band_letters_avoid_the_peak_column(drawn):
     letters = {band.category: band for band in drawn.bands}
     # Temporary is thickest (25 GiB) in the last column; optimizer state is 25 GiB from index 2 on.
     assert letters["temporary"].letter == "T" and letters["temporary"].letter_x == pytest.approx(
-        drawn.right - chart.FONT / 2, abs=0.05)
+        drawn.right - chart.LETTER_WIDTH / 2, abs=0.1)
     assert letters["activations"].letter_x == drawn.xs[1]  # index 4 is the peak's column
     for band in drawn.bands:
         assert band.letter_x != drawn.peak.x

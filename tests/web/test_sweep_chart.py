@@ -25,14 +25,16 @@ def test_the_log_scale_puts_each_doubling_the_same_distance_apart():
     assert x_of(362) == pytest.approx(80, abs=0.1)  # half a doubling: 256 × √2
 
 
-def test_x_labels_thin_out_until_they_do_not_overlap_and_stay_inside_the_box():
+def test_x_labels_thin_out_until_they_do_not_overlap_and_stay_over_the_axis():
     x_of = log_scale(1, 1024, 40, 390)  # ten doublings over 350 units: 35 each
     ticks = x_ticks(1, 1024, x_of, lambda v: f"{v:,}")
-    # "1,024" is 5 × 7.2 = 36 wide, +2 × 4 of padding = 44 > 35: every second power of two.
+    # At every power of two, "512" (3 × 7.8 wide, centred at 355: 343.3 to 366.7) would run into "1,024"
+    # (5 × 7.8 = 39 wide, ending at 390: from 351): every second power of two.
+    assert 3 * CHAR_WIDTH / 2 + 355 + 2 * PAD > 390 - 5 * CHAR_WIDTH
     assert [t.label for t in ticks] == ["1", "4", "16", "64", "256", "1,024"]
-    assert ticks[-1].anchor == "end"  # centred at 390 it would end at 408, past the 400-wide box
-    assert ticks[0].anchor == "middle"
-    assert 5 * CHAR_WIDTH + 2 * PAD > 35
+    assert ticks[-1].anchor == "end"  # centred at 390 it would run past the end of the axis
+    assert ticks[0].anchor == "start"  # centred at 40 it would run into the value labels left of the axis
+    assert ticks[1].anchor == "middle"
 
 
 # Four lengths, in GiB: weights 10 throughout, activations 1, 2, 4, 8: totals 11, 12, 14, 18.
