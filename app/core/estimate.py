@@ -18,6 +18,7 @@ from app.core.architecture import Architecture, active_param_count, param_count
 from app.core.categories import CATEGORIES, MODEL_STATE_CATEGORIES, Breakdown
 from app.core.communicators import communicators
 from app.core.errors import DomainError
+from app.core.families import stand_in_warnings
 from app.core.gpus import Gpu, GpuFit, fit
 from app.core.ledger import (
     ACTS,
@@ -194,7 +195,7 @@ def _from_architecture(arch: Architecture, training: Training, parallelism: Para
                 outside_bytes=stage_reserve.outside_bytes, out_of_memory=stage_reserve.out_of_memory,
                 communicators=groups)
         if gpu and stage_reserve else None,
-        warnings=(*estimate_warnings(
+        warnings=(*stand_in_warnings(arch), *estimate_warnings(
             arch, training, parallelism, kernel=kernel, peak=peak, per_gpu=per_gpu,
             experts_backward_known=moe_backward_modelled(arch, training, parallelism, setup)),
             *folded_warnings(stage_reserve.reserved.fold if stage_reserve else 1, kind.layers)),

@@ -92,3 +92,16 @@ _PLAIN: Final = Family("")
 
 def family_of(arch: Architecture) -> Family:
     return FAMILIES.get(arch.model_type, _PLAIN)
+
+
+def stand_in_warnings(arch: Architecture) -> list[str]:
+    """What an architecture read from a config.json of a model type with no record stands on (hf_config's
+    `_unknown_decoder`): the Llama-style decoder it is estimated as, and what that leaves out."""
+    if arch.model_type is None or arch.model_type in FAMILIES or arch.model_type == "gemma3":
+        return []
+    kv = arch.num_key_value_heads or arch.num_attention_heads
+    return [f"model_type {arch.model_type!r} has no record here: it is estimated as a Llama-style decoder from its "
+            f"config's sizes (pre-norm RMSNorm, rotary positions, attention with {arch.num_attention_heads} heads and "
+            f"{kv} key/value heads, a gated MLP of gate, up and down projections with {arch.hidden_act or 'silu'}). "
+            f"What {arch.model_type} does differently (extra multipliers, biases or norms, an MLP without a gate, "
+            "its own kernels) is not counted, and none of it was measured."]

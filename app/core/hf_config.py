@@ -166,10 +166,7 @@ def architecture_from_hf_config(config: Mapping[str, Any]) -> Architecture:
     if model_type is None:
         raise DomainError(f"{FIELD_PREFIX}.model_type", "config.json has no 'model_type'")
     if model_type not in SUPPORTED_MODEL_TYPES:
-        raise DomainError(
-            f"{FIELD_PREFIX}.model_type",
-            f"model_type {model_type!r} is not supported; supported: {', '.join(SUPPORTED_MODEL_TYPES)}",
-        )
+        return _unknown_decoder(config, model_type)
     reader = _Reader(config)
     if model_type == "gemma3":
         reader, model_type = _gemma3_text_config(config), "gemma3_text"
@@ -190,6 +187,68 @@ def architecture_from_hf_config(config: Mapping[str, Any]) -> Architecture:
             raise
         # Architecture validation names fields as model.<name>; point it at the config instead.
         raise DomainError(error.field.replace("model.", f"{reader.prefix}.", 1), error.message) from None
+
+
+# What a config.json of a model type with no record here must carry to be estimated as a Llama-style decoder.
+STANDARD_FIELDS: Final = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
+# The classes a decoder-only language model's config.json names in `architectures` (LlamaForCausalLM, GPT2LMHeadModel).
+_DECODER_CLASSES: Final = ("ForCausalLM", "LMHeadModel")
+MAX_MODEL_TYPE_CHARS: Final = 64
+# Model types that are encoders, encoder-decoders or vision models whatever their config says (transformers' names).
+NOT_DECODERS: Final = {
+    "bert": "an encoder", "roberta": "an encoder", "xlm-roberta": "an encoder", "distilbert": "an encoder",
+    "albert": "an encoder", "electra": "an encoder", "deberta": "an encoder", "deberta-v2": "an encoder",
+    "modernbert": "an encoder", "t5": "an encoder-decoder", "mt5": "an encoder-decoder", "umt5": "an encoder-decoder",
+    "bart": "an encoder-decoder", "mbart": "an encoder-decoder", "pegasus": "an encoder-decoder",
+    "whisper": "an encoder-decoder", "vit": "a vision model", "clip": "a vision-language model",
+    "siglip": "a vision-language model",
+}
+
+
+def _unknown_decoder(config: Mapping[str, Any], model_type: Any) -> Architecture:
+    """A model type with no record: estimated as a Llama-style decoder from its config's standard sizes, where it is
+    a decoder-only language model and carries them (`families.stand_in_warnings` says so in the answer); otherwise
+    refused with what is missing or why it is not one."""
+    field = f"{FIELD_PREFIX}.model_type"
+    supported = f"the model types with a record: {', '.join(SUPPORTED_MODEL_TYPES)}"
+    if not isinstance(model_type, str) or not 0 < len(model_type) <= MAX_MODEL_TYPE_CHARS:
+        raise DomainError(field, f"must be the model type's name, a string of 1 to {MAX_MODEL_TYPE_CHARS} characters, "
+                                 f"got {_short(model_type)}")
+    why = _not_a_decoder(config)
+    if why:
+        raise DomainError(field, f"model_type {model_type!r} is {why}, not a decoder-only language model, which is "
+                                 f"what trainmem estimates; {supported}")
+    missing = [name for name in STANDARD_FIELDS if config.get(name) is None]
+    if missing:
+        raise DomainError(f"{FIELD_PREFIX}.{missing[0]}",
+                          f"model_type {model_type!r} has no record here, so it is estimated as a Llama-style "
+                          f"decoder from {', '.join(STANDARD_FIELDS)}; config.json lacks {', '.join(missing)}. "
+                          f"Give them, or use {supported}")
+    try:
+        return _llama_family(_Reader(config), model_type)
+    except DomainError as error:
+        if error.field.startswith(FIELD_PREFIX):
+            raise
+        raise DomainError(error.field.replace("model.", f"{FIELD_PREFIX}.", 1), error.message) from None
+
+
+def _not_a_decoder(config: Mapping[str, Any]) -> str:
+    """Why a config.json describes something other than a decoder-only language model, or "" if nothing says so."""
+    known = NOT_DECODERS.get(str(config.get("model_type")))
+    if known:
+        return known
+    if config.get("is_encoder_decoder") is True:
+        return "an encoder-decoder (is_encoder_decoder)"
+    for key in ("vision_config", "text_config", "audio_config"):
+        if config.get(key) is not None:
+            return f"a multimodal model ({key})"
+    classes = config.get("architectures")
+    if isinstance(classes, list) and classes and all(isinstance(name, str) for name in classes):
+        if not any(name.endswith(_DECODER_CLASSES) for name in classes):
+            return f"a model of class {_short(classes[0])} (no ...ForCausalLM in architectures)"
+    if config.get("type_vocab_size") is not None:
+        return "an encoder (type_vocab_size: token type embeddings)"
+    return ""
 
 
 def _gemma3_text_config(config: Mapping[str, Any]) -> _Reader:
@@ -558,7 +617,8 @@ def _llama_family(reader: _Reader, model_type: str) -> Architecture:
         head_dim=head_dim,
         intermediate_size=reader.int("intermediate_size", defaults.get("intermediate_size")),
         vocab_size=reader.int("vocab_size", defaults.get("vocab_size")),
-        max_position_embeddings=reader.int("max_position_embeddings", DEFAULT_MAX_POSITIONS[model_type]),
+        max_position_embeddings=reader.int("max_position_embeddings",
+                                           DEFAULT_MAX_POSITIONS.get(model_type, DEFAULT_MAX_POSITIONS["llama"])),
         tie_word_embeddings=reader.bool("tie_word_embeddings", gemma),
         attention_bias=reader.bool("attention_bias", False),
         qkv_bias=True if model_type == "qwen2" else None,
