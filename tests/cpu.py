@@ -3,10 +3,16 @@
 `time.process_time` counts every thread of the test process: a worker thread that an earlier test left running past
 its deadline, a live server's threads, the garbage collector. They only ever add to a call's cost, so the least of a
 few tries is the call's own; a call over its limit on every try is over it.
+
+The limits are set on an idle 2-core machine. Other processes on a busy machine slow a process's CPU too (shared
+cores and caches: a fixed workload cost 18 ms idle and up to 28 ms at a load of 8), so each try also times a fixed
+workload of plain Python (`_calibration`, nothing of the code under test) and a cost is scaled by how much slower
+that ran than on the idle machine (never by less than 1): the costs compared are the idle machine's.
 """
 
 from __future__ import annotations
 
+import bisect
 import gc
 import time
 from collections.abc import Callable
@@ -14,18 +20,40 @@ from typing import TypeVar
 
 T = TypeVar("T")
 TRIES = 3
+# The calibration's CPU time on the idle 2-core machine the limits were set on (the least of 15 runs).
+CALIBRATION_S = 0.018
+
+
+def _calibration() -> int:
+    """Work of the kind the code does (tuples in sorted lists, dicts, small strings), about 18 ms of CPU."""
+    ordered: list[tuple[int, int]] = []
+    table: dict[int, tuple[tuple[int, int], str]] = {}
+    for i in range(20_000):
+        item = (i * 7919 % 10_007, i)
+        bisect.insort(ordered, item)
+        table[i] = (item, str(i))
+        if len(ordered) > 500:
+            ordered.pop(len(ordered) // 2)
+    return sum(len(text) for _, text in table.values())
+
+
+def _cpu_s(call: Callable[[], T]) -> tuple[float, T]:
+    start = time.process_time()
+    result = call()
+    return time.process_time() - start, result
 
 
 def least_cpu_s(call: Callable[[], T], limit_s: float, tries: int = TRIES) -> tuple[float, T]:
-    """The least CPU seconds of up to `tries` calls (stopping at the first under `limit_s`), and the last result."""
+    """The least CPU seconds of up to `tries` calls, each scaled to the idle machine (stopping at the first under
+    `limit_s`), and the last result."""
     least = float("inf")
     for attempt in range(tries):
         if attempt:
             time.sleep(0.2)  # lets a stray thread of an earlier test finish or yield
         gc.collect()  # a collection of the whole heap is not this call's cost
-        start = time.process_time()
-        result = call()
-        least = min(least, time.process_time() - start)
+        slowness = max(_cpu_s(_calibration)[0] / CALIBRATION_S, 1.0)
+        cpu_s, result = _cpu_s(call)
+        least = min(least, cpu_s / slowness)
         if least < limit_s:
             break
     return least, result
