@@ -11,6 +11,7 @@ import dataclasses
 import difflib
 import functools
 import os
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -192,7 +193,7 @@ BRIEF: Final[dict[str, dict[str, str | None]]] = {
     "Model": {"--model": "a model preset", "--config": "a Hugging Face config.json",
               "--num-params": "a parameter count alone (no activations)",
               "--from": "a training config to start from"},
-    "Training": {"--gpu": "the GPU to fit on", "--seq-len": "tokens per sequence",
+    "Training": {"--gpu": "the GPU to fit on, or its capacity (24GiB)", "--seq-len": "tokens per sequence",
                  "--micro-batch-size": "sequences per GPU per micro-step", "--precision": "precision preset",
                  "--optimizer": "optimizer", "--activation-checkpointing": "recomputation"},
     "Parallelism": {"--data": "data-parallel degree", "--tensor": "tensor-parallel degree",
@@ -240,10 +241,21 @@ def _float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
 
 
-def _choice(flag: Flag, text: str) -> str:
+_SIZE: Final = re.compile(r"\s*(\d{1,7}(?:\.\d{1,6})?)\s*(GiB|GB|TiB|TB)\s*", re.IGNORECASE)
+_SIZE_UNITS: Final = {"gib": 1 << 30, "gb": 10**9, "tib": 1 << 40, "tb": 10**12}
+
+
+def _choice(flag: Flag, text: str) -> str | dict[str, int]:
     choices = flag.field.choices if flag.field else ()
     if text not in choices:
-        noun = "GPU" if flag.path == "gpu" else flag.path.rpartition(".")[2].replace("_", " ")
+        if flag.path == "gpu":
+            size = _SIZE.fullmatch(text)
+            if size:  # a GPU the catalogue lacks, by its capacity
+                number, unit = size.groups()
+                return {"capacity_bytes": round(float(number) * _SIZE_UNITS[unit.lower()])}
+            raise argparse.ArgumentTypeError(f"unknown GPU {text!r}; choose from {', '.join(choices)}, or give a "
+                                             "capacity such as 24GiB or 96GB for a GPU not listed")
+        noun = flag.path.rpartition(".")[2].replace("_", " ")
         raise argparse.ArgumentTypeError(f"unknown {noun} {text!r}; choose from {', '.join(choices)}")
     return text
 

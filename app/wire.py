@@ -182,8 +182,15 @@ def job_from(body: Mapping[str, Any]) -> Job:
         num_params=model.get("num_params") if architecture is None else None,
         training=training_from(body.get("training") or {}, body.get("finetuning")),
         parallelism=parallelism_from(body.get("parallelism") or {}),
-        gpu=core.get_gpu(body["gpu"]) if body.get("gpu") else None,
+        gpu=gpu_from(body.get("gpu")),
     )
+
+
+def gpu_from(gpu: Any) -> core.Gpu | None:
+    """A body's `gpu`: a catalogue id, a custom GPU ({"capacity_bytes", "name", "like"}), or none."""
+    if isinstance(gpu, Mapping):
+        return core.custom_gpu(gpu.get("capacity_bytes"), name=gpu.get("name"), like=gpu.get("like"))  # type: ignore[arg-type]
+    return core.get_gpu(gpu) if gpu else None
 
 
 # --- answers ----------------------------------------------------------------------------------------

@@ -55,8 +55,18 @@ def validation_error_detail(errors: list[dict]) -> list[dict[str, object]]:
     The offending input is not echoed back: it may be a value JSON cannot carry (NaN, infinity)
     that a lenient parser accepted, and the field's location already says which one it was.
     """
-    return [{"loc": _loc(error.get("loc", ())), "msg": cut(str(error.get("msg", ""))),
+    return [{"loc": _loc(_untagged(error.get("loc", ()))), "msg": cut(str(error.get("msg", ""))),
              "type": str(error.get("type", ""))} for error in errors]
+
+
+# The tags of a field that takes one of several shapes (schemas.GpuIn: an id or a custom GPU): the schema's
+# validator puts them in the location, which names the body's fields only.
+_BRANCH_TAGS: Final = {("gpu", "id"), ("gpu", "custom")}
+
+
+def _untagged(loc: Iterable[object]) -> list[object]:
+    parts = list(loc)
+    return [part for i, part in enumerate(parts) if not (i and (parts[i - 1], part) in _BRANCH_TAGS)]
 
 
 def http_error_response(error: HTTPException) -> JSONResponse:

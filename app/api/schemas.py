@@ -7,9 +7,9 @@ answered as 422 too, and the fields' descriptions name the rules the schema cann
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, TypeAlias
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictBool, StrictInt, Tag, model_validator
 
 from app import configs, core, wire
 from app.api.answers import (
@@ -38,6 +38,7 @@ from app.api.contract import (
 )
 from app.core import architecture as arch_limits
 from app.core import finetuning as finetuning_limits
+from app.core import gpus as core_gpus
 from app.core import setup as limits
 from app.core.allocator import ALLOCATORS
 from app.core.finetuning import METHODS as FINETUNING_METHODS
@@ -316,6 +317,26 @@ class FinetuningIn(BaseModel):
                                "num_hidden_layers, and with pipeline stages at most the first stage's layers.")
 
 
+class CustomGpuIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={
+        "examples": [{"capacity_bytes": 25_757_220_864, "name": "My 24 GB card", "like": "rtx-4090-24gb"}]})
+
+    capacity_bytes: int = Field(ge=core_gpus.MIN_CUSTOM_BYTES, le=core_gpus.MAX_CUSTOM_BYTES,
+                                description="The GPU's memory as the driver reports it (nvidia-smi's total in MiB "
+                                            "× 1,048,576), in bytes.")
+    name: str | None = Field(default=None, min_length=1, max_length=core_gpus.MAX_NAME_CHARS,
+                             description="What to call it in the answer.")
+    like: str | None = Field(default=None, description="A GPU id from GET /api/v1/gpus whose CUDA context, "
+                             "library workspace and interconnect it takes (default: the H100 80GB's).",
+                             json_schema_extra={"enum": [*core.gpu_catalogue(), None]})
+
+
+GpuId: TypeAlias = Annotated[str, Field(json_schema_extra={"enum": [*core.gpu_catalogue(), ""]})]
+# An object is a custom GPU, anything else an id: errors then name the one the body meant.
+GpuIn: TypeAlias = Annotated[Annotated[GpuId, Tag("id")] | Annotated[CustomGpuIn, Tag("custom")],
+                             Discriminator(lambda value: "custom" if isinstance(value, dict | CustomGpuIn) else "id")]
+
+
 class EstimateRequest(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
@@ -334,8 +355,9 @@ class EstimateRequest(BaseModel):
                                  "optimizer, recomputation, attention, loop.")
     parallelism: ParallelismIn = Field(default_factory=ParallelismIn, description="How the job is split over GPUs.")
     finetuning: FinetuningIn = Field(default_factory=FinetuningIn, description="What trains: full, LoRA or QLoRA.")
-    gpu: str | None = Field(default=None, description="A GPU id from GET /api/v1/gpus, for the fit check; "
-                            "null or empty for none.", json_schema_extra={"enum": [*core.gpu_catalogue(), "", None]})
+    gpu: GpuIn | None = Field(default=None, description="A GPU id from GET /api/v1/gpus, or a GPU "
+                                            "the catalogue lacks by its capacity, for the fit check; null or empty "
+                                            "for none.")
 
 
 
@@ -344,7 +366,8 @@ class EstimateRequest(BaseModel):
 
 # The solver fits into a GPU, and all but the data-parallel degree need an architecture.
 _SOLVE_RULES: Final[Clauses] = [
-    {"properties": {"gpu": {"enum": list(core.gpu_catalogue())}}, "required": ["gpu"]},
+    {"properties": {"gpu": {"anyOf": [{"enum": list(core.gpu_catalogue())}, {"type": "object"}]}},
+     "required": ["gpu"]},
     {"if": _at("target", {"enum": [target for target in TARGETS if target != "data"]}),
      "then": _at("model.num_params", {"type": "null"}, present=False)},
 ]

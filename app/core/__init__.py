@@ -21,7 +21,7 @@ from app.core.architecture import Architecture, ParamTensor, param_count, parame
 from app.core.categories import CATEGORIES, CATEGORY_TABLE, Breakdown
 from app.core.errors import DomainError
 from app.core.estimate import Estimate, estimate
-from app.core.gpus import Gpu, GpuFit, get_gpu, gpu_catalogue
+from app.core.gpus import Gpu, GpuFit, custom_gpu, get_gpu, gpu_catalogue
 from app.core.hf_config import SUPPORTED_MODEL_TYPES, architecture_from_hf_config
 from app.core.ledger import Buffer
 from app.core.optimizers import OPTIMIZER_IMPLEMENTATIONS, OPTIMIZER_INFO, OPTIMIZERS
@@ -47,5 +47,5 @@ __all__ = [
     "PRECISION_PRESETS", "SUPPORTED_MODEL_TYPES", "ActivationSetup", "Architecture", "Breakdown", "Buffer",
     "DomainError", "Estimate", "Gpu", "GpuFit", "ModelPreset", "ParamTensor", "Parallelism", "Peak", "Point",
     "Precision", "SavedTensor", "Training", "activation_setup", "architecture_from_hf_config", "data_step", "estimate",
-    "get_gpu", "get_preset", "gpu_catalogue", "model_presets", "param_count", "parameter_tensors", "precision_preset",
+    "custom_gpu", "get_gpu", "get_preset", "gpu_catalogue", "model_presets", "param_count", "parameter_tensors", "precision_preset",
 ]

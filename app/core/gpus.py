@@ -6,7 +6,7 @@ import json
 import pkgutil
 from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from app.core.errors import DomainError
 
@@ -70,3 +70,35 @@ def fit(gpu: Gpu, *, total_bytes: int, reserved_bytes: int = 0, outside_bytes: i
     headroom_bytes = gpu.capacity_bytes - total_bytes
     return GpuFit(gpu=gpu, fits=headroom_bytes >= 0 and not out_of_memory, headroom_bytes=headroom_bytes,
                   reserved_bytes=reserved_bytes, outside_bytes=outside_bytes, communicators=communicators)
+
+
+CUSTOM_ID: Final = "custom"
+# A custom GPU's capacity: from 1 GiB to 4 TiB (the largest card in the catalogue holds 192 GB).
+MIN_CUSTOM_BYTES: Final = 1 << 30
+MAX_CUSTOM_BYTES: Final = 1 << 42
+MAX_NAME_CHARS: Final = 64
+# The catalogue GPU whose context, workspace and interconnect a custom GPU takes when it names none.
+DEFAULT_LIKE: Final = "h100-80gb"
+
+
+def custom_gpu(capacity_bytes: int, *, name: str | None = None, like: str | None = None,
+               field: str = "gpu") -> Gpu:
+    """A GPU the catalogue does not hold: its capacity as the driver reports it, with the CUDA context, the
+    libraries' workspace and the interconnect of a catalogue GPU (`like`, else DEFAULT_LIKE's)."""
+    if isinstance(capacity_bytes, bool) or not isinstance(capacity_bytes, int):
+        raise DomainError(f"{field}.capacity_bytes", f"must be a whole number of bytes, got {capacity_bytes!r}")
+    if not MIN_CUSTOM_BYTES <= capacity_bytes <= MAX_CUSTOM_BYTES:
+        raise DomainError(f"{field}.capacity_bytes", f"must be between {MIN_CUSTOM_BYTES:,} B (1 GiB) and "
+                                                     f"{MAX_CUSTOM_BYTES:,} B (4 TiB), got {capacity_bytes:,}")
+    if name is not None and (not isinstance(name, str) or not 0 < len(name) <= MAX_NAME_CHARS):
+        raise DomainError(f"{field}.name", f"must be a name of 1 to {MAX_NAME_CHARS} characters")
+    catalogue = gpu_catalogue()
+    if like is not None and like not in catalogue:
+        raise DomainError(f"{field}.like", f"unknown GPU {str(like)[:60]!r}; known: {', '.join(catalogue)}")
+    base = catalogue[like or DEFAULT_LIKE]
+    shown = name or "Custom GPU"
+    return Gpu(id=CUSTOM_ID, name=shown, capacity_bytes=capacity_bytes, source="given by the user",
+               context_bytes=base.context_bytes, workspace_bytes=base.workspace_bytes,
+               context_source=f"the {base.name}'s, as the catalogue gives it ({base.context_source})"
+               if like else f"the {base.name}'s (no GPU named as `like`): {base.context_source}",
+               interconnect=base.interconnect)

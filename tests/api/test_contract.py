@@ -45,7 +45,8 @@ def test_sections_carry_their_rules():
 
 def test_solve_requires_a_gpu_and_model_a_known_preset():
     solve = _clauses("SolveRequest")
-    assert {"properties": {"gpu": {"enum": list(schemas.core.gpu_catalogue())}}, "required": ["gpu"]} in solve
+    ids_or_custom = {"anyOf": [{"enum": list(schemas.core.gpu_catalogue())}, {"type": "object"}]}
+    assert {"properties": {"gpu": ids_or_custom}, "required": ["gpu"]} in solve  # a custom GPU is an object
     assert "llama-3-8b" in COMPONENTS["ModelIn"]["properties"]["preset"]["enum"]
 
 
