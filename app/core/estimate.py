@@ -195,10 +195,12 @@ def _from_architecture(arch: Architecture, training: Training, parallelism: Para
                 outside_bytes=stage_reserve.outside_bytes, out_of_memory=stage_reserve.out_of_memory,
                 communicators=groups)
         if gpu and stage_reserve else None,
-        warnings=(*stand_in_warnings(arch), *estimate_warnings(
-            arch, training, parallelism, kernel=kernel, peak=peak, per_gpu=per_gpu,
-            experts_backward_known=moe_backward_modelled(arch, training, parallelism, setup)),
-            *folded_warnings(stage_reserve.reserved.fold if stage_reserve else 1, kind.layers)),
+        # What this answer stands on first (an unknown model type, a folded replay), then the rest by weight.
+        warnings=(*stand_in_warnings(arch),
+                  *folded_warnings(stage_reserve.reserved.fold if stage_reserve else 1, kind.layers),
+                  *estimate_warnings(arch, training, parallelism, kernel=kernel, peak=peak, per_gpu=per_gpu,
+                                     experts_backward_known=moe_backward_modelled(arch, training, parallelism,
+                                                                                  setup))),
         pipeline_stage=kind.index,
         ledger=ledger,
         bytes_per_param=_bytes_per_param(count, states.states_bytes(list(whole.rank_shapes), training, count=count)),
