@@ -199,12 +199,27 @@ def _flat(request: EstimateRequest) -> dict[str, object]:
     """The request's fields by path (``training.seq_len``); a custom precision and a config.json stay whole."""
     out: dict[str, object] = {}
     for section, fields in request.model_dump(include={"model", "training", "parallelism", "gpu"}).items():
+        if section == "gpu" and isinstance(fields, dict):  # a custom GPU: one change, in the page's words
+            out[section] = _custom_gpu(fields)
+            continue
         if not isinstance(fields, dict):
             out[section] = fields
             continue
         for name, value in fields.items():
             out[f"{section}.{name}"] = value
     return out
+
+
+def _custom_gpu(fields: Mapping[str, object]) -> str:
+    capacity = fields.get("capacity_bytes")
+    like = core.gpu_catalogue().get(str(fields.get("like") or core.gpus.DEFAULT_LIKE))
+    if not isinstance(capacity, int):
+        size = "?"
+    elif capacity % (1 << 20) and not capacity % 10**9:  # given in decimal gigabytes
+        size = f"{capacity // 10**9:,} GB"
+    else:
+        size = format_size_input(capacity)
+    return f"custom, {size}" + (f" (as on the {like.name})" if like else "")
 
 
 def _shown(name: str, value: object, options: Mapping[str, tuple[controls.Option, ...]]) -> str:

@@ -13,7 +13,7 @@ from typing import Any, Final, Literal, get_args, get_origin
 from app import core
 from app.api.schemas import ARCHITECTURE_FIELDS, FinetuningIn, ModelIn, ParallelismIn, PrecisionIn, TrainingIn
 from app.core.units import DTYPE_BITS
-from app.web.form import CUSTOM_PRECISION, NO_GPU, NO_MASTER, SOURCES, UNITS
+from app.web.form import CUSTOM_GPU, CUSTOM_PRECISION, GPU_LIKE, NO_GPU, NO_MASTER, SOURCES, UNITS
 
 LABELS: Final[dict[str, str]] = {
     "source": "Describe the model by",
@@ -41,6 +41,8 @@ LABELS: Final[dict[str, str]] = {
     "sequence_parallel": "Sequence parallelism",
     "pipeline": "Pipeline stages",
     "gpu": "GPU",
+    "gpu_capacity": "GPU memory",
+    "gpu_like": "Context and interconnect as on",
     "unit": "Sizes in",
     "weights": "Weights",
     "gradients": "Gradients",
@@ -164,6 +166,9 @@ PAGE_HELP: Final[dict[str, str]] = {
     "its own dropped copy of its input.",
     "save_embed_tokens": "peft's LoraConfig.modules_to_save: a trainable copy kept beside the frozen original.",
     "save_lm_head": "peft's LoraConfig.modules_to_save: a trainable copy kept beside the frozen original.",
+    "gpu_capacity": "The memory the driver reports (nvidia-smi's total): e.g. 24 GiB, 96 GB or a byte count; "
+    "between 1 GiB and 4 TiB.",
+    "gpu_like": "The catalogue GPU whose CUDA context, libraries' workspace and interconnect the custom one takes.",
     "frozen_layers": "Full fine-tuning: keep the first k decoder layers frozen; fewer than the layers, and with "
     "pipeline stages at most the first stage's layers.",
 }
@@ -253,7 +258,9 @@ def options() -> dict[str, tuple[Option, ...]]:
         "source": _labelled("source", SOURCES),
         "unit": tuple(Option(unit, unit) for unit in UNITS),
         "preset": tuple(Option(p.id, p.name) for p in core.model_presets().values()),
-        "gpu": (Option(NO_GPU, "None (no fit check)"),) + tuple(Option(g.id, g.name) for g in core.gpu_catalogue().values()),
+        "gpu": (Option(NO_GPU, "None (no fit check)"),) + tuple(Option(g.id, g.name) for g in core.gpu_catalogue().values())
+        + (Option(CUSTOM_GPU, "Custom capacity…"),),
+        GPU_LIKE: tuple(Option(g.id, g.name) for g in core.gpu_catalogue().values()),
         "precision": tuple(Option(p.id, p.name) for p in core.PRECISION_PRESETS.values())
         + (Option(CUSTOM_PRECISION, "Custom (per-tensor dtypes below)"),),
         "optimizer": tuple(Option(o.id, o.name) for o in core.OPTIMIZER_INFO.values()),

@@ -31,6 +31,7 @@ from app.api.schemas import (
     TrainingIn,
     run_estimate,
 )
+from app.core.gpus import CUSTOM_ID, DEFAULT_LIKE, MAX_CUSTOM_BYTES, MIN_CUSTOM_BYTES
 
 Source = Literal["preset", "custom", "params", "config"]
 Unit = Literal["GB", "GiB"]
@@ -42,6 +43,10 @@ DEFAULT_UNIT: Final[Unit] = "GiB"
 DEFAULT_PRESET: Final = "llama-3-8b"
 DEFAULT_GPU: Final = "h100-80gb"
 NO_GPU: Final = ""
+CUSTOM_GPU: Final = CUSTOM_ID  # the GPU select's choice that reads the two controls below
+GPU_CAPACITY: Final = "gpu_capacity"  # a custom GPU's memory, with a unit ("24 GiB")
+GPU_LIKE: Final = "gpu_like"  # the catalogue GPU whose CUDA context and interconnect a custom one takes
+GPU_FIELDS: Final = {"capacity_bytes": GPU_CAPACITY, "like": GPU_LIKE}  # the API's custom GPU fields -> controls
 CUSTOM_PRECISION: Final = "custom"
 NO_MASTER: Final = "none"
 TRUE: Final = "true"
@@ -81,7 +86,7 @@ SOURCE_CONTROLS: Final[dict[str, tuple[str, ...]]] = {
 MAIN_CONTROL: Final[dict[str, str]] = {"preset": "preset", "custom": "num_hidden_layers", "params": "num_params", "config": "hf_config"}
 
 COMMON_CONTROLS: Final = (
-    "source", "unit", "gpu", "precision", *DTYPE_FIELDS, *TRAINING_INTS, *TRAINING_CHOICES,
+    "source", "unit", "gpu", GPU_CAPACITY, GPU_LIKE, "precision", *DTYPE_FIELDS, *TRAINING_INTS, *TRAINING_CHOICES,
     "adafactor_momentum", "framework_overhead_bytes", *PARALLEL_INTS, "sequence_parallel",
     LOSS_CHUNKS, *PARALLEL_SHOWN, HOST_RAM, *FINETUNING_CONTROLS,
 )
@@ -191,6 +196,31 @@ def parse_bytes(control: str, raw: str) -> int:
     return _parse_scaled(control, raw, BYTE_UNITS, "1 GiB or 512 MiB")
 
 
+def parse_gpu_capacity(control: str, raw: str) -> int:
+    """A custom GPU's memory: ``24 GiB``, ``96 GB`` or a byte count, between 1 GiB and 4 TiB (as the API takes)."""
+    if not raw.strip():
+        raise FormError(control, "Enter the GPU's memory, e.g. 24 GiB or 96 GB.")
+    size = _parse_scaled(control, raw, BYTE_UNITS, "24 GiB or 96 GB")
+    if not MIN_CUSTOM_BYTES <= size <= MAX_CUSTOM_BYTES:
+        raise FormError(control, f"GPU memory must be between 1 GiB and 4 TiB (got {raw.strip()[:40]}).")
+    return size
+
+
+def _gpu(values: Mapping[str, str], read: Any) -> str | dict[str, Any] | None:
+    """The body's `gpu`: a catalogue id, a custom GPU read from its two controls, or none."""
+    if values["gpu"] != CUSTOM_GPU:
+        return values["gpu"] or None
+    like = values[GPU_LIKE] if values[GPU_LIKE] in core.gpu_catalogue() else None
+    if like is None:
+        read(GPU_LIKE, lambda control, raw: _refuse(control, "Choose one of the GPUs listed."))
+    capacity = read(GPU_CAPACITY, parse_gpu_capacity)
+    return {"capacity_bytes": capacity, "like": like} if capacity is not None and like is not None else None
+
+
+def _refuse(control: str, message: str) -> None:
+    raise FormError(control, message)
+
+
 def parse_probability(control: str, raw: str) -> float:
     if not raw.strip():
         raise FormError(control, "Enter a probability between 0 and 1.")
@@ -230,6 +260,8 @@ def default_values() -> dict[str, str]:
         "unit": DEFAULT_UNIT,
         "preset": DEFAULT_PRESET,
         "gpu": DEFAULT_GPU,
+        GPU_CAPACITY: "",
+        GPU_LIKE: DEFAULT_LIKE,
         "num_params": "",
         "hf_config": "",
         "precision": str(_field_default(TrainingIn, "precision")),
@@ -352,11 +384,12 @@ def parse_form(params: Mapping[str, str]) -> ParsedForm:
         parallelism["reduce_bucket_size"] = read("reduce_bucket_size", parse_int)
     host_ram = read(HOST_RAM, parse_bytes) if parallelism.get("offload", "none") != "none" else None
     finetuning = _finetuning_dict(values, read)
+    gpu = _gpu(values, read)
     if errors:
         return ParsedForm(source, unit, values, refilled=refill, errors=errors)
 
     body = {"model": model, "training": training, "parallelism": parallelism, "finetuning": finetuning,
-            "gpu": values["gpu"] or None}
+            "gpu": gpu}
     try:
         request = EstimateRequest.model_validate(body)
     except ValidationError as error:
@@ -472,6 +505,8 @@ def control_for(path: Sequence[str | int], message: str, source: Source) -> tupl
     parts = [str(part) for part in path if str(part) not in ("body", "query")]
     if len(parts) > 1 and parts[0] == "finetuning" and parts[1] in FINETUNING_ALIASES:
         parts = [parts[0], FINETUNING_ALIASES[parts[1]], *parts[2:]]
+    if parts and parts[0] == "gpu" and parts[-1] in GPU_FIELDS:
+        return GPU_FIELDS[parts[-1]], _prefixed([], message)
     for index in range(len(parts) - 1, -1, -1):
         if parts[index] in active:
             rest = [p for p in parts[index + 1:] if p not in ALL_CONTROLS and not _is_type_tag(p)]

@@ -27,8 +27,10 @@ from app.core.job import JOB_FIELDS, with_field
 from app.web import controls, links
 from app.web.form import (
     ALL_CONTROLS,
+    CUSTOM_GPU,
     CUSTOM_PRECISION,
     DTYPE_FIELDS,
+    GPU_FIELDS,
     NO_MASTER,
     SAVABLE,
     TRUE,
@@ -264,8 +266,12 @@ def _flat(request: Mapping[str, Any]) -> dict[str, Any]:
                 out |= {f"training.{dtype}": value.get(dtype) for dtype in DTYPE_FIELDS}
                 continue
             out[f"{section}.{name}"] = value
-    if request.get("gpu"):
-        out["gpu"] = request["gpu"]
+    gpu = request.get("gpu")
+    if isinstance(gpu, Mapping):  # a custom GPU: the select's custom choice and its fields' controls
+        out["gpu"] = CUSTOM_GPU
+        out |= {f"gpu.{name}": value for name, value in gpu.items() if name in GPU_FIELDS and value is not None}
+    elif gpu:
+        out["gpu"] = gpu
     return out
 
 
@@ -275,7 +281,7 @@ def _control_value(path: str, value: Any) -> object:
         return NO_MASTER
     if isinstance(value, list | tuple):
         return ",".join(str(item) for item in value)
-    if name == "framework_overhead_bytes" and isinstance(value, int):
+    if name in ("framework_overhead_bytes", "capacity_bytes") and isinstance(value, int):
         return format_size_input(value)
     return value
 

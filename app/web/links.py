@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import urlencode
 
-from app.web.form import COMMON_CONTROLS, CUSTOM_PRECISION, DTYPE_FIELDS, FINETUNING_ALIASES, TRUE
+from app.web.form import (
+    COMMON_CONTROLS,
+    CUSTOM_GPU,
+    CUSTOM_PRECISION,
+    DTYPE_FIELDS,
+    FINETUNING_ALIASES,
+    GPU_FIELDS,
+    TRUE,
+)
 
 PAGE: Final = "/"
 PIN: Final = "pin"  # the page's own state beside the controls: a pinned setup to compare with (app/web/compare.py)
@@ -45,6 +53,8 @@ def control_for(path: str) -> str:
         name = FINETUNING_ALIASES.get(name, name)
     if (section in SECTIONS or (not section and name == "gpu")) and name in SETTABLE:
         return name
+    if section == "gpu" and name in GPU_FIELDS:  # a custom GPU's capacity and the GPU it is like
+        return GPU_FIELDS[name]
     raise ValueError(f"no control sets {path!r}")
 
 
@@ -63,6 +73,9 @@ def changed(state: Mapping[str, str], change: Mapping[str, object]) -> State:
                 out[name] = TRUE
             continue
         out[name] = str(value)
+        if name == "gpu" and value != CUSTOM_GPU:  # a catalogue GPU: a custom one's fields no longer count
+            for custom in GPU_FIELDS.values():
+                out.pop(custom, None)
         if name == "precision" and value != CUSTOM_PRECISION:
             for dtype in DTYPE_FIELDS:
                 out.pop(dtype, None)
