@@ -202,7 +202,26 @@ NOT_DECODERS: Final = {
     "bart": "an encoder-decoder", "mbart": "an encoder-decoder", "pegasus": "an encoder-decoder",
     "whisper": "an encoder-decoder", "vit": "a vision model", "clip": "a vision-language model",
     "siglip": "a vision-language model",
+    # State-space and recurrent models, alone or in hybrids with attention.
+    "mamba": "a state-space model", "mamba2": "a state-space model", "falcon_mamba": "a state-space model",
+    "jamba": "a hybrid of attention and state-space layers", "zamba": "a hybrid of attention and state-space layers",
+    "zamba2": "a hybrid of attention and state-space layers", "falcon_h1": "a hybrid of attention and state-space "
+    "layers", "bamba": "a hybrid of attention and state-space layers", "recurrent_gemma": "a recurrent model",
+    "rwkv": "a recurrent model", "xlstm": "a recurrent model",
+    # Decoders whose MLP has no gate (fc1, activation, fc2), or whose blocks run attention and MLP in parallel.
+    "gpt_neox": "a decoder with an MLP without a gate", "phi": "a decoder with an MLP without a gate",
+    "starcoder2": "a decoder with an MLP without a gate", "gpt_bigcode": "a decoder with an MLP without a gate",
+    "falcon": "a decoder with an MLP without a gate", "gptj": "a decoder with an MLP without a gate",
+    "gpt_neo": "a decoder with an MLP without a gate", "codegen": "a decoder with an MLP without a gate",
+    "opt": "a decoder with an MLP without a gate", "bloom": "a decoder with an MLP without a gate",
+    "mpt": "a decoder with an MLP without a gate",
 }
+# Keys of a config.json that mark a mixture of experts or state-space layers, which a Llama-style stand-in would
+# count as dense attention layers (OLMoE's 6.9B parameters as 0.6B).
+_EXPERT_KEYS: Final = ("num_experts", "num_local_experts", "n_routed_experts", "num_experts_per_tok",
+                       "moe_intermediate_size", "ffn_config", "moe_layer_freq")
+_STATE_SPACE_KEYS: Final = ("mamba_d_state", "mamba_expand", "ssm_cfg", "state_size", "attn_layer_period",
+                            "layers_block_type", "block_types", "hybrid_override_pattern", "mamba_d_conv")
 
 
 def _unknown_decoder(config: Mapping[str, Any], model_type: Any) -> Architecture:
@@ -216,8 +235,8 @@ def _unknown_decoder(config: Mapping[str, Any], model_type: Any) -> Architecture
                                  f"got {_short(model_type)}")
     why = _not_a_decoder(config)
     if why:
-        raise DomainError(field, f"model_type {model_type!r} is {why}, not a decoder-only language model, which is "
-                                 f"what trainmem estimates; {supported}")
+        raise DomainError(field, f"model_type {model_type!r} is {why}: with no record of its own it cannot be "
+                                 f"estimated as a Llama-style decoder; {supported}")
     missing = [name for name in STANDARD_FIELDS if config.get(name) is None]
     if missing:
         raise DomainError(f"{FIELD_PREFIX}.{missing[0]}",
@@ -248,6 +267,14 @@ def _not_a_decoder(config: Mapping[str, Any]) -> str:
             return f"a model of class {_short(classes[0])} (no ...ForCausalLM in architectures)"
     if config.get("type_vocab_size") is not None:
         return "an encoder (type_vocab_size: token type embeddings)"
+    for keys, kind in ((_EXPERT_KEYS, "a mixture of experts"), (_STATE_SPACE_KEYS, "a model with state-space layers")):
+        found = next((key for key in keys if config.get(key) not in (None, 0, 1)), None)
+        if found:
+            return f"{kind} ({found}), which a Llama-style stand-in would count as dense attention layers"
+    act = config.get("hidden_act", config.get("hidden_activation"))
+    if isinstance(act, str) and act in GELU_NAMES:
+        return (f"a decoder with the {act} activation, whose MLP may have no gate (as GPT-NeoX's, Phi-2's and "
+                "StarCoder2's): a Llama-style stand-in would count it 1.5 times over")
     return ""
 
 

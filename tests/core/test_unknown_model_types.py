@@ -50,12 +50,19 @@ def test_a_known_model_type_says_nothing_of_the_kind():
     ({**GRANITE, "model_type": "mystery", "architectures": ["MysteryForSequenceClassification"]}, "no ...ForCausalLM"),
     ({**GRANITE, "model_type": "vlm", "vision_config": {"hidden_size": 1024}}, "multimodal"),
     ({**GRANITE, "model_type": "seq2seq", "is_encoder_decoder": True}, "encoder-decoder"),
+    # A stand-in would count these as dense Llama layers: OLMoE-1B-7B's 6.9B parameters as 0.6B, StarCoder2-7B's
+    # ungated MLP 1.5 times over.
+    ({**GRANITE, "model_type": "olmoe", "num_experts": 64, "num_experts_per_tok": 8}, "mixture of experts"),
+    ({**GRANITE, "model_type": "newhybrid", "layers_block_type": ["mamba", "attention"]}, "state-space"),
+    ({**GRANITE, "model_type": "mamba", "architectures": ["MambaForCausalLM"]}, "state-space model"),
+    ({**GRANITE, "model_type": "starcoder2", "hidden_act": "gelu_pytorch_tanh"}, "without a gate"),
+    ({**GRANITE, "model_type": "newgelu", "hidden_act": "gelu_new"}, "may have no gate"),
 ])
 def test_what_is_not_a_decoder_is_refused_at_its_model_type(config, words):
     with pytest.raises(DomainError) as error:
         architecture_from_hf_config(config)
     assert error.value.field == "model.hf_config.model_type"
-    assert words in error.value.message and "decoder-only" in error.value.message
+    assert words in error.value.message and "Llama-style" in error.value.message
 
 
 def test_missing_sizes_are_named():
