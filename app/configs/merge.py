@@ -433,8 +433,7 @@ class _Merge:
             # are off unless passed, but a half-precision switch left to the command line is one meant to be passed.
             half = "fp16" if auto_key.endswith("fp16.enabled") else "bf16"
             reasons.append(f"{auto_key} is \"auto\": the Trainer fills it from its --{half}, not given here, so "
-                           f"assumed passed ({half} with an fp32 master copy); without it the Trainer trains in fp32: "
-                           "set the precision to fp32 if so")
+                           f"assumed passed; without it the Trainer trains in fp32: set the precision to fp32 if so")
             if half == "bf16":
                 return next((r.autos["ds_precision:bf16"] for r in readings if "ds_precision:bf16" in r.autos),
                             from_amp["bf16"])

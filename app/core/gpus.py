@@ -60,6 +60,9 @@ def gpu_catalogue() -> dict[str, Gpu]:
 
 def get_gpu(gpu_id: str) -> Gpu:
     catalogue = gpu_catalogue()
+    if not isinstance(gpu_id, str):
+        raise DomainError("gpu", f"must be a GPU id from the catalogue or a custom GPU's object, got "
+                                 f"{type(gpu_id).__name__}")
     if gpu_id not in catalogue:
         raise DomainError("gpu", f"unknown GPU {gpu_id!r}; known: {', '.join(catalogue)}")
     return catalogue[gpu_id]
@@ -93,6 +96,8 @@ def custom_gpu(capacity_bytes: int, *, name: str | None = None, like: str | None
     if name is not None and (not isinstance(name, str) or not 0 < len(name) <= MAX_NAME_CHARS):
         raise DomainError(f"{field}.name", f"must be a name of 1 to {MAX_NAME_CHARS} characters")
     catalogue = gpu_catalogue()
+    if like is not None and not isinstance(like, str):
+        raise DomainError(f"{field}.like", "must be a GPU id from the catalogue")
     if like is not None and like not in catalogue:
         raise DomainError(f"{field}.like", f"unknown GPU {str(like)[:60]!r}; known: {', '.join(catalogue)}")
     base = catalogue[like or DEFAULT_LIKE]
