@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Final
+from typing import Final, NamedTuple
 
 from app.core import activations as act
 from app.core import reserve, states
 from app.core.architecture import Architecture, active_param_count, param_count
 from app.core.categories import CATEGORIES, MODEL_STATE_CATEGORIES, Breakdown
-from app.core.communicators import communicators
+from app.core.communicators import Communicator, communicators
 from app.core.errors import DomainError
 from app.core.families import stand_in_warnings
 from app.core.gpus import Gpu, GpuFit, fit
@@ -36,7 +36,7 @@ from app.core.ledger import (
 from app.core.optimizers import FP32_BITS, OPTIMIZER_INFO, optimizer_formula, optimizer_label
 from app.core.rules import validate_setup
 from app.core.setup import MAX_PARAM_COUNT, OFFLOADS, Parallelism, Training, activation_setup, check_int
-from app.core.stages import stage_kinds
+from app.core.stages import StageKind, stage_kinds
 from app.core.timeline import (
     OPTIMIZER_STEP,
     START,
@@ -44,6 +44,7 @@ from app.core.timeline import (
     Life,
     Peak,
     Phase,
+    Plan,
     Point,
     live_bytes,
     plan,
@@ -125,10 +126,21 @@ def estimate(
     return _from_architecture(architecture, training, parallelism, gpu, device, reserve)
 
 
-def _from_architecture(arch: Architecture, training: Training, parallelism: Parallelism, gpu: Gpu | None,
-                       device: act.Device, with_reserve: bool = True) -> Estimate:
-    setup = activation_setup(training, parallelism, device=device)
-    layer_saved = fp8_layer_saved(arch, training, setup, act.layer_activations(arch, setup))
+class _Stage(NamedTuple):
+    """The most-loaded pipeline stage: its ledger (cluster bytes summed over every stage), host buffers and plan."""
+
+    kind: StageKind
+    ledger: tuple[Buffer, ...]
+    host: tuple[Buffer, ...]
+    steps: Plan
+    live: list[tuple[int, ...]]
+    live_totals: list[int]
+    cluster: dict[str, int]
+
+
+def _most_loaded_stage(arch: Architecture, training: Training, parallelism: Parallelism, setup: act.ActivationSetup,
+                       layer_saved: tuple[act.SavedTensor, ...]) -> _Stage:
+    """Every stage's ledger for the cluster's sums; the stage whose live bytes peak highest for the rest."""
     m = training.gradient_accumulation_steps
     best = None
     cluster = dict.fromkeys(CATEGORIES, 0)
@@ -157,27 +169,30 @@ def _from_architecture(arch: Architecture, training: Training, parallelism: Para
             best = (top, kind, ledger, host, steps, live, live_totals)
     assert best is not None
     _, kind, ledger, host, steps, live, live_totals = best
-    points, peak = timeline_points(steps, live, live_totals)
-    kept_layer = act.checkpointed_layer_activations(arch, setup, training.activation_checkpointing, full=layer_saved)
-    full_layer = [saved.bytes for saved in layer_saved]
-    stage_reserve = None
-    groups = communicators(parallelism, gpu.interconnect) if gpu else ()
-    if with_reserve:
-        ramps = {ACTS: kind.layers, FORWARDED: kind.layers, GRADS: kind.layers, GRADS_DONE: kind.layers}
-        kept_bytes = [t.bytes for t in kept_layer]
-        templates = reserve.stage_templates(arch, parallelism, kind, ledger, full_layer, kept_bytes)
-        fold = reserve.fold_for(ledger, steps, ramps, templates)
-        if fold > 1:
-            templates = reserve.stage_templates(arch, parallelism, kind, ledger, full_layer, kept_bytes, fold)
-        stage_reserve = reserve.stage_reserve(
-            ledger, steps, ramps, templates=templates,
-            forward_transient=full_layer if training.activation_checkpointing == "full" else (),
-            kind=training.allocator, gpu=gpu, extra_bytes=training.framework_overhead_bytes,  # type: ignore[arg-type]
-            ledger_peak_bytes=peak.bytes, communicator_bytes=sum(c.bytes for c in groups), fold=fold)
-        peak = peak._replace(reserved_bytes=stage_reserve.reserved.max_bytes)
     ledger = tuple(buffer if buffer.cluster_bytes == cluster_by_key[buffer.key] else
                    _with_cluster(buffer, cluster_by_key[buffer.key]) for buffer in ledger)
-    per_gpu = _sum_by_category(ledger)
+    return _Stage(kind, ledger, host, steps, live, live_totals, cluster)
+
+
+def _stage_reserve(arch: Architecture, training: Training, parallelism: Parallelism, gpu: Gpu | None, stage: _Stage,
+                   full_layer: list[int], kept_bytes: list[int], peak_bytes: int,
+                   groups: tuple[Communicator, ...]) -> reserve.StageReserve:
+    """The allocator's replay of the stage, several layers at a time where one by one would take too long."""
+    kind, ledger, steps = stage.kind, stage.ledger, stage.steps
+    ramps = {ACTS: kind.layers, FORWARDED: kind.layers, GRADS: kind.layers, GRADS_DONE: kind.layers}
+    templates = reserve.stage_templates(arch, parallelism, kind, ledger, full_layer, kept_bytes)
+    fold = reserve.fold_for(ledger, steps, ramps, templates)
+    if fold > 1:
+        templates = reserve.stage_templates(arch, parallelism, kind, ledger, full_layer, kept_bytes, fold)
+    return reserve.stage_reserve(
+        ledger, steps, ramps, templates=templates,
+        forward_transient=full_layer if training.activation_checkpointing == "full" else (),
+        kind=training.allocator, gpu=gpu, extra_bytes=training.framework_overhead_bytes,  # type: ignore[arg-type]
+        ledger_peak_bytes=peak_bytes, communicator_bytes=sum(c.bytes for c in groups), fold=fold)
+
+
+def _counts(arch: Architecture, training: Training) -> tuple[int, int, states.StageShapes]:
+    """The model's parameters (with adapters), those that train, and the whole model's shapes."""
     whole = states.stage_shapes(arch, 1, layers=arch.num_hidden_layers, first=True, last=True,
                                 dense=states.dense_layers_on(arch, first_layer=0, layers=arch.num_hidden_layers, count=1))
     count = trainable = whole.rank_total
@@ -186,18 +201,38 @@ def _from_architecture(arch: Architecture, training: Training, parallelism: Para
                                        layers=arch.num_hidden_layers, first=True, last=True, first_layer=0)
         count += tuned.added_elements
         trainable = tuned.trainable_rank
+    return count, trainable, whole
+
+
+def _from_architecture(arch: Architecture, training: Training, parallelism: Parallelism, gpu: Gpu | None,
+                       device: act.Device, with_reserve: bool = True) -> Estimate:
+    setup = activation_setup(training, parallelism, device=device)
+    layer_saved = fp8_layer_saved(arch, training, setup, act.layer_activations(arch, setup))
+    stage = _most_loaded_stage(arch, training, parallelism, setup, layer_saved)
+    kind, ledger = stage.kind, stage.ledger
+    points, peak = timeline_points(stage.steps, stage.live, stage.live_totals)
+    kept_layer = act.checkpointed_layer_activations(arch, setup, training.activation_checkpointing, full=layer_saved)
+    groups = communicators(parallelism, gpu.interconnect) if gpu else ()
+    stage_reserve = None
+    if with_reserve:
+        stage_reserve = _stage_reserve(arch, training, parallelism, gpu, stage, [saved.bytes for saved in layer_saved],
+                                       [t.bytes for t in kept_layer], peak.bytes, groups)
+        peak = peak._replace(reserved_bytes=stage_reserve.reserved.max_bytes)
+    per_gpu = _sum_by_category(ledger)
+    count, trainable, whole = _counts(arch, training)
     kernel = act.attention_kernel(arch, setup)
     return Estimate(
         param_count=count,
         per_gpu=per_gpu,
-        cluster=Breakdown(cluster),
+        cluster=Breakdown(stage.cluster),
         gpu=fit(gpu, total_bytes=peak.reserved_bytes + stage_reserve.outside_bytes, reserved_bytes=peak.reserved_bytes,
                 outside_bytes=stage_reserve.outside_bytes, out_of_memory=stage_reserve.out_of_memory,
                 communicators=groups)
         if gpu and stage_reserve else None,
         # What this answer stands on first (an unknown model type, a folded replay), then the rest by weight.
         warnings=(*stand_in_warnings(arch),
-                  *folded_warnings(stage_reserve.reserved.fold if stage_reserve else 1, kind.layers),
+                  *folded_warnings(stage_reserve.reserved.fold if stage_reserve else 1, kind.layers,
+                                   _headroom_share(gpu, stage_reserve)),
                   *estimate_warnings(arch, training, parallelism, kernel=kernel, peak=peak, per_gpu=per_gpu,
                                      experts_backward_known=moe_backward_modelled(arch, training, parallelism,
                                                                                   setup))),
@@ -209,11 +244,19 @@ def _from_architecture(arch: Architecture, training: Training, parallelism: Para
         attention_kernel=kernel,
         layer_activations=kept_layer,
         trainable_param_count=trainable,
-        host=_host(host, parallelism),
+        host=_host(stage.host, parallelism),
         active_param_count=count - _inactive_params(arch),
         reserved_timeline=stage_reserve.reserved.per_event if stage_reserve else (),
         outside_allocator_bytes=stage_reserve.outside_bytes if stage_reserve else 0,
     )
+
+
+def _headroom_share(gpu: Gpu | None, stage_reserve: reserve.StageReserve | None) -> float | None:
+    """The headroom as a share of the allocator's reserve, where there is a GPU and a replay."""
+    if gpu is None or stage_reserve is None or not stage_reserve.reserved.max_bytes:
+        return None
+    total = stage_reserve.reserved.max_bytes + stage_reserve.outside_bytes
+    return (gpu.capacity_bytes - total) / stage_reserve.reserved.max_bytes
 
 
 def _count_fit(gpu: Gpu | None, peak_bytes: int, parallelism: Parallelism) -> GpuFit | None:

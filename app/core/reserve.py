@@ -141,8 +141,8 @@ def _folded(layers: int, fold: int) -> int:
 
 def _counts(buffer: Buffer, steps: Plan, length: int, ramp_totals: Mapping[str, int] | None = None,
             folded: Mapping[str, int] | None = None) -> list[int]:
-    """The buffer's units alive at each event: for a ramp folded into fewer units, the units that hold its layers
-    alive (a unit is made with its first layer and freed with its last)."""
+    """The buffer's units alive at each event: for a ramp of `layers` folded into `units`, the fewest units that
+    hold the layers alive, in proportion (ceil(count × units / layers)): all of them with every layer."""
     counts = [0] * length
     ramp = buffer.life.ramp
     layers, units = ((ramp_totals[ramp], folded[ramp]) if ramp is not None and ramp_totals and folded
@@ -164,7 +164,7 @@ def fold_for(ledger: Sequence[Buffer], steps: Plan, ramp_totals: Mapping[str, in
         made += allocations * max(len(templates.get(buffer.key) or (1,)), 1)
     if made <= MAX_REPLAYED_TENSORS:
         return 1
-    return min(-(-made // MAX_REPLAYED_TENSORS), max(ramp_totals.values(), default=1))
+    return min(-(-made // MAX_REPLAYED_TENSORS), max(1, *ramp_totals.values()))
 
 
 def _units(buffer: Buffer, ramp_totals: Mapping[str, int], templates: Mapping[str, Sequence[int]]) -> tuple[int, ...]:
