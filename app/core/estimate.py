@@ -292,16 +292,54 @@ def _sum_by_category(ledger: tuple[Buffer, ...], *, unknown: tuple[str, ...] = (
     return Breakdown(sums)
 
 
+class _Count(NamedTuple):
+    """A bare parameter count's share on a rank and its text, and the states' bytes on a rank and in all."""
+
+    share: int
+    share_text: str
+    rank: dict[str, int]
+    whole: dict[str, int]
+    names: dict[str, str]
+
+
 def _from_count(num_params: int, training: Training, parallelism: Parallelism, gpu: Gpu | None) -> Estimate:
     """Model states of a bare parameter count; tensor and pipeline parallelism split it evenly."""
     check_int("model.num_params", num_params, low=1, high=MAX_PARAM_COUNT)
     p = parallelism
     share = ceil_div(num_params, p.tensor * p.pipeline)
-    rank = states.count_states_bytes(share, training)
-    whole = states.count_states_bytes(num_params, training)
-    precision = training.precision
     model_parallel = p.tensor * p.pipeline
-    share_text = f"{num_params:,} params" + (f" ÷ {model_parallel} (tensor × pipeline)" if model_parallel > 1 else "")
+    phases = (Phase(COUNT_FORWARD, "forward"), Phase(COUNT_BACKWARD, "backward"))
+    count = _Count(share, f"{num_params:,} params" + (f" ÷ {model_parallel} (tensor × pipeline)" if model_parallel > 1
+                                                       else ""),
+                   states.count_states_bytes(share, training), states.count_states_bytes(num_params, training),
+                   {phase.id: phase.name for phase in phases} | STEP_PHASE_NAMES)
+    notes: list[str] = []
+    ledger = (*_count_states(count, training, p), *_count_deepspeed(count, training, p, notes),
+              *_count_scratch(count, training, p))
+    scratch = OPTIMIZER_INFO[training.optimizer].scratch[training.optimizer_implementation]
+    steps = plan(phases, micro_batches=training.gradient_accumulation_steps, carried={})
+    points, peak = sweep([(b.category, b.bytes, b.life) for b in ledger], steps, {})
+    peak = peak._replace(reserved_bytes=peak.bytes)  # no shapes to replay: the tensors' own bytes
+    return Estimate(
+        param_count=num_params,
+        per_gpu=_sum_by_category(ledger, unknown=("activations",)),
+        cluster=_sum_cluster(ledger),
+        gpu=_count_fit(gpu, peak.bytes, p),
+        warnings=tuple(count_warnings(training, parallelism, scratch_known=scratch.of == "all" or not scratch.copies))
+        + tuple(notes),
+        pipeline_stage=0,
+        ledger=ledger,
+        bytes_per_param=_bytes_per_param(num_params, count.whole),
+        peak=peak,
+        timeline=points,
+        trainable_param_count=num_params,
+        active_param_count=num_params,
+    )
+
+
+def _count_states(count: _Count, training: Training, p: Parallelism) -> list[Buffer]:
+    """The weights, gradients, master copy and optimizer state of a bare count."""
+    precision = training.precision
     lives = {
         "weights": Life("run", START), "master_weights": Life("run", START),
         "gradients": Life("step", COUNT_BACKWARD, OPTIMIZER_STEP), "optimizer_states": Life("run", OPTIMIZER_STEP),
@@ -311,8 +349,6 @@ def _from_count(num_params: int, training: Training, parallelism: Parallelism, g
         "master_weights": f"Master copy in {precision.master_weights}",
         "optimizer_states": optimizer_label(training.optimizer, adafactor_momentum=training.adafactor_momentum),
     }
-    phases = (Phase(COUNT_FORWARD, "forward"), Phase(COUNT_BACKWARD, "backward"))
-    names = {phase.id: phase.name for phase in phases} | STEP_PHASE_NAMES
     buffers = []
     for category in MODEL_STATE_CATEGORIES:
         if category == "master_weights" and not precision.master_weights:
@@ -321,57 +357,48 @@ def _from_count(num_params: int, training: Training, parallelism: Parallelism, g
         if states.is_sharded(category, p) and p.shard_group > 1:
             note = f" ÷ {p.shard_group} (ZeRO-{p.zero_stage} over the data-parallel group)"
         if category == "optimizer_states":
-            formula = optimizer_formula(training.optimizer, share=share_text, bits=precision.bits("optimizer_states"),
+            formula = optimizer_formula(training.optimizer, share=count.share_text,
+                                        bits=precision.bits("optimizer_states"),
                                         adafactor_momentum=training.adafactor_momentum)
         else:
-            formula = f"{share_text} × {precision.bits(category)} bit ÷ 8"
+            formula = f"{count.share_text} × {precision.bits(category)} bit ÷ 8"
         buffers.append(Buffer(category, category, labels[category], formula + note,
-                              states.on_rank(rank[category], category, p), states.over_group(whole[category], category, p),
-                              lives[category], names))
-    notes: list[str] = []
-    if training.framework == "deepspeed" and p.zero_stage >= 1:
-        # DeepSpeed's convention (ledger._Stage.deepspeed_states): the fp32 copy of the gradient partition.
-        if not OFFLOADS[p.offload].optimizer:
-            size = tensor_bytes(ceil_div(share, p.shard_group), FP32_BITS)
-            buffers.append(Buffer("deepspeed.fp32_grad_partition", "gradients", "fp32 copy of this rank's gradient "
-                                  "partition for the optimizer step (DeepSpeed)",
-                                  f"{share_text} ÷ {p.shard_group} × 32 bit ÷ 8 — DeepSpeed convention, "
-                                  f"{DS_ZERO2}:3118-3126", size, size * p.world_size,
-                                  Life("step", OPTIMIZER_STEP, OPTIMIZER_STEP), names))
-        if p.zero_stage >= 3:
-            notes.append("DeepSpeed's ZeRO-3 convention also gathers the largest layer's 16-bit parameters and "
-                         "gradients (4 bytes per parameter of it), which a bare parameter count does not give; it is "
-                         "left out.")
+                              states.on_rank(count.rank[category], category, p),
+                              states.over_group(count.whole[category], category, p), lives[category], count.names))
+    return buffers
+
+
+def _count_deepspeed(count: _Count, training: Training, p: Parallelism, notes: list[str]) -> list[Buffer]:
+    """DeepSpeed's convention (contributors.model_states): the fp32 copy of the gradient partition; under ZeRO-3 a
+    note on the gathered layer, which a bare count does not give."""
+    if training.framework != "deepspeed" or p.zero_stage < 1:
+        return []
+    buffers = []
+    if not OFFLOADS[p.offload].optimizer:
+        size = tensor_bytes(ceil_div(count.share, p.shard_group), FP32_BITS)
+        buffers.append(Buffer("deepspeed.fp32_grad_partition", "gradients", "fp32 copy of this rank's gradient "
+                              "partition for the optimizer step (DeepSpeed)",
+                              f"{count.share_text} ÷ {p.shard_group} × 32 bit ÷ 8 — DeepSpeed convention, "
+                              f"{DS_ZERO2}:3118-3126", size, size * p.world_size,
+                              Life("step", OPTIMIZER_STEP, OPTIMIZER_STEP), count.names))
+    if p.zero_stage >= 3:
+        notes.append("DeepSpeed's ZeRO-3 convention also gathers the largest layer's 16-bit parameters and "
+                     "gradients (4 bytes per parameter of it), which a bare parameter count does not give; it is "
+                     "left out.")
+    return buffers
+
+
+def _count_scratch(count: _Count, training: Training, p: Parallelism) -> list[Buffer]:
+    """The optimizer step's scratch where it is a multiple of every parameter (not of the largest tensor)."""
     scratch = OPTIMIZER_INFO[training.optimizer].scratch[training.optimizer_implementation]
-    if scratch.of == "all" and scratch.copies:
-        params = states.on_rank(share, "optimizer_states", p)
-        bits = precision.bits("optimizer_states")
-        size = tensor_bytes(scratch.copies * params, bits)
-        life = Life("step", OPTIMIZER_STEP, OPTIMIZER_STEP)
-        buffers.append(Buffer("optimizer.scratch", "temporary", f"optimizer.step() scratch, {training.optimizer_implementation}",
-                              f"{scratch.formula(param_elements=params, largest_elements=0, bits=bits)}: {scratch.source}",
-                              size, size * p.world_size, life, names))
-    ledger = tuple(buffers)
-    steps = plan(phases, micro_batches=training.gradient_accumulation_steps, carried={})
-    points, peak = sweep([(b.category, b.bytes, b.life) for b in ledger], steps, {})
-    peak = peak._replace(reserved_bytes=peak.bytes)  # no shapes to replay: the tensors' own bytes
-    per_gpu = _sum_by_category(ledger, unknown=("activations",))
-    cluster = _sum_cluster(ledger)
-    return Estimate(
-        param_count=num_params,
-        per_gpu=per_gpu,
-        cluster=cluster,
-        gpu=_count_fit(gpu, peak.bytes, p),
-        warnings=tuple(count_warnings(training, parallelism, scratch_known=scratch.of == "all" or not scratch.copies))
-        + tuple(notes),
-        pipeline_stage=0,
-        ledger=ledger,
-        bytes_per_param=_bytes_per_param(num_params, whole),
-        peak=peak,
-        timeline=points,
-        trainable_param_count=num_params,
-        active_param_count=num_params,
-    )
+    if scratch.of != "all" or not scratch.copies:
+        return []
+    params = states.on_rank(count.share, "optimizer_states", p)
+    bits = training.precision.bits("optimizer_states")
+    size = tensor_bytes(scratch.copies * params, bits)
+    return [Buffer("optimizer.scratch", "temporary", f"optimizer.step() scratch, {training.optimizer_implementation}",
+                   f"{scratch.formula(param_elements=params, largest_elements=0, bits=bits)}: {scratch.source}",
+                   size, size * p.world_size, Life("step", OPTIMIZER_STEP, OPTIMIZER_STEP), count.names)]
 
 
 def _sum_cluster(ledger: tuple[Buffer, ...]) -> Breakdown:
