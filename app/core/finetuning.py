@@ -96,13 +96,8 @@ def _module_of(tensor: ParamTensor) -> str:
     return tensor.name.removesuffix(".weight")
 
 
-def validate_finetuning(finetuning: Finetuning, arch: Architecture | None, *, autocast: bool = False) -> None:
-    """Refuse what peft or the model cannot do, naming the field."""
-    f = finetuning
-    if f.method in ("lora", "qlora") and autocast:
-        raise DomainError("training.precision", "adapters are modelled on a base loaded in its training dtype "
-                                                "(precision bf16, fp16 or fp32, as LoRA runs usually load it), not "
-                                                "under autocast")
+def _validate_fields(f: Finetuning) -> None:
+    """Each field in its range, and the fields that belong to one method only."""
     if f.method not in METHODS:
         raise DomainError("finetuning.method", f"must be one of {', '.join(METHODS)}, got {f.method!r}")
     if isinstance(f.rank, bool) or not isinstance(f.rank, int) or not 1 <= f.rank <= MAX_RANK:
@@ -121,6 +116,16 @@ def validate_finetuning(finetuning: Finetuning, arch: Architecture | None, *, au
                           "freezing applies to full fine-tuning; with adapters the whole base is frozen")
     if f.method == "full" and f.modules_to_save:
         raise DomainError("finetuning.modules_to_save", "applies to LoRA and QLoRA; full fine-tuning trains them")
+
+
+def validate_finetuning(finetuning: Finetuning, arch: Architecture | None, *, autocast: bool = False) -> None:
+    """Refuse what peft or the model cannot do, naming the field."""
+    f = finetuning
+    if f.method in ("lora", "qlora") and autocast:
+        raise DomainError("training.precision", "adapters are modelled on a base loaded in its training dtype "
+                                                "(precision bf16, fp16 or fp32, as LoRA runs usually load it), not "
+                                                "under autocast")
+    _validate_fields(f)
     if arch is None:
         if f.method != "full" or f.freeze_embeddings or f.frozen_layers:
             raise DomainError("finetuning.method", "needs the architecture (a preset, a config or its fields), "
@@ -130,38 +135,43 @@ def validate_finetuning(finetuning: Finetuning, arch: Architecture | None, *, au
         raise DomainError("finetuning.frozen_layers",
                           f"must leave at least one of the {arch.num_hidden_layers} layers training, got {f.frozen_layers}")
     if f.adapters:
-        if not f.target_modules:
-            raise DomainError("finetuning.target_modules", "name at least one module, or all-linear")
-        # The model's own linear modules: a mixture's experts are not nn.Linear modules (transformers keeps them as
-        # stacked parameters), so only the attention's projections are adapters' targets there.
-        names = module_names(arch)
-        known = {names[_module_of(x)] for x in linear_modules(arch) if _module_of(x) in names}
-        for name in f.target_modules:
-            if arch.has_shared_expert and name in ("gate_proj", "up_proj", "down_proj", "shared_expert_gate"):
-                raise DomainError("finetuning.target_modules", f"{name!r} names the shared expert's modules, whose "
-                                                               "adapters are not modelled (it is frozen): name the "
-                                                               f"attention's modules ({', '.join(sorted(known))})")
-            if name != ALL_LINEAR and name not in known:
-                raise DomainError("finetuning.target_modules", f"{name!r} is not a linear module of this model; "
-                                                               f"it has {', '.join(sorted(known))} (or all-linear)")
-        if arch.is_moe and ALL_LINEAR in f.target_modules and not (experts_wrapped(arch, f)
-                                                                   or family_of(arch).peft_linear_only):
-            # peft 0.21 wraps the stacked expert parameters (ParamWrapper, target_parameters) and, each forward,
-            # folds the adapters into a new copy of the whole expert stack (torch.baddbmm in _LoraFactorsProxy),
-            # which the experts' matmuls keep for backward: a second copy of every layer's experts in the weights'
-            # dtype, and its gradient in backward (peft/tuners/lora/layer.py).
-            experts = 3 * arch.num_local_experts * arch.expert_size * arch.hidden_size
-            raise DomainError("finetuning.target_modules", "all-linear on a mixture of experts makes peft 0.21 adapt the "
-                                                           "router and the experts' stacked parameters too, and fold "
-                                                           "the adapters into a new copy of each layer's experts every "
-                                                           f"forward ({experts:,} weights a layer), kept for backward: "
-                                                           "not modelled yet; name the attention's modules "
-                                                           f"({', '.join(sorted(known))})")
-        if experts_wrapped(arch, f) and f.dropout > 0:
-            raise DomainError("finetuning.dropout", "peft 0.21 takes no dropout for adapters on a mixture's stacked "
-                                                    "experts, which all-linear adapts (ParamWrapper); set it to 0")
-        if not targeted(arch, f):
-            raise DomainError("finetuning.target_modules", "no linear module of this model matches")
+        _validate_adapters(f, arch)
+
+
+def _validate_adapters(f: Finetuning, arch: Architecture) -> None:
+    """The adapters' targets: this model's linear modules, and what peft 0.21 does with all-linear on a mixture."""
+    if not f.target_modules:
+        raise DomainError("finetuning.target_modules", "name at least one module, or all-linear")
+    # The model's own linear modules: a mixture's experts are not nn.Linear modules (transformers keeps them as
+    # stacked parameters), so only the attention's projections are adapters' targets there.
+    names = module_names(arch)
+    known = {names[_module_of(x)] for x in linear_modules(arch) if _module_of(x) in names}
+    for name in f.target_modules:
+        if arch.has_shared_expert and name in ("gate_proj", "up_proj", "down_proj", "shared_expert_gate"):
+            raise DomainError("finetuning.target_modules", f"{name!r} names the shared expert's modules, whose "
+                                                           "adapters are not modelled (it is frozen): name the "
+                                                           f"attention's modules ({', '.join(sorted(known))})")
+        if name != ALL_LINEAR and name not in known:
+            raise DomainError("finetuning.target_modules", f"{name!r} is not a linear module of this model; "
+                                                           f"it has {', '.join(sorted(known))} (or all-linear)")
+    if arch.is_moe and ALL_LINEAR in f.target_modules and not (experts_wrapped(arch, f)
+                                                               or family_of(arch).peft_linear_only):
+        # peft 0.21 wraps the stacked expert parameters (ParamWrapper, target_parameters) and, each forward,
+        # folds the adapters into a new copy of the whole expert stack (torch.baddbmm in _LoraFactorsProxy),
+        # which the experts' matmuls keep for backward: a second copy of every layer's experts in the weights'
+        # dtype, and its gradient in backward (peft/tuners/lora/layer.py).
+        experts = 3 * arch.num_local_experts * arch.expert_size * arch.hidden_size
+        raise DomainError("finetuning.target_modules", "all-linear on a mixture of experts makes peft 0.21 adapt the "
+                                                       "router and the experts' stacked parameters too, and fold "
+                                                       "the adapters into a new copy of each layer's experts every "
+                                                       f"forward ({experts:,} weights a layer), kept for backward: "
+                                                       "not modelled yet; name the attention's modules "
+                                                       f"({', '.join(sorted(known))})")
+    if experts_wrapped(arch, f) and f.dropout > 0:
+        raise DomainError("finetuning.dropout", "peft 0.21 takes no dropout for adapters on a mixture's stacked "
+                                                "experts, which all-linear adapts (ParamWrapper); set it to 0")
+    if not targeted(arch, f):
+        raise DomainError("finetuning.target_modules", "no linear module of this model matches")
 
 
 # Which mixtures peft 0.21's all-linear adapts how is a family's trait (app.core.families): the router and stacked
