@@ -604,22 +604,19 @@ def _layer_list(indices: list[int]) -> str:
     return shown + (", ..." if len(indices) > 8 else "")
 
 
-def _llama_family(reader: _Reader, model_type: str) -> Architecture:
-    defaults = CONFIG_DEFAULTS.get(model_type, {})
-    heads = reader.int("num_attention_heads", defaults.get("num_attention_heads"))
-    layers = reader.layers("num_hidden_layers", defaults.get("num_hidden_layers"))
-    gemma = model_type in GEMMA_TYPES
-    act = reader.str("hidden_activation", "") or reader.str("hidden_act", "gelu_pytorch_tanh" if gemma else "silu")
-    mlp: Literal["swiglu", "geglu"]
+def _gated_mlp(act: str) -> Literal["swiglu", "geglu"]:
+    """The gated MLP an activation makes: SwiGLU with silu, GeGLU with a gelu."""
     if act == "silu" or act == "swish":
-        mlp = "swiglu"
-    elif act in GELU_NAMES:
-        mlp = "geglu"
-    else:
-        raise DomainError(f"{FIELD_PREFIX}.hidden_act", f"unsupported activation {act!r}")
+        return "swiglu"
+    if act in GELU_NAMES:
+        return "geglu"
+    raise DomainError(f"{FIELD_PREFIX}.hidden_act", f"unsupported activation {act!r}")
+
+
+def _softcaps(reader: _Reader, model_type: str) -> list[tuple[str, float]]:
+    """Gemma 2 caps the attention scores and the logits. Gemma 3 caps the logits only: Gemma3Attention keeps
+    attn_logit_softcapping but does not pass it to the attention function (modeling_gemma3.py, transformers 5.24)."""
     extras: list[tuple[str, float]] = []
-    # Gemma 2 caps the attention scores and the logits. Gemma 3 caps the logits only: Gemma3Attention keeps
-    # attn_logit_softcapping but does not pass it to the attention function (modeling_gemma3.py, transformers 5.24).
     for name in {"gemma2": ("attn_logit_softcapping", "final_logit_softcapping"),
                  "gemma3_text": ("final_logit_softcapping",)}.get(model_type, ()):
         value = reader.float(name, 0.0)
@@ -628,6 +625,17 @@ def _llama_family(reader: _Reader, model_type: str) -> Architecture:
                                                         f"got {value:g}")
         if value:
             extras.append((name, value))
+    return extras
+
+
+def _llama_family(reader: _Reader, model_type: str) -> Architecture:
+    defaults = CONFIG_DEFAULTS.get(model_type, {})
+    heads = reader.int("num_attention_heads", defaults.get("num_attention_heads"))
+    layers = reader.layers("num_hidden_layers", defaults.get("num_hidden_layers"))
+    gemma = model_type in GEMMA_TYPES
+    act = reader.str("hidden_activation", "") or reader.str("hidden_act", "gelu_pytorch_tanh" if gemma else "silu")
+    mlp = _gated_mlp(act)
+    extras = _softcaps(reader, model_type)
     head_dim = reader.optional_int("head_dim", 256 if gemma else 128 if model_type == "qwen3" else None)
     sliding_window, sliding_layers = _sliding_window(reader, model_type, layers)
     moe = model_type in ("mixtral", "qwen3_moe")
