@@ -1,17 +1,11 @@
 """Megatron-LM's command line (pretrain_gpt.py's flags, as a launch script writes them).
 
-The text is read as words, never run: backslash line continuations are joined, comments dropped, quotes
-respected (shlex), and a variable is replaced only by a literal value assigned to it in the same text
-(``TP=2`` ... ``--tensor-model-parallel-size $TP``). torchrun's --nproc_per_node and --nnodes give the number
-of GPUs, and so the data-parallel degree: world size ÷ (tensor × pipeline × context).
+The text is read as words, never run (`app.configs.megatron_flags`); the architecture its flags describe is read by
+`app.configs.megatron_model`, and the run here. torchrun's --nproc_per_node and --nnodes give the number of GPUs,
+and so the data-parallel degree: world size ÷ (tensor × pipeline × context).
 
 Flag meanings and defaults from Megatron-LM (megatron/training/arguments.py and
-megatron/core/transformer/transformer_config.py): --ffn-hidden-size defaults to 4h, or with --swiglu to
-int(4h × 2/3 ÷ 64) × 64; --num-query-groups counts only with --group-query-attention; --normalization
-LayerNorm; --position-embedding-type learned_absolute; linear layers have biases unless --disable-bias-linear;
-embeddings are tied unless --untie-embeddings-and-output-weights; --hidden-dropout and --attention-dropout 0.1;
---make-vocab-size-divisible-by 128 (the vocabulary is padded to a multiple of it × the tensor-parallel degree);
---max-position-embeddings defaults to --seq-length; global batch = micro-batch × data-parallel × micro-batches
+megatron/core/transformer/transformer_config.py): global batch = micro-batch × data-parallel × micro-batches
 per step; --bf16 accumulates and reduces gradients in fp32 (accumulate_allreduce_grads_in_fp32), --fp16 in fp16
 unless asked; --optimizer adam is fused Adam with decoupled weight decay (AdamW), sgd has momentum 0.9;
 --recompute-activations is --recompute-granularity selective. The memory convention is Megatron-LM's own
@@ -22,49 +16,14 @@ by default; tensorwise and mxfp8 too): training.fp8 te-delayed, te-tensorwise, t
 
 from __future__ import annotations
 
-import re
-import shlex
 from typing import Any, Final
 
-from app.configs.common import COMMS, FP8, MOE, NO_MEMORY, PATH, Reading, preset_for_model_id
-from app.core import DomainError
+from app.configs.common import COMMS, FP8, MOE, NO_MEMORY, PATH, Reading
+from app.configs.megatron_flags import LAUNCHER, Flags, flags, words
+from app.configs.megatron_flags import TORCHRUN as TORCHRUN
+from app.configs.megatron_flags import looks_like as looks_like
+from app.configs.megatron_model import architecture
 
-# Flags that take no value (store_true/store_false). Others take one.
-SWITCHES: Final = frozenset("""
-group-query-attention sequence-parallel use-distributed-optimizer bf16 fp16 swiglu squared-relu quick-geglu
-openai-gelu untie-embeddings-and-output-weights disable-bias-linear add-bias-linear add-qkv-bias use-flash-attn
-use-rotary-position-embeddings recompute-activations use-precision-aware-optimizer use-mcore-models
-use-legacy-models overlap-grad-reduce overlap-param-gather accumulate-allreduce-grads-in-fp32 use-torch-fsdp2
-use-megatron-fsdp no-position-embedding apply-layernorm-1p use-rope-scaling no-masked-softmax-fusion
-no-bias-gelu-fusion no-bias-dropout-fusion no-gradient-accumulation-fusion no-bias-swiglu-fusion
-no-rope-fusion no-persist-layer-norm no-async-tensor-model-parallel-allreduce tp-comm-overlap fp8-param-gather
-first-last-layers-bf16
-distribute-saved-activations use-cpu-initialization no-load-optim no-load-rng no-save-optim no-save-rng
-use-checkpoint-args use-dist-ckpt async-save ckpt-fully-parallel-save ckpt-fully-parallel-load
-log-throughput log-timers-to-tensorboard log-validation-ppl-to-tensorboard log-memory-to-tensorboard
-log-params-norm log-num-zeros-in-grad tensorboard-log-interval-dummy no-mmap-bin-files mock-data
-calculate-per-token-loss deterministic-mode moe-grouped-gemm check-for-nan-in-loss-and-grad
-no-check-for-nan-in-loss-and-grad manual-gc moe-router-pre-softmax cross-entropy-loss-fusion
-""".split())
-VALUE_FLAGS: Final = frozenset("""
-num-layers hidden-size num-attention-heads num-query-groups ffn-hidden-size kv-channels seq-length
-max-position-embeddings micro-batch-size global-batch-size tensor-model-parallel-size
-pipeline-model-parallel-size context-parallel-size recompute-granularity recompute-method recompute-num-layers
-normalization position-embedding-type vocab-size make-vocab-size-divisible-by tokenizer-type tokenizer-model
-optimizer sgd-momentum hidden-dropout attention-dropout attention-backend transformer-impl
-num-layers-per-virtual-pipeline-stage num-virtual-stages-per-pipeline-rank num-experts
-decoder-first-pipeline-num-layers decoder-last-pipeline-num-layers
-expert-model-parallel-size fp8-format fp8-recipe fp8-amax-history-len fp8-amax-compute-algo fp8-margin
-main-grads-dtype main-params-dtype exp-avg-dtype exp-avg-sq-dtype
-data-parallel-sharding-strategy nproc_per_node nproc-per-node nnodes node_rank node-rank master_addr master-addr
-master_port master-port rdzv_backend rdzv-backend rdzv_endpoint rdzv-endpoint rdzv_id rdzv-id
-""".split())
-TORCHRUN: Final = frozenset("""nproc-per-node nnodes node-rank master-addr master-port rdzv-backend rdzv-endpoint
-rdzv-id rdzv-conf standalone max-restarts monitor-interval""".split())
-LAUNCHER: Final = TORCHRUN - {"nproc-per-node", "nnodes"}
-GPT2_VOCAB: Final = 50257  # GPT2BPETokenizer's vocab.json, the tokenizer of Megatron-LM's GPT examples
-ASSIGNMENT: Final = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
-VARIABLE: Final = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 DISTRIBUTED_OPTIMIZER_NOTE: Final = ("Megatron-LM's distributed optimizer shards the fp32 master weights and the "
                                      "optimizer state over the data-parallel GPUs, as ZeRO stage 1 does")
 CONVENTION_NOTE: Final = ("Megatron-LM's convention (docs/source/api-guide/dist_optimizer.md): the optimizer steps from "
@@ -83,153 +42,7 @@ FP8_RECIPE_CHOICES: Final = ("tensorwise", "delayed", "mxfp8", "blockwise", "cus
 FP8_DEFAULT_HISTORY: Final = 1  # TransformerConfig.fp8_amax_history_len
 
 
-# shlex builds each token a character at a time (cost growing with the square of a token's length) and reads about
-# 2 MB/s: Megatron-LM's example launch scripts are under 8 KB, so the text, and what its variables expand to, stop at
-# 32 KB (a single 32 KB token costs about 30 ms).
-MAX_SCRIPT_BYTES: Final = 32 * 1024
-
-
-def looks_like(text: str) -> bool:
-    """Whether a text reads as Megatron-LM flags (for kind 'auto')."""
-    return bool(re.search(r"--(num-layers|hidden-size|tensor-model-parallel-size|micro-batch-size|seq-length)\b",
-                          text))
-
-
-def words(text: str, field: str) -> tuple[list[str], dict[str, str]]:
-    """The text's words, with the variables it assigns literally substituted (as the shell would, without running
-    anything: a value with a command substitution or arithmetic is left alone); and the variables found."""
-    joined = re.sub(r"\\\r?\n", " ", text)
-    variables: dict[str, str] = {}
-
-    def expand(value: str) -> str:
-        grown = sum(len(variables.get(m.group(1) or m.group(2), "")) for m in VARIABLE.finditer(value))
-        if len(value) + grown > MAX_SCRIPT_BYTES:
-            raise DomainError(field, f"expands past {MAX_SCRIPT_BYTES:,} characters through its variables")
-        return VARIABLE.sub(lambda m: variables.get(m.group(1) or m.group(2), m.group(0)), value)
-
-    if len(text) > MAX_SCRIPT_BYTES:
-        raise DomainError(field, f"is longer than {MAX_SCRIPT_BYTES:,} characters: no Megatron-LM launch script is")
-
-    for line in joined.splitlines():
-        match = ASSIGNMENT.match(line)
-        if not match:
-            continue
-        raw = match.group(2).strip()
-        if "$(" in raw or "`" in raw or raw.startswith("("):
-            continue  # command substitution, arithmetic or an array: not a literal
-        if raw[:1] in "\"'":
-            end = raw.find(raw[0], 1)
-            if end < 0:
-                continue
-            value = raw[1:end]
-            variables[match.group(1)] = value if raw[0] == "'" else expand(value)
-        else:
-            value = re.split(r"[\s;#]", raw, maxsplit=1)[0]
-            variables[match.group(1)] = expand(value)
-    lexer = shlex.shlex(expand(joined), posix=True)
-    lexer.whitespace_split = True
-    lexer.commenters = "#"
-    try:
-        tokens = list(lexer)
-    except ValueError as error:
-        raise DomainError(field, f"cannot be read as a command line: {error}") from None
-    return tokens, variables
-
-
-def flags(tokens: list[str]) -> list[tuple[str, str | None]]:
-    """(flag without its dashes, value or None), in order."""
-    found: list[tuple[str, str | None]] = []
-    i = 0
-    while i < len(tokens):
-        token = tokens[i]
-        i += 1
-        if not token.startswith("--") or len(token) <= 2:
-            continue
-        name, eq, inline = token[2:].partition("=")
-        if eq:
-            found.append((name, inline))
-            continue
-        if name in SWITCHES:
-            found.append((name, None))
-            continue
-        value = None
-        if i < len(tokens) and not tokens[i].startswith("--") and (name in VALUE_FLAGS or not
-                                                                    tokens[i].endswith((".py", ".sh"))):
-            value = tokens[i]
-            i += 1
-            if name not in VALUE_FLAGS:  # an unknown flag may take several values (--rampup-batch-size 16 16 5859375)
-                while i < len(tokens) and not tokens[i].startswith("-") and re.fullmatch(r"[\d.eE+-]+", tokens[i]):
-                    value += " " + tokens[i]
-                    i += 1
-        found.append((name, value))
-    return found
-
-
-class _Flags:
-    def __init__(self, found: list[tuple[str, str | None]], r: Reading) -> None:
-        self.r = r
-        self.values: dict[str, str | None] = {}
-        self.used: set[str] = set()
-        for name, value in found:
-            canonical = name.replace("_", "-") if name.replace("_", "-") in TORCHRUN else name
-            if canonical in self.values:
-                r.ignore(f"--{canonical}", "given again later on the line: the last one counts (argparse)")
-            self.values[canonical] = value
-
-    def key(self, name: str) -> str:
-        return f"--{name}"
-
-    def has(self, name: str) -> bool:
-        return name in self.values
-
-    def switch(self, name: str) -> bool:
-        if name not in self.values:
-            return False
-        self.used.add(name)
-        if self.values[name] is not None:
-            raise self.r.error(self.key(name), f"takes no value, got {self.values[name]!r}")
-        return True
-
-    def text(self, name: str) -> str | None:
-        if name not in self.values:
-            return None
-        self.used.add(name)
-        value = self.values[name]
-        if value is None:
-            raise self.r.error(self.key(name), "needs a value")
-        if "$" in value:
-            raise self.r.error(self.key(name), f"is the shell variable {value}, whose value is not in the text: "
-                                               "write the number, or assign it (NAME=value) in the text")
-        return value
-
-    def integer(self, name: str, *, low: int = 1) -> int | None:
-        value = self.text(name)
-        if value is None:
-            return None
-        if not re.fullmatch(r"[+-]?\d{1,12}", value):
-            raise self.r.error(self.key(name), f"must be an integer, got {value!r}")
-        return self.r.integer(self.key(name), int(value), low=low)
-
-    def number(self, name: str) -> float | None:
-        value = self.text(name)
-        if value is None:
-            return None
-        try:
-            number = float(value)
-        except ValueError:
-            raise self.r.error(self.key(name), f"must be a number, got {value!r}") from None
-        if not 0 <= number < 1:
-            raise self.r.error(self.key(name), f"must be at least 0 and below 1, got {value}")
-        return number
-
-    def choice(self, name: str, choices: tuple[str, ...]) -> str | None:
-        value = self.text(name)
-        if value is None:
-            return None
-        return self.r.choice(self.key(name), value, choices)
-
-
-def _uneven_stages(f: _Flags, r: Reading) -> None:
+def _uneven_stages(f: Flags, r: Reading) -> None:
     """Uneven first and last pipeline stages: Megatron-LM's decoder layers on each (the rest split evenly)."""
     for flag, field_name in (("decoder-first-pipeline-num-layers", "parallelism.first_stage_layers"),
                              ("decoder-last-pipeline-num-layers", "parallelism.last_stage_layers")):
@@ -237,7 +50,7 @@ def _uneven_stages(f: _Flags, r: Reading) -> None:
             r.said(field_name, f.integer(flag), f.key(flag))
 
 
-def _virtual_stages(f: _Flags, r: Reading, layers: int | None, pipeline: int) -> None:
+def _virtual_stages(f: Flags, r: Reading, layers: int | None, pipeline: int) -> None:
     """The interleaved schedule: Megatron-LM's chunks per pipeline rank, given directly or as layers per chunk."""
     if f.has("num-virtual-stages-per-pipeline-rank"):
         r.said("parallelism.virtual_stages", f.integer("num-virtual-stages-per-pipeline-rank"),
@@ -257,7 +70,7 @@ def read(text: str, r: Reading) -> None:
     found = flags(tokens)
     if not found:
         raise r.error("", "has no --flags: expected Megatron-LM's command line (pretrain_gpt.py --num-layers ...)")
-    f = _Flags(found, r)
+    f = Flags(found, r)
     del variables
 
     tensor = f.integer("tensor-model-parallel-size") or 1
@@ -271,7 +84,7 @@ def read(text: str, r: Reading) -> None:
     if f.has("context-parallel-size"):
         r.said("parallelism.context", context, f.key("context-parallel-size"))
 
-    layers = _model(f, r, tensor)
+    layers = architecture(f, r, tensor)
     _virtual_stages(f, r, layers, pipeline)
     _uneven_stages(f, r)
     _batch(f, r, tensor * pipeline * context)
@@ -302,147 +115,7 @@ def read(text: str, r: Reading) -> None:
             r.ignore(key)
 
 
-def _model(f: _Flags, r: Reading, tensor: int) -> int | None:
-    """The architecture from the flags, as fact 'model'; its number of layers (None without one)."""
-    needed = ("num-layers", "hidden-size", "num-attention-heads")
-    given = [name for name in needed if f.has(name)]
-    if not given:
-        for name in ("num-query-groups", "ffn-hidden-size", "kv-channels", "vocab-size", "normalization",
-                     "position-embedding-type", "swiglu", "untie-embeddings-and-output-weights"):
-            if f.has(name):
-                r.ignore(f.key(name), "without --num-layers, --hidden-size and --num-attention-heads there is no "
-                                      "architecture to apply it to")
-                f.used.add(name)
-        return None
-    missing = [name for name in needed if name not in given]
-    if missing:
-        raise r.error(f.key(missing[0]), f"is missing: Megatron-LM needs {', '.join('--' + n for n in needed)}")
-    layers, hidden, heads = (f.integer(name) for name in needed)
-    assert layers is not None and hidden is not None and heads is not None  # all three are given
-    arch: dict[str, Any] = {"num_hidden_layers": layers, "hidden_size": hidden, "num_attention_heads": heads}
-    keys: dict[str, str | None] = {"num_hidden_layers": "--num-layers", "hidden_size": "--hidden-size",
-                                   "num_attention_heads": "--num-attention-heads"}
-    if f.switch("group-query-attention"):
-        groups = f.integer("num-query-groups")
-        if groups is None:
-            raise r.error("--num-query-groups", "is missing: --group-query-attention needs it")
-        arch["num_key_value_heads"] = groups
-        keys["num_key_value_heads"] = "--num-query-groups"
-        r.also("--group-query-attention", True, "model.num_key_value_heads")
-    elif f.has("num-query-groups"):
-        f.text("num-query-groups")
-        r.ignore("--num-query-groups", "Megatron-LM reads it only with --group-query-attention")
-    channels = f.integer("kv-channels")
-    if channels is not None:
-        arch["head_dim"] = channels
-        keys["head_dim"] = "--kv-channels"
-    mlp = "gelu"
-    for switch, kind in (("swiglu", "swiglu"), ("squared-relu", "relu"), ("quick-geglu", "geglu")):
-        if f.switch(switch):
-            mlp = kind
-            r.also(f.key(switch), True, "model.mlp", "squared ReLU counted as ReLU (same tensors)"
-                   if switch == "squared-relu" else "")
-    f.switch("openai-gelu")
-    arch["mlp"] = mlp
-    ffn = f.integer("ffn-hidden-size")
-    if ffn is None:
-        ffn = int((4 * hidden * 2 / 3) / 64) * 64 if mlp == "swiglu" else 4 * hidden
-        r.assume("model.intermediate_size", ffn, "no --ffn-hidden-size: Megatron-LM's default, " +
-                 ("int(4h × 2/3 ÷ 64) × 64 with --swiglu" if mlp == "swiglu" else "4 × hidden size"))
-    else:
-        keys["intermediate_size"] = "--ffn-hidden-size"
-    arch["intermediate_size"] = ffn
-    norm = f.choice("normalization", ("LayerNorm", "RMSNorm"))
-    arch["norm"] = "rmsnorm" if norm == "RMSNorm" else "layernorm"
-    if norm:
-        keys["norm"] = "--normalization"
-    position = f.choice("position-embedding-type", ("learned_absolute", "rope", "yarn", "mrope", "relative", "none"))
-    if f.switch("use-rotary-position-embeddings"):
-        position = position or "rope"
-        r.also("--use-rotary-position-embeddings", True, "model.position_embedding")
-    if f.switch("no-position-embedding"):
-        position = "none"
-        r.also("--no-position-embedding", True, "model.position_embedding")
-    arch["position_embedding"] = "learned" if position in (None, "learned_absolute") else "rope"
-    if position:
-        keys["position_embedding"] = "--position-embedding-type" if f.has("position-embedding-type") else None
-        if position in ("relative", "none", "yarn", "mrope"):
-            r.assume("model.position_embedding", "rope", f"position embedding {position}: no parameters in the "
-                                                         "embedding table, as RoPE")
-    arch["tie_word_embeddings"] = not f.switch("untie-embeddings-and-output-weights")
-    if not arch["tie_word_embeddings"]:
-        keys["tie_word_embeddings"] = "--untie-embeddings-and-output-weights"
-    bias = not f.switch("disable-bias-linear")
-    f.switch("add-bias-linear")
-    arch["attention_bias"] = arch["mlp_bias"] = bias
-    if not bias:
-        keys["attention_bias"] = keys["mlp_bias"] = "--disable-bias-linear"
-    if f.switch("add-qkv-bias") and not bias:
-        arch["qkv_bias"] = True
-        keys["qkv_bias"] = "--add-qkv-bias"
-    for name, field in (("hidden-dropout", "dropout"), ("attention-dropout", "attention_dropout")):
-        value = f.number(name)
-        if value is None:
-            value = 0.1
-            r.assume(f"model.{field}", 0.1, f"no --{name}: Megatron-LM's default, 0.1")
-        else:
-            keys[field] = f"--{name}"
-        arch[field] = value
-    seq = f.integer("seq-length")
-    positions = f.integer("max-position-embeddings")
-    if positions is None:
-        positions = seq or 4096
-        r.assume("model.max_position_embeddings", positions, "no --max-position-embeddings: Megatron-LM uses "
-                                                             "--seq-length")
-    else:
-        keys["max_position_embeddings"] = "--max-position-embeddings"
-    arch["max_position_embeddings"] = positions
-    arch["vocab_size"] = _vocab(f, r, tensor, keys)
-    for field in arch:
-        key = keys.get(field)
-        if key:
-            raw = f.values.get(key[2:])
-            r.also(key, True if raw is None else raw, f"model.{field}")
-    r.said("model", arch, "--num-layers", layers, field="",
-           note="the architecture from the flags; Megatron-LM's defaults where a flag is absent")
-    return layers
-
-
-def _vocab(f: _Flags, r: Reading, tensor: int, keys: dict[str, str | None]) -> int:
-    divisible = f.integer("make-vocab-size-divisible-by") or 128
-    multiple = divisible * tensor
-    vocab = f.integer("vocab-size")
-    tokenizer = f.text("tokenizer-type")
-    model = f.text("tokenizer-model")
-    preset = preset_for_model_id(model)[0] if model is not None else None
-    source = ""
-    if vocab is not None:
-        keys["vocab_size"] = "--vocab-size"
-        source = "--vocab-size"
-    elif preset:
-        from app import core
-
-        vocab = core.get_preset(preset).architecture.vocab_size
-        source = f"the tokenizer of {model} (preset {preset}), not opened"
-        r.ignore("--tokenizer-model", f"{PATH}: its vocabulary size is the preset {preset}'s")
-    else:
-        vocab = GPT2_VOCAB
-        source = (f"--tokenizer-type {tokenizer}: its vocabulary is in a file that is not opened; GPT-2's "
-                  f"{GPT2_VOCAB:,} assumed" if tokenizer else f"no --vocab-size: GPT-2's {GPT2_VOCAB:,} assumed "
-                  "(GPT2BPETokenizer, Megatron-LM's GPT examples)")
-        if model is not None:
-            r.ignore("--tokenizer-model", f"{PATH}: no preset has this name, so its vocabulary size is unknown")
-    padded = -(-vocab // multiple) * multiple
-    if tokenizer:
-        r.ignore("--tokenizer-type", "the tokenizer's vocabulary size is read from --vocab-size or assumed")
-    why = f"{source}, padded to a multiple of {divisible} × tensor-parallel degree {tensor} = {multiple}: {padded:,}"
-    if source == "--vocab-size" and padded == vocab:
-        return vocab
-    r.assume("model.vocab_size", padded, why)
-    return padded
-
-
-def _batch(f: _Flags, r: Reading, model_parallel: int) -> None:
+def _batch(f: Flags, r: Reading, model_parallel: int) -> None:
     micro = f.integer("micro-batch-size")
     if micro is None:
         micro = 1
@@ -499,7 +172,7 @@ def _batch(f: _Flags, r: Reading, model_parallel: int) -> None:
                  f"--micro-batch-size {micro} with one data-parallel rank; with d ranks it is {steps} ÷ d")
 
 
-def _precision(f: _Flags, r: Reading) -> None:
+def _precision(f: Flags, r: Reading) -> None:
     bf16, fp16 = f.switch("bf16"), f.switch("fp16")
     if bf16 and fp16:
         raise r.error("--fp16", "--bf16 and --fp16 cannot both be given")
@@ -546,7 +219,7 @@ def _precision(f: _Flags, r: Reading) -> None:
         r.default("training.precision", value, key, "no --bf16 or --fp16: Megatron-LM trains in fp32")
 
 
-def _optimizer(f: _Flags, r: Reading) -> None:
+def _optimizer(f: Flags, r: Reading) -> None:
     name = f.text("optimizer")
     if name is None or name == "adam":
         value, impl = "adamw", "fused"
@@ -570,7 +243,7 @@ def _optimizer(f: _Flags, r: Reading) -> None:
         r.default("training.optimizer_implementation", "fused", "--optimizer", "with AdamW assumed: fused")
 
 
-def _recompute(f: _Flags, r: Reading, per_stage: int | None) -> None:
+def _recompute(f: Flags, r: Reading, per_stage: int | None) -> None:
     granularity = f.choice("recompute-granularity", ("full", "selective"))
     if f.switch("recompute-activations"):
         if granularity is None:
@@ -607,7 +280,7 @@ def _recompute(f: _Flags, r: Reading, per_stage: int | None) -> None:
                 r.ignore(f.key(name), "no --recompute-granularity: nothing is recomputed")
 
 
-def _attention(f: _Flags, r: Reading) -> None:
+def _attention(f: Flags, r: Reading) -> None:
     backend = f.choice("attention-backend", ("flash", "fused", "unfused", "local", "auto"))
     impl = f.choice("transformer-impl", ("transformer_engine", "local", "inference_optimized"))
     if impl:
@@ -629,7 +302,7 @@ def _attention(f: _Flags, r: Reading) -> None:
         r.said("training.attention", "eager", "--transformer-impl", impl, note="the local spec's unfused attention")
 
 
-def _fp8(f: _Flags, r: Reading) -> None:
+def _fp8(f: Flags, r: Reading) -> None:
     """--fp8-format runs the decoder layers' linear layers in FP8 through Transformer Engine
     (TransformerConfig.fp8; megatron/core/fp8_utils.py, get_fp8_recipe and get_fp8_context), with --fp8-recipe's
     recipe (delayed by default). e4m3 and hybrid differ in the gradients' FP8 format, not in bytes."""
@@ -682,7 +355,7 @@ def _fp8(f: _Flags, r: Reading) -> None:
                                               "inputs and no FP8 weight cache")
 
 
-def _sharding(f: _Flags, r: Reading, tensor: int) -> None:
+def _sharding(f: Flags, r: Reading, tensor: int) -> None:
     if f.switch("sequence-parallel"):
         if tensor > 1:
             r.said("parallelism.sequence_parallel", True, "--sequence-parallel")
