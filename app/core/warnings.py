@@ -88,6 +88,26 @@ def estimate_warnings(arch: Architecture, training: Training, parallelism: Paral
             "up to 7.4% (dropout) and 9.6% (a mixture of experts without its backward counted) above the prediction "
             "on small CPU models where one layer is a large share of the memory (docs/VALIDATION.md)."
         ))
+    warnings += _expert_warnings(parallelism)
+    if training.seq_len > arch.max_position_embeddings:
+        warnings.append((INPUTS, f"seq_len ({training.seq_len:,}) exceeds the model's max_position_embeddings "
+                                 f"({arch.max_position_embeddings:,})."))
+    if training.activation_checkpointing != "none":
+        warnings.append((GENERAL, f"{RECOMPUTATION}: it needs deterministic operations "
+                                  "(dropout restores its RNG state) and costs about one extra forward of compute."))
+    if training.activation_checkpointing == "selective" and training.implementation != "megatron":
+        warnings.append((MODEL, "Hugging Face transformers has no selective recomputation of its own; this models "
+                                "Megatron-style recomputation of the attention core."))
+    warnings += _kernel_warnings(training, kernel)
+    warnings += _parallel_warnings(arch, training, parallelism)
+    if training.seq_len > UNUSUAL_SEQ_LEN or training.micro_batch_size > UNUSUAL_MICRO_BATCH:
+        warnings.append((INPUTS, "This batch shape is far outside what is trained in practice; check the inputs."))
+    return _ranked(warnings)
+
+
+def _expert_warnings(parallelism: Parallelism) -> list[tuple[int, str]]:
+    """How expert parallelism's routing is counted."""
+    warnings: list[tuple[int, str]] = []
     if parallelism.expert > 1 and parallelism.expert_load == 1.0:
         warnings.append((DOMINANT,
             f"Expert parallelism over {parallelism.expert} GPUs is counted with balanced routing: each GPU receives "
@@ -100,15 +120,12 @@ def estimate_warnings(arch: Architecture, training: Training, parallelism: Paral
             f"The most-loaded expert-parallel GPU's experts are counted with {parallelism.expert_load:g} × the "
             "token copies of balanced routing (parallelism.expert_load)."
         ))
-    if training.seq_len > arch.max_position_embeddings:
-        warnings.append((INPUTS, f"seq_len ({training.seq_len:,}) exceeds the model's max_position_embeddings "
-                                 f"({arch.max_position_embeddings:,})."))
-    if training.activation_checkpointing != "none":
-        warnings.append((GENERAL, f"{RECOMPUTATION}: it needs deterministic operations "
-                                  "(dropout restores its RNG state) and costs about one extra forward of compute."))
-    if training.activation_checkpointing == "selective" and training.implementation != "megatron":
-        warnings.append((MODEL, "Hugging Face transformers has no selective recomputation of its own; this models "
-                                "Megatron-style recomputation of the attention core."))
+    return warnings
+
+
+def _kernel_warnings(training: Training, kernel: str) -> list[tuple[int, str]]:
+    """The attention kernels that store the s × s scores."""
+    warnings: list[tuple[int, str]] = []
     if kernel == "eager" and training.seq_len >= 8192:
         warnings.append((DOMINANT, "Eager attention stores the s × s score matrix per head; at this length it "
                                    "dominates. A fused (flash) kernel avoids it."))
@@ -122,6 +139,12 @@ def estimate_warnings(arch: Architecture, training: Training, parallelism: Paral
         warnings.append((DOMINANT,
             "Flash attention kernels need fp16 or bf16 activations; in fp32 PyTorch falls back to a "
             "kernel that may store the score matrix (choose sdpa to model the fallback)."))
+    return warnings
+
+
+def _parallel_warnings(arch: Architecture, training: Training, parallelism: Parallelism) -> list[tuple[int, str]]:
+    """What tensor, sequence and pipeline parallelism assume."""
+    warnings: list[tuple[int, str]] = []
     if parallelism.sequence_parallel and parallelism.tensor == 1:
         warnings.append((INPUTS, "Sequence parallelism splits activations over the tensor-parallel group; with "
                                  "tensor=1 it has no effect."))
@@ -137,9 +160,7 @@ def estimate_warnings(arch: Architecture, training: Training, parallelism: Paral
                                 "activations."))
         if arch.tie_word_embeddings:
             warnings.append((MODEL, "Tied embeddings are duplicated on the last pipeline stage for the output layer."))
-    if training.seq_len > UNUSUAL_SEQ_LEN or training.micro_batch_size > UNUSUAL_MICRO_BATCH:
-        warnings.append((INPUTS, "This batch shape is far outside what is trained in practice; check the inputs."))
-    return _ranked(warnings)
+    return warnings
 
 
 def _layer_backward_unmodelled(arch: Architecture, training: Training, experts_backward_known: bool) -> str:
