@@ -182,6 +182,35 @@ def _autocast_casts(tensor: ParamTensor) -> bool:
     return tensor.name == "moe.router.weight" or (tensor.matmul and len(tensor.shape) == 2)
 
 
+_Parts = dict[str, tuple[tuple[ParamTensor, int], ...]]
+
+
+def _stage_parts(arch: Architecture, t: int, *, layers: int, first: bool, last: bool, dense: int
+                 ) -> tuple[tuple[tuple[ParamTensor, int], ...], _Parts, ParamTensor | None, int, int]:
+    """A stage's tensors by part (layers, embedding, head) with their repeats; "one layer" (the larger of a dense
+    and a sparse layer); the output layer's weight where the stage is last; a dense and a sparse layer's elements."""
+    one_layer = tuple((tensor, 1) for tensor in layer_tensors(arch))
+    stacked = tuple((x, layers - dense) for x, _ in one_layer)
+    dense_rank = sparse_rank = 0
+    if dense:
+        dense_layer = tuple((tensor, 1) for tensor in layer_tensors(arch, dense=True))
+        stacked += tuple((x, dense) for x, _ in dense_layer)
+        dense_rank, sparse_rank = elements(rank_shapes(dense_layer, t)), elements(rank_shapes(one_layer, t))
+        if dense_rank > sparse_rank:
+            one_layer = dense_layer
+    parts: _Parts = {"layers": stacked}
+    if first:
+        parts["embedding"] = tuple((tensor, 1) for tensor in embedding_tensors(arch))
+    output: ParamTensor | None = None
+    if last:
+        head = [(tensor, 1) for tensor in head_tensors(arch)]
+        if arch.tie_word_embeddings and not first:
+            head.append((embedding_tensors(arch)[0], 1))
+        parts["head"] = tuple(head)
+        output = embedding_tensors(arch)[0] if arch.tie_word_embeddings else next(x for x in head_tensors(arch) if x.matmul)
+    return one_layer, parts, output, dense_rank, sparse_rank
+
+
 @lru_cache(maxsize=256)
 def stage_shapes(arch: Architecture, tensor_parallel: int, *, layers: int, first: bool, last: bool,
                  dense: int = 0, expert_parallel: int = 1, expert_tensor: int = 0) -> StageShapes:
@@ -195,25 +224,8 @@ def stage_shapes(arch: Architecture, tensor_parallel: int, *, layers: int, first
     not 0 nor the tensor-parallel degree).
     """
     t = tensor_parallel
-    one_layer = tuple((tensor, 1) for tensor in layer_tensors(arch))
-    stacked = tuple((x, layers - dense) for x, _ in one_layer)
-    dense_rank = sparse_rank = 0
-    if dense:
-        dense_layer = tuple((tensor, 1) for tensor in layer_tensors(arch, dense=True))
-        stacked += tuple((x, dense) for x, _ in dense_layer)
-        dense_rank, sparse_rank = elements(rank_shapes(dense_layer, t)), elements(rank_shapes(one_layer, t))
-        if dense_rank > sparse_rank:
-            one_layer = dense_layer
-    parts: dict[str, tuple[tuple[ParamTensor, int], ...]] = {"layers": stacked}
-    if first:
-        parts["embedding"] = tuple((tensor, 1) for tensor in embedding_tensors(arch))
-    output: ParamTensor | None = None
-    if last:
-        head = [(tensor, 1) for tensor in head_tensors(arch)]
-        if arch.tie_word_embeddings and not first:
-            head.append((embedding_tensors(arch)[0], 1))
-        parts["head"] = tuple(head)
-        output = embedding_tensors(arch)[0] if arch.tie_word_embeddings else next(x for x in head_tensors(arch) if x.matmul)
+    one_layer, parts, output, dense_rank, sparse_rank = _stage_parts(arch, t, layers=layers, first=first, last=last,
+                                                                    dense=dense)
     everything = tuple(item for part in parts.values() for item in part)
     rank = rank_shapes(everything, t)
     rank_dict = {name: elements(rank_shapes(part, t)) for name, part in parts.items()}
