@@ -7,7 +7,9 @@ driver has no room for a new segment even after the cache is released. What deci
 
 Modelled from ``c10/cuda/CUDACachingAllocator.cpp`` (pytorch/pytorch 001074d2; line numbers at that commit), one
 stream, default settings (no ``max_split_size_mb``, so ``release_available_cached_blocks`` returns at once, 2731-2733;
-no garbage-collection threshold; no ``roundup_power2_divisions``):
+no garbage-collection threshold; no ``roundup_power2_divisions``). Line-checked again on cyyever/pytorch 076f0279, newer
+than the latest release 2.14.1: the same at default settings except the one expandable-segments case noted below
+(docs/VALIDATION.md, "Allocator versions").
 
 - Sizes round up to a multiple of 512 B (``kMinBlockSize``, 118; ``round_size``, 2026-2037).
 - A rounded size of at most 1 MiB (``kSmallSize``, 120) comes from the small pool (2463-2467), whose segments are
@@ -29,6 +31,8 @@ no garbage-collection threshold; no ``roundup_power2_divisions``):
   cached block costs only the pages it lacks; releasing the cache unmaps the whole pages inside free blocks
   (``unmap_block``, 2850-2914). Its best fit also weighs a free block with the unmapped range after it
   (2511-2527); here such a block is used only when no cached block holds the request, which yields the same block.
+  The source also counts free blocks after an unmapped range (``find_expandable_block``, 2189-2196; 3428-3434 at
+  076f0279); the model does not, so after a cache release it can map new pages where the source fills a hole.
 - ``reserved_bytes`` (``torch.cuda.memory_reserved``) grows with each segment or mapped page (2706, 2279) and
   shrinks with each release or unmapping (2828, 2897); its peak is ``max_memory_reserved``.
 
