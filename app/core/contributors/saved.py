@@ -67,6 +67,13 @@ class SavedTensors(StageBase):
                          held_bytes * self.ranks, Life("micro-batch", FWD_EMBEDDING, self.bwd_end))
             if full_mask:
                 embedding += self._full_attention_mask(full_mask)
+        self._in_flight(layers_bytes, embedding)
+        self._head_and_loss()
+
+    def _in_flight(self, layers_bytes: int, embedding: int) -> None:
+        """The micro-batches a pipeline stage holds beyond the current one (1F1B), and the interleaved schedule's
+        chunks of layers."""
+        kind, n = self.kind, self.kind.layers
         others = kind.in_flight - 1
         if others > 0:
             held = layers_bytes + embedding
@@ -85,6 +92,11 @@ class SavedTensors(StageBase):
                      "(Korthikanti et al. 2022, section 4.2.3)", size,
                      kind.extra_chunks_total * chunk * self.ranks,
                      Life("micro-batch", self.phases[0].id, self.phases[-1].id))
+
+    def _head_and_loss(self) -> None:
+        """The last stage's final norm and output layer's input, and the loss's saved tensors."""
+        arch, setup, kind, training = self.arch, self.setup, self.kind, self.training
+        b, s = setup.micro_batch_size, setup.seq_len
         if kind.last:
             head = act.head_activations(arch, setup)
             loss = tuple(item for item in head if item.name.startswith(("loss.", "logits.")))
