@@ -30,12 +30,14 @@ FSDP_OPTIONS: Final = {"full_shard": "FULL_SHARD", "shard_grad_op": "SHARD_GRAD_
 def read(data: Any, r: Reading) -> None:
     if not isinstance(data, dict):
         raise r.error("", f"must be a JSON object (TrainingArguments), got {describe(data)}")
-    handled: set[str] = set()
+    handled = {*_batch(data, r), *_recomputation(data, r), *_mixed_precision(data, r), *_optimizer(data, r),
+               *_engines(data, r)}
+    r.default("training.loop", "hf-trainer", "(Trainer)", LOOP_WHY)
+    _the_rest(data, r, handled)
 
-    def take(*names: str) -> None:
-        handled.update(names)
 
-    # Batch shape.
+def _batch(data: dict[str, Any], r: Reading) -> tuple[str, ...]:
+    """The micro-batch and the accumulation steps; the keys read."""
     micro_key = "per_device_train_batch_size"
     if data.get("per_gpu_train_batch_size") is not None:  # deprecated name (transformers 4), wins when set
         micro_key = "per_gpu_train_batch_size"
@@ -43,7 +45,6 @@ def read(data: Any, r: Reading) -> None:
         r.said("training.micro_batch_size", r.integer(micro_key, data[micro_key]), micro_key)
     else:
         r.default("training.micro_batch_size", 8, micro_key, "TrainingArguments' default per_device_train_batch_size")
-    take("per_device_train_batch_size", "per_gpu_train_batch_size")
     if data.get("gradient_accumulation_steps") is not None:
         r.said("training.gradient_accumulation_steps",
                r.integer("gradient_accumulation_steps", data["gradient_accumulation_steps"]),
@@ -51,9 +52,11 @@ def read(data: Any, r: Reading) -> None:
     else:
         r.default("training.gradient_accumulation_steps", 1, "gradient_accumulation_steps",
                   "TrainingArguments' default gradient_accumulation_steps")
-    take("gradient_accumulation_steps")
+    return "per_device_train_batch_size", "per_gpu_train_batch_size", "gradient_accumulation_steps"
 
-    # Recomputation: transformers 5 reads activation_checkpointing and keeps gradient_checkpointing as its alias.
+
+def _recomputation(data: dict[str, Any], r: Reading) -> tuple[str, ...]:
+    """transformers 5 reads activation_checkpointing and keeps gradient_checkpointing as its alias; the keys read."""
     ckpt_key = next((k for k in ("activation_checkpointing", "gradient_checkpointing") if data.get(k) is not None), None)
     if ckpt_key:
         on = r.boolean(ckpt_key, data[ckpt_key])
@@ -68,13 +71,15 @@ def read(data: Any, r: Reading) -> None:
     else:
         r.default("training.activation_checkpointing", "none", "gradient_checkpointing",
                   "TrainingArguments' default: no gradient checkpointing")
-    take("activation_checkpointing", "gradient_checkpointing")
     for name in ("activation_checkpointing_kwargs", "gradient_checkpointing_kwargs"):
         if name in data:
             r.ignore_all(data[name], name, "checkpointing options (use_reentrant) change no count trainmem keeps")
-    take("activation_checkpointing_kwargs", "gradient_checkpointing_kwargs")
+    return ("activation_checkpointing", "gradient_checkpointing", "activation_checkpointing_kwargs",
+            "gradient_checkpointing_kwargs")
 
-    # Mixed precision.
+
+def _mixed_precision(data: dict[str, Any], r: Reading) -> tuple[str, ...]:
+    """bf16 or fp16 autocast (at most one), else fp32; the keys read."""
     bf16 = r.boolean("bf16", data["bf16"]) if data.get("bf16") is not None else None
     fp16 = r.boolean("fp16", data["fp16"]) if data.get("fp16") is not None else None
     if bf16 and fp16:
@@ -87,16 +92,16 @@ def read(data: Any, r: Reading) -> None:
         r.said("amp", "no", "bf16" if bf16 is False else "fp16", False, note="no mixed precision: fp32")
     else:
         r.default("amp", "no", "bf16", "TrainingArguments' default: bf16 and fp16 false, so fp32")
-    take("bf16", "fp16")
-    for name in ("bf16_full_eval", "fp16_full_eval", "half_precision_backend", "fp16_backend", "fp16_opt_level",
-                 "tf32"):
+    switches = ("bf16_full_eval", "fp16_full_eval", "half_precision_backend", "fp16_backend", "fp16_opt_level", "tf32")
+    for name in switches:
         if name in data:
             r.ignore(name, "evaluation and matmul-precision switches change no training buffer")
-    take("bf16_full_eval", "fp16_full_eval", "half_precision_backend", "fp16_backend", "fp16_opt_level", "tf32")
+    return ("bf16", "fp16", *switches)
 
-    # Optimizer.
+
+def _optimizer(data: dict[str, Any], r: Reading) -> tuple[str, ...]:
+    """optim with optim_args, or transformers 4's adafactor switch; the keys read."""
     optim_args = parse_optim_args(r, "optim_args", data.get("optim_args"))
-    take("optim_args")
     if data.get("adafactor") is True and data.get("optim") in (None, "adamw_hf", "adamw_torch"):
         read_trainer_optimizer(r, "adafactor", "adafactor", optim_args, "optim_args")  # transformers 4's switch
     elif data.get("optim") is not None:
@@ -110,13 +115,14 @@ def read(data: Any, r: Reading) -> None:
                   f"TrainingArguments' default optim, {DEFAULT_OPTIM}")
         if data.get("adafactor") is False:
             r.ignore("adafactor", NO_MEMORY)
-    take("optim", "adafactor")
     if optim_args and not any(u["key"] == "optim_args" for u in r.understood):
         r.ignore("optim_args", "optimizer hyperparameters change no count trainmem keeps")
+    return "optim_args", "optim", "adafactor"
 
-    # Engines.
+
+def _engines(data: dict[str, Any], r: Reading) -> tuple[str, ...]:
+    """DeepSpeed (inline, or a path not opened), FSDP and accelerate's ParallelismConfig; the keys read."""
     ds = data.get("deepspeed")
-    take("deepspeed")
     if isinstance(ds, dict):
         deepspeed.read(ds, r.child("deepspeed"), "deepspeed.")
     elif isinstance(ds, str) and ds:
@@ -128,11 +134,13 @@ def read(data: Any, r: Reading) -> None:
     elif ds not in (None, "", False):
         raise r.error("deepspeed", f"must be a path or a DeepSpeed config object, got {describe(ds)}")
     _fsdp(data, r)
-    take("fsdp", "fsdp_config", "fsdp_min_num_params", "fsdp_transformer_layer_cls_to_wrap")
     _parallelism_config(data.get("parallelism_config"), r)
-    take("parallelism_config")
+    return ("deepspeed", "fsdp", "fsdp_config", "fsdp_min_num_params", "fsdp_transformer_layer_cls_to_wrap",
+            "parallelism_config")
 
-    r.default("training.loop", "hf-trainer", "(Trainer)", LOOP_WHY)
+
+def _the_rest(data: dict[str, Any], r: Reading, handled: set[str]) -> None:
+    """Every key no step read: compilation, Liger Kernel, and what changes no buffer."""
     for key, value in data.items():
         if key in handled:
             continue
