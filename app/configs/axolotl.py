@@ -30,35 +30,53 @@ ATTENTION_SWITCHES: Final = {"flash_attention": "flash_attention_2", "sdp_attent
                              "eager_attention": "eager", "xformers_attention": "xformers",
                              "flex_attention": "flex_attention", "sage_attention": "sage"}
 BUNDLED_DEEPSPEED: Final = re.compile(r"(?:^|/)deepspeed_configs/zero([123])([a-z0-9_]*)\.json$")
+BATCH: Final = (
+    ("sequence_len", "training.seq_len", 512, "axolotl's default sequence_len"),
+    ("micro_batch_size", "training.micro_batch_size", 1, "axolotl's default micro_batch_size"),
+    ("gradient_accumulation_steps", "training.gradient_accumulation_steps", 1,
+     "axolotl's default gradient_accumulation_steps"),
+)
+FSDP_STRATEGIES: Final = ("full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2")
+QUANTIZATION_KEYS: Final = ("load_in_4bit", "load_in_8bit", "bnb_config_kwargs")
+LORA_KEYS: Final = ("lora_r", "lora_target_modules", "lora_target_linear", "lora_dropout", "lora_modules_to_save")
+# The keys read's steps read; every other key is sorted by _the_rest.
+READ_KEYS: Final = frozenset({
+    "base_model", *(key for key, *_ in BATCH), "batch_size", "optimizer", "optim_args",
+    "bf16", "fp16", "bfloat16", "float16", "float32", "fp8", "tf32", "fp8_enable_fsdp_float8_all_gather",
+    "gradient_checkpointing", "attn_implementation", *ATTENTION_SWITCHES,
+    "deepspeed", "fsdp", "fsdp_config", "fsdp_version", "tensor_parallel_size", "dp_shard_size", "dp_replicate_size",
+    "adapter", *LORA_KEYS, *QUANTIZATION_KEYS,
+})
 
 
 def read(data: Any, r: Reading) -> None:
     if not isinstance(data, dict):
         raise r.error("", f"must be a YAML mapping (an axolotl config), got {describe(data)}")
-    handled: set[str] = set()
-
-    def take(*names: str) -> None:
-        handled.update(names)
-
     if data.get("base_model") is not None:
         model_from_id(r, "base_model", data["base_model"])
-    take("base_model")
-    for key, field, default, why in (
-        ("sequence_len", "training.seq_len", 512, "axolotl's default sequence_len"),
-        ("micro_batch_size", "training.micro_batch_size", 1, "axolotl's default micro_batch_size"),
-        ("gradient_accumulation_steps", "training.gradient_accumulation_steps", 1,
-         "axolotl's default gradient_accumulation_steps"),
-    ):
+    _batch(data, r)
+    _optimizer(data, r)
+    _precision(data, r)
+    _recomputation(data, r)
+    _attention(data, r)
+    _engines(data, r)
+    _adapter(data, r)
+    r.default("training.loop", "hf-trainer", "(axolotl)", f"axolotl trains with the Hugging Face Trainer: {LOOP_WHY}")
+    _the_rest(data, r)
+
+
+def _batch(data: dict[str, Any], r: Reading) -> None:
+    for key, field, default, why in BATCH:
         if data.get(key) is not None:
             r.said(field, r.integer(key, data[key]), key)
         else:
             r.default(field, default, key, why)
-        take(key)
     if data.get("batch_size") is not None:
         r.ignore("batch_size", "axolotl derives gradient_accumulation_steps from it and the number of GPUs, which "
                                "the file does not say: give gradient_accumulation_steps")
-    take("batch_size")
 
+
+def _optimizer(data: dict[str, Any], r: Reading) -> None:
     optim_args = parse_optim_args(r, "optim_args", data.get("optim_args"))
     if data.get("optimizer") is not None:
         read_trainer_optimizer(r, "optimizer", data["optimizer"], optim_args, "optim_args")
@@ -68,11 +86,9 @@ def read(data: Any, r: Reading) -> None:
                   "axolotl's default optimizer, adamw_torch_fused")
     if optim_args and not any(u["key"] == "optim_args" for u in r.understood):
         r.ignore("optim_args", "optimizer hyperparameters change no count trainmem keeps")
-    take("optimizer", "optim_args")
 
-    _precision(data, r)
-    take("bf16", "fp16", "bfloat16", "float16", "float32", "fp8", "tf32", "fp8_enable_fsdp_float8_all_gather")
 
+def _recomputation(data: dict[str, Any], r: Reading) -> None:
     checkpointing = data.get("gradient_checkpointing")
     if checkpointing is not None and checkpointing is not False:
         if checkpointing not in (True, "offload", "offload_disk"):
@@ -88,21 +104,12 @@ def read(data: Any, r: Reading) -> None:
     else:
         r.default("training.activation_checkpointing", "none", "gradient_checkpointing",
                   "axolotl's default: no gradient checkpointing")
-    take("gradient_checkpointing")
 
-    _attention(data, r)
-    take("attn_implementation", *ATTENTION_SWITCHES)
 
-    _engines(data, r)
-    take("deepspeed", "fsdp", "fsdp_config", "fsdp_version", "tensor_parallel_size", "dp_shard_size",
-         "dp_replicate_size")
-    _adapter(data, r)
-    take("adapter", "lora_r", "lora_target_modules", "lora_target_linear", "lora_dropout", "lora_modules_to_save",
-         "load_in_4bit", "load_in_8bit", "bnb_config_kwargs")
-
-    r.default("training.loop", "hf-trainer", "(axolotl)", f"axolotl trains with the Hugging Face Trainer: {LOOP_WHY}")
+def _the_rest(data: dict[str, Any], r: Reading) -> None:
+    """Every key no step read: adapters' details, kernels and plugins, packing, and what changes no buffer."""
     for key, value in data.items():
-        if key in handled:
+        if key in READ_KEYS:
             continue
         if key.startswith(("lora_", "peft_", "qlora", "relora", "loraplus")) or key in ("peft", "loftq_config"):
             r.ignore_all(value, key, LORA)
@@ -219,6 +226,7 @@ def _attention(data: dict[str, Any], r: Reading) -> None:
 
 
 def _engines(data: dict[str, Any], r: Reading) -> None:
+    """DeepSpeed or FSDP (not both), then DeepSpeed AutoTP's and the data-parallel degrees."""
     ds = data.get("deepspeed")
     if isinstance(ds, dict):
         deepspeed.read(ds, r.child("deepspeed"), "deepspeed.")
@@ -226,27 +234,36 @@ def _engines(data: dict[str, Any], r: Reading) -> None:
         r.said("engine", "deepspeed", "deepspeed", ds, field="")
         bundled = BUNDLED_DEEPSPEED.search(ds)
         if bundled:
-            stage = int(bundled.group(1))
-            why = (f"{ds} is axolotl's bundled ZeRO-{stage} config (not opened): stage {stage} from its name, "
-                   "its bf16/fp16 'auto' filled from bf16/fp16 here")
-            r.said("parallelism.zero_stage", stage, "deepspeed", ds, note=why)
-            r.assume("parallelism.zero_stage", stage, why)
-            deepspeed.convention(r, stage, "deepspeed", ds)
-            offload = {"": "optimizer" if stage == 2 else None, "_bf16_cpuoffload_all": "optimizer+parameters"}.get(
-                bundled.group(2))
-            if offload:
-                r.said("parallelism.offload", offload, "deepspeed", ds)
-                r.assume("parallelism.offload", offload, f"{ds} offloads the "
-                         + ("optimizer state" if offload == "optimizer" else "optimizer state and the parameters")
-                         + " to the CPU (from its name)")
-            elif "cpuoffload" in bundled.group(2):
-                r.assume("parallelism.offload", "none", f"{ds} offloads the parameters alone, which is not modelled: "
-                                                        "counted on the GPU")
+            _bundled_deepspeed(ds, bundled, r)
         else:
             r.ignore("deepspeed", f"{PATH}: add the DeepSpeed config as another file to read its ZeRO stage")
     elif ds is not None:
         raise r.error("deepspeed", f"must be a path or a DeepSpeed config mapping, got {describe(ds)}")
+    _fsdp(data, ds, r)
+    _degrees(data, r)
 
+
+def _bundled_deepspeed(ds: str, bundled: re.Match[str], r: Reading) -> None:
+    """One of axolotl's deepspeed_configs/zero*.json, not opened: its stage and offload from its name."""
+    stage = int(bundled.group(1))
+    why = (f"{ds} is axolotl's bundled ZeRO-{stage} config (not opened): stage {stage} from its name, "
+           "its bf16/fp16 'auto' filled from bf16/fp16 here")
+    r.said("parallelism.zero_stage", stage, "deepspeed", ds, note=why)
+    r.assume("parallelism.zero_stage", stage, why)
+    deepspeed.convention(r, stage, "deepspeed", ds)
+    offload = {"": "optimizer" if stage == 2 else None, "_bf16_cpuoffload_all": "optimizer+parameters"}.get(
+        bundled.group(2))
+    if offload:
+        r.said("parallelism.offload", offload, "deepspeed", ds)
+        r.assume("parallelism.offload", offload, f"{ds} offloads the "
+                 + ("optimizer state" if offload == "optimizer" else "optimizer state and the parameters")
+                 + " to the CPU (from its name)")
+    elif "cpuoffload" in bundled.group(2):
+        r.assume("parallelism.offload", "none", f"{ds} offloads the parameters alone, which is not modelled: "
+                                                "counted on the GPU")
+
+
+def _fsdp(data: dict[str, Any], ds: Any, r: Reading) -> None:
     options = data.get("fsdp")
     config = data.get("fsdp_config")
     if options or config:
@@ -255,24 +272,9 @@ def _engines(data: dict[str, Any], r: Reading) -> None:
         r.said("engine", "fsdp", "fsdp_config" if config else "fsdp", config or options, field="")
         # axolotl reads the top-level fsdp_version first (schemas/validation.py, check_fsdp_version_in_fsdp_config)
         version = fsdp.find_version(r, "fsdp_config", config, outer="fsdp_version", value=data.get("fsdp_version"))
-        strategy = None
-        if options:
-            if not isinstance(options, list):
-                options = str(options).split()
-            for item in options:
-                name = str(item).lower()
-                strategies = ("full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2")
-                if name in strategies and version.number == 2:
-                    r.ignore("fsdp", f"{item}: FSDP2 reads fsdp_config's reshard_after_forward, not a sharding "
-                                     "strategy (the Trainer's TrainingArguments._process_fsdp_args)")
-                elif name in strategies:
-                    fsdp.set_strategy(r, "fsdp", item, name.upper())
-                    strategy = name.upper()
-                elif name == "offload":
-                    r.said("parallelism.offload", "optimizer+parameters", "fsdp", item,
-                           note="FSDP's CPUOffload(offload_params=True)")
-                else:
-                    r.also("fsdp", item, "parallelism.zero_stage", "how FSDP wraps modules changes no count")
+        if options and not isinstance(options, list):
+            options = str(options).split()
+        strategy = _fsdp_options(options, version, r) if options else None
         if isinstance(config, dict):
             # axolotl hands fsdp_config to the Trainer (core/builders/base.py), which passes it on to accelerate
             fsdp.read_config(r, "fsdp_config", config, strategy=strategy, version=version, trainer=True)
@@ -290,6 +292,27 @@ def _engines(data: dict[str, Any], r: Reading) -> None:
     if "fsdp_version" in data and not (options or config):
         r.ignore("fsdp_version", "no FSDP: fsdp_config is not set")
 
+
+def _fsdp_options(options: list[Any], version: fsdp.Version, r: Reading) -> str | None:
+    """The Trainer's fsdp options ("full_shard auto_wrap"); the sharding strategy they name, if any."""
+    strategy = None
+    for item in options:
+        name = str(item).lower()
+        if name in FSDP_STRATEGIES and version.number == 2:
+            r.ignore("fsdp", f"{item}: FSDP2 reads fsdp_config's reshard_after_forward, not a sharding "
+                             "strategy (the Trainer's TrainingArguments._process_fsdp_args)")
+        elif name in FSDP_STRATEGIES:
+            fsdp.set_strategy(r, "fsdp", item, name.upper())
+            strategy = name.upper()
+        elif name == "offload":
+            r.said("parallelism.offload", "optimizer+parameters", "fsdp", item,
+                   note="FSDP's CPUOffload(offload_params=True)")
+        else:
+            r.also("fsdp", item, "parallelism.zero_stage", "how FSDP wraps modules changes no count")
+    return strategy
+
+
+def _degrees(data: dict[str, Any], r: Reading) -> None:
     if data.get("tensor_parallel_size") is not None:
         r.said("parallelism.tensor", r.integer("tensor_parallel_size", data["tensor_parallel_size"]),
                "tensor_parallel_size", note="DeepSpeed AutoTP")
@@ -323,74 +346,92 @@ def _adapter(data: dict[str, Any], r: Reading) -> None:
     (axolotl/loaders/model.py: bnb_4bit_use_double_quant True unless bnb_config_kwargs says otherwise); lora with
     load_in_8bit is LLM.int8()."""
     adapter = data.get("adapter")
-    four, eight = data.get("load_in_4bit"), data.get("load_in_8bit")
     for key in ("load_in_4bit", "load_in_8bit"):
         if data.get(key) is not None:
             r.boolean(key, data[key])
     if not adapter:
-        if "adapter" in data:
-            r.said("finetuning.method", "full", "adapter", adapter, field="finetuning.method",
-                   note="no adapter: full fine-tuning")
-        for key in ("load_in_4bit", "load_in_8bit", "bnb_config_kwargs"):
-            if data.get(key):
-                r.ignore_all(data[key], key, "a quantized base without an adapter cannot be fine-tuned: not read")
-            elif key in data:
-                r.ignore(key, "not quantized")
-        for key in ("lora_r", "lora_target_modules", "lora_target_linear", "lora_dropout", "lora_modules_to_save"):
-            if key in data:
-                r.ignore_all(data[key], key, "no adapter: full fine-tuning")
+        _no_adapter(data, adapter, r)
         return
     kind = r.choice("adapter", adapter, ("lora", "qlora"))
-    quantization = None
-    if kind == "qlora":
-        if four is not True:
-            raise r.error("load_in_4bit", "must be true for adapter qlora (axolotl loads the base in 4-bit)")
-        double = True
-        kwargs = data.get("bnb_config_kwargs")
-        if kwargs is not None:
-            kwargs = r.mapping("bnb_config_kwargs", kwargs)
-            for name, value in kwargs.items():
-                if name == "bnb_4bit_use_double_quant":
-                    double = r.boolean(f"bnb_config_kwargs.{name}", value)
-                    r.also(f"bnb_config_kwargs.{name}", value, "finetuning.quantization")
-                elif name == "bnb_4bit_quant_type" and value != "nf4":
-                    r.ignore(f"bnb_config_kwargs.{name}", f"{value} 4-bit storage is counted as NF4's (same size)")
-                else:
-                    r.ignore(f"bnb_config_kwargs.{name}", "compute dtype and storage details change no count "
-                                                          "trainmem keeps")
-        quantization = "nf4-double" if double else "nf4"
-        method = "qlora"
-        r.said("finetuning.quantization", quantization, "load_in_4bit", True,
-               note="bitsandbytes NF4" + (" with double quantization, axolotl's default" if double else ""))
-        if eight:
-            r.ignore("load_in_8bit", "load_in_4bit wins for qlora")
-        elif "load_in_8bit" in data:
-            r.ignore("load_in_8bit", "not quantized in 8 bits")
-    elif eight is True:
-        method, quantization = "qlora", "int8"
-        r.said("finetuning.quantization", "int8", "load_in_8bit", True, note="LoRA over an LLM.int8() base")
-        if four:
-            raise r.error("load_in_4bit", "cannot be true with load_in_8bit")
-    else:
-        method = "lora"
-        if four:
-            raise r.error("load_in_4bit", "is for adapter qlora; with lora, use load_in_8bit or neither")
-        for key in ("load_in_4bit", "load_in_8bit"):
-            if key in data:
-                r.ignore(key, "not quantized")
-        if data.get("bnb_config_kwargs"):
-            r.ignore_all(data["bnb_config_kwargs"], "bnb_config_kwargs", "no quantized base")
+    method = _base(data, kind, r)
     r.said("finetuning.method", method, "adapter", adapter,
            note="peft adapters beside the frozen base" + (", quantized" if method == "qlora" else ""))
     if data.get("lora_r") is not None:
         r.said("finetuning.rank", r.integer("lora_r", data["lora_r"], high=1 << 14), "lora_r")
     else:
         r.default("finetuning.rank", 8, "lora_r", "no lora_r: peft's LoraConfig default, r = 8")
-    targets: list[str] = []
+    _targets(data, r)
+    _dropout_and_saved(data, r)
+
+
+def _no_adapter(data: dict[str, Any], adapter: Any, r: Reading) -> None:
+    """Full fine-tuning: a quantized base or LoRA's settings have nothing to apply to."""
+    if "adapter" in data:
+        r.said("finetuning.method", "full", "adapter", adapter, field="finetuning.method",
+               note="no adapter: full fine-tuning")
+    for key in QUANTIZATION_KEYS:
+        if data.get(key):
+            r.ignore_all(data[key], key, "a quantized base without an adapter cannot be fine-tuned: not read")
+        elif key in data:
+            r.ignore(key, "not quantized")
+    for key in LORA_KEYS:
+        if key in data:
+            r.ignore_all(data[key], key, "no adapter: full fine-tuning")
+
+
+def _base(data: dict[str, Any], kind: str, r: Reading) -> str:
+    """The frozen base under the adapters: NF4 for qlora, LLM.int8() for lora with load_in_8bit, else as loaded;
+    the finetuning method it makes."""
+    four, eight = data.get("load_in_4bit"), data.get("load_in_8bit")
+    if kind == "qlora":
+        if four is not True:
+            raise r.error("load_in_4bit", "must be true for adapter qlora (axolotl loads the base in 4-bit)")
+        double = _double_quantization(data, r)
+        r.said("finetuning.quantization", "nf4-double" if double else "nf4", "load_in_4bit", True,
+               note="bitsandbytes NF4" + (" with double quantization, axolotl's default" if double else ""))
+        if eight:
+            r.ignore("load_in_8bit", "load_in_4bit wins for qlora")
+        elif "load_in_8bit" in data:
+            r.ignore("load_in_8bit", "not quantized in 8 bits")
+        return "qlora"
+    if eight is True:
+        r.said("finetuning.quantization", "int8", "load_in_8bit", True, note="LoRA over an LLM.int8() base")
+        if four:
+            raise r.error("load_in_4bit", "cannot be true with load_in_8bit")
+        return "qlora"
+    if four:
+        raise r.error("load_in_4bit", "is for adapter qlora; with lora, use load_in_8bit or neither")
+    for key in ("load_in_4bit", "load_in_8bit"):
+        if key in data:
+            r.ignore(key, "not quantized")
+    if data.get("bnb_config_kwargs"):
+        r.ignore_all(data["bnb_config_kwargs"], "bnb_config_kwargs", "no quantized base")
+    return "lora"
+
+
+def _double_quantization(data: dict[str, Any], r: Reading) -> bool:
+    """bnb_config_kwargs' bnb_4bit_use_double_quant, True by axolotl's default; its other keys change no size."""
+    double = True
+    kwargs = data.get("bnb_config_kwargs")
+    if kwargs is not None:
+        kwargs = r.mapping("bnb_config_kwargs", kwargs)
+        for name, value in kwargs.items():
+            if name == "bnb_4bit_use_double_quant":
+                double = r.boolean(f"bnb_config_kwargs.{name}", value)
+                r.also(f"bnb_config_kwargs.{name}", value, "finetuning.quantization")
+            elif name == "bnb_4bit_quant_type" and value != "nf4":
+                r.ignore(f"bnb_config_kwargs.{name}", f"{value} 4-bit storage is counted as NF4's (same size)")
+            else:
+                r.ignore(f"bnb_config_kwargs.{name}", "compute dtype and storage details change no count "
+                                                      "trainmem keeps")
+    return double
+
+
+def _targets(data: dict[str, Any], r: Reading) -> None:
+    """lora_target_linear (peft's all-linear) or lora_target_modules: one of them is needed."""
     linear = data.get("lora_target_linear")
     if linear is not None and r.boolean("lora_target_linear", linear):
-        targets = ["all-linear"]
-        r.said("finetuning.target_modules", targets, "lora_target_linear", True,
+        r.said("finetuning.target_modules", ["all-linear"], "lora_target_linear", True,
                note="every linear layer of the decoder layers but the output layer (peft's all-linear)")
         if data.get("lora_target_modules"):
             r.also("lora_target_modules", data["lora_target_modules"], "finetuning.target_modules",
@@ -400,11 +441,13 @@ def _adapter(data: dict[str, Any], r: Reading) -> None:
         modules = [modules] if isinstance(modules, str) else modules
         if not isinstance(modules, list) or not all(isinstance(m, str) for m in modules):
             raise r.error("lora_target_modules", "must be a module name or a list of them")
-        targets = list(modules)
-        r.said("finetuning.target_modules", targets, "lora_target_modules", modules)
+        r.said("finetuning.target_modules", list(modules), "lora_target_modules", modules)
     else:
         raise r.error("lora_target_modules", "is missing: axolotl needs lora_target_modules or lora_target_linear "
                                              "with an adapter")
+
+
+def _dropout_and_saved(data: dict[str, Any], r: Reading) -> None:
     if data.get("lora_dropout") is not None:
         value = data["lora_dropout"]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
