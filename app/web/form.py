@@ -32,6 +32,7 @@ from app.api.schemas import (
     run_estimate,
 )
 from app.core.gpus import CUSTOM_ID, DEFAULT_LIKE, MAX_CUSTOM_BYTES, MIN_CUSTOM_BYTES
+from app.web.labels import LABELS
 
 Source = Literal["preset", "custom", "params", "config"]
 Unit = Literal["GB", "GiB"]
@@ -110,6 +111,10 @@ class FormError(ValueError):
         self.message = message
 
 
+class Waiting(FormError):
+    """A control left empty that the page waits for (a config.json not yet pasted): a note, not an error."""
+
+
 @dataclass(frozen=True)
 class ParsedForm:
     """What the form says: the values to show in its controls, and either an estimate or the errors."""
@@ -120,6 +125,7 @@ class ParsedForm:
     request: EstimateRequest | None = None
     estimate: core.Estimate | None = None
     errors: dict[str, str] = field(default_factory=dict)
+    waiting: frozenset[str] = frozenset()  # controls among `errors` whose message asks for input, not an error
     refilled: bool = False
     host_ram_bytes: int | None = None  # host memory per node, for the offloading bar (the page's own field)
 
@@ -199,7 +205,7 @@ def parse_bytes(control: str, raw: str) -> int:
 def parse_gpu_capacity(control: str, raw: str) -> int:
     """A custom GPU's memory: ``24 GiB``, ``96 GB`` or a byte count, between 1 GiB and 4 TiB (as the API takes)."""
     if not raw.strip():
-        raise FormError(control, "Enter the GPU's memory, e.g. 24 GiB or 96 GB.")
+        raise Waiting(control, "Enter the GPU's memory, e.g. 24 GiB or 96 GB.")
     size = _parse_scaled(control, raw, BYTE_UNITS, "24 GiB or 96 GB")
     if not MIN_CUSTOM_BYTES <= size <= MAX_CUSTOM_BYTES:
         raise FormError(control, f"GPU memory must be between 1 GiB and 4 TiB (got {raw.strip()[:40]}).")
@@ -215,6 +221,12 @@ def _gpu(values: Mapping[str, str], read: Any) -> str | dict[str, Any] | None:
         read(GPU_LIKE, lambda control, raw: _refuse(control, "Choose one of the GPUs listed."))
     capacity = read(GPU_CAPACITY, parse_gpu_capacity)
     return {"capacity_bytes": capacity, "like": like} if capacity is not None and like is not None else None
+
+
+def _pasted(control: str, raw: str) -> str:
+    if not raw.strip():
+        raise Waiting(control, "Paste a model's config.json to estimate it.")
+    return raw
 
 
 def _refuse(control: str, message: str) -> None:
@@ -337,6 +349,7 @@ def parse_form(params: Mapping[str, str]) -> ParsedForm:
     unit: Unit = values["unit"] if values["unit"] in UNITS else DEFAULT_UNIT
     values["source"], values["unit"] = source, unit
     errors: dict[str, str] = {}
+    waiting: set[str] = set()
 
     refill = params.get("fill") == "preset"
     _fill_architecture(values, submitted, source, refill=refill)
@@ -346,6 +359,8 @@ def parse_form(params: Mapping[str, str]) -> ParsedForm:
         try:
             return reader(control, values[control])
         except FormError as error:
+            if error.control not in errors and isinstance(error, Waiting):
+                waiting.add(error.control)
             errors.setdefault(error.control, error.message)
             return None
 
@@ -386,7 +401,7 @@ def parse_form(params: Mapping[str, str]) -> ParsedForm:
     finetuning = _finetuning_dict(values, read)
     gpu = _gpu(values, read)
     if errors:
-        return ParsedForm(source, unit, values, refilled=refill, errors=errors)
+        return ParsedForm(source, unit, values, refilled=refill, errors=errors, waiting=frozenset(waiting))
 
     body = {"model": model, "training": training, "parallelism": parallelism, "finetuning": finetuning,
             "gpu": gpu}
@@ -470,7 +485,7 @@ def _model_dict(values: Mapping[str, str], source: Source, read: Any) -> dict[st
     if source == "params":
         return {"num_params": read("num_params", parse_count)}
     if source == "config":
-        return {"hf_config": values["hf_config"] if values["hf_config"].strip() else None}
+        return {"hf_config": read("hf_config", _pasted)}
     model: dict[str, Any] = {}
     if values["preset"] in core.model_presets():
         model["preset"] = values["preset"]
@@ -499,8 +514,14 @@ def control_for(path: Sequence[str | int], message: str, source: Source) -> tupl
 
     The last path element that names a control active under `source` wins; a model error on a
     control that is not on screen (a config.json key, say) goes to the source's main control, with
-    the key named in the message.
+    the key named in the message. Field names in the message become the page's labels, except in a
+    config.json's messages, whose keys are the file's own words.
     """
+    control, text = _control_for(path, message, source)
+    return control, text if control == "hf_config" else in_page_words(text)
+
+
+def _control_for(path: Sequence[str | int], message: str, source: Source) -> tuple[str, str]:
     active = set(COMMON_CONTROLS) | set(SOURCE_CONTROLS[source])
     parts = [str(part) for part in path if str(part) not in ("body", "query")]
     if len(parts) > 1 and parts[0] == "finetuning" and parts[1] in FINETUNING_ALIASES:
@@ -545,5 +566,41 @@ def validation_errors(error: ValidationError, source: Source, *, precision_is_cu
             continue
         message = item["msg"].removeprefix("Value error, ")
         control, text = control_for(item["loc"], message, source)
-        errors.setdefault(control, text)
+        errors.setdefault(control, _bound(control, item) or text)
     return errors
+
+
+# pydantic's bounds, as the page says them: the control's label, then the bound.
+BOUNDS: Final = {"greater_than_equal": ("ge", "at least"), "greater_than": ("gt", "more than"),
+                 "less_than_equal": ("le", "at most"), "less_than": ("lt", "less than")}
+
+
+def _bound(control: str, item: Mapping[str, Any]) -> str | None:
+    """``Micro-batch size must be at least 1.`` for pydantic's ``Input should be greater than or equal to 1``; a
+    choice that is not one of a select's options (a value from an edited URL) asks for one of them."""
+    if item["type"] == "literal_error":
+        return f"Choose one of the {_mid_sentence(LABELS[control]) + ' ' if control in LABELS else ''}options listed."
+    if item["type"] not in BOUNDS or control not in LABELS:
+        return None
+    key, words = BOUNDS[item["type"]]
+    bound = (item.get("ctx") or {}).get(key)
+    shown = f"{bound:,}" if isinstance(bound, int) else f"{bound:g}" if isinstance(bound, float) else str(bound)
+    return f"{LABELS[control]} must be {words} {shown}."
+
+
+# Field names the core's messages use, in the page's words (a config.json's own keys stay as written there).
+_KEY: Final = re.compile(r"\b(" + "|".join(sorted((re.escape(name) for name in LABELS if "_" in name),
+                                                   key=len, reverse=True)) + r")\b")
+
+
+def in_page_words(message: str) -> str:
+    """`message` with each field name it uses (``num_attention_heads``) as the page labels it (attention heads)."""
+    def label(match: re.Match[str]) -> str:
+        text = LABELS[match.group(1)]
+        return text if match.start() == 0 else _mid_sentence(text)
+    return _KEY.sub(label, message)
+
+
+def _mid_sentence(label: str) -> str:
+    """A label inside a sentence: ``attention heads``, but ``MLP inner size`` and ``LoRA rank`` as written."""
+    return label if label[1:2].isupper() else label[:1].lower() + label[1:]

@@ -123,6 +123,7 @@ def page_context(form: ParsedForm, params: Mapping[str, str], *, later_answers: 
         "form": form,
         "values": values,
         "errors": form.errors,
+        "waiting": form.waiting,
         "view": view,
         "answers": answers,
         "answers_later": f"/answers?{urlencode(list(params.items()))}"

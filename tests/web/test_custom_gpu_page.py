@@ -60,7 +60,6 @@ def test_decimal_gigabytes_and_the_gpu_it_is_like_reach_the_estimate():
 
 
 @pytest.mark.parametrize(("written", "said"), [
-    ("", "Enter the GPU's memory, e.g. 24 GiB or 96 GB."),
     ("lots", "Enter a number, e.g. 24 GiB or 96 GB (got 'lots')."),
     ("512 MiB", "GPU memory must be between 1 GiB and 4 TiB (got 512 MiB)."),
     ("8 TiB", "GPU memory must be between 1 GiB and 4 TiB (got 8 TiB)."),
@@ -72,6 +71,14 @@ def test_a_bad_capacity_is_the_fields_own_message(written: str, said: str):
     assert slot is not None
     assert said.replace("'", "&#39;") in slot.group(1)
     assert 'id="f-gpu_capacity"' in response.text and 'aria-invalid="true"' in response.text
+
+
+def test_an_empty_capacity_is_waited_for_not_an_error():
+    response = client.get(f"/?{SETUP}&gpu=custom&gpu_capacity=")
+    assert re.search(r'<p class="field-error" id="error-gpu_capacity"[^>]*></p>', response.text)
+    assert not re.search(r'id="f-gpu_capacity"[^>]*aria-invalid', response.text)
+    status = re.sub(r"\s+", " ", response.text[response.text.index('id="results-status"'):][:800])
+    assert "Waiting for:" in status and "Enter the GPU&#39;s memory, e.g. 24 GiB or 96 GB." in status
 
 
 def test_an_htmx_update_with_a_bad_capacity_keeps_the_address():
@@ -116,7 +123,8 @@ def test_choosing_a_custom_capacity_updates_the_verdict(watched: Page, base_url:
     expect(capacity).to_be_hidden()
     page.select_option("#f-gpu", "custom")
     expect(capacity).to_be_visible()
-    expect(page.locator("#error-gpu_capacity")).to_contain_text("Enter the GPU's memory")
+    expect(page.locator("#results-status")).to_contain_text("Enter the GPU's memory")
+    expect(page.locator("#error-gpu_capacity")).to_have_text("")
     capacity.fill("24 GiB")
     page.wait_for_url(lambda url: parse_qs(urlparse(url).query).get("gpu_capacity") == ["24 GiB"])
     gpu = _api({"capacity_bytes": 24 * GIB})

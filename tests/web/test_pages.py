@@ -140,7 +140,7 @@ def test_invalid_input_without_javascript_is_a_page_with_the_message(client):
     assert response.status_code == 422
     assert "<html" in response.text
     assert re.search(r'id="f-seq_len"[^>]*aria-invalid="true"', response.text)
-    assert "greater than or equal to 1" in response.text
+    assert "Sequence length must be at least 1." in response.text
 
 
 def test_the_url_reopens_the_same_state(client):
