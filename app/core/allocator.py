@@ -31,8 +31,9 @@ than the latest release 2.14.1: the same at default settings except the one expa
   cached block costs only the pages it lacks; releasing the cache unmaps the whole pages inside free blocks
   (``unmap_block``, 2850-2914). Its best fit also weighs a free block with the unmapped range after it
   (2511-2527); here such a block is used only when no cached block holds the request, which yields the same block.
-  The source also counts free blocks after an unmapped range (``find_expandable_block``, 2189-2196; 3428-3434 at
-  076f0279); the model does not, so after a cache release it can map new pages where the source fills a hole.
+  It counts the free blocks after an unmapped range too (``find_expandable_block``, 2189-2196; 3428-3434 at
+  076f0279), and maps the range merged with the free blocks either side (``map_block``, 3514-3515 there): so does
+  the model, so after a cache release a hole with free partial pages either side is filled, not passed.
 - ``reserved_bytes`` (``torch.cuda.memory_reserved``) grows with each segment or mapped page (2706, 2279) and
   shrinks with each release or unmapping (2828, 2897); its peak is ``max_memory_reserved``.
 
@@ -212,8 +213,9 @@ class CachingAllocator:
         return block
 
     def _grow(self, pool: _Pool, rounded: int) -> Block | None:
-        """Map pages for `rounded` bytes: into an unmapped range (with the free block just before it), lowest
-        address first; the segment's unmapped end always qualifies."""
+        """Map pages for `rounded` bytes: from the lowest unmapped range (with the free block just before it) whose run
+        of free and unmapped blocks holds them; the segment's unmapped end always does (find_expandable_block and
+        try_allocate_expandable_block, CUDACachingAllocator.cpp at 076f0279, 3410-3456)."""
         page = SMALL_SEGMENT_BYTES if pool.small else LARGE_SEGMENT_BYTES
         segment = pool.expandable
         if segment is None:
@@ -224,28 +226,54 @@ class CachingAllocator:
         for block in sorted(segment.unmapped.values(), key=lambda b: b.address):
             before = block.prev
             start = before if before is not None and before.mapped and not before.allocated else block
-            lacking = rounded - (start.size if start is not block else 0)
-            if lacking <= block.size:  # else a hole too small: the next range (the end always fits)
-                return self._map(pool, start, block, lacking, page)
+            room, walker = 0, start
+            while room < rounded and not walker.allocated:
+                room += walker.size
+                if walker.next is None:
+                    break
+                walker = walker.next
+            if room >= rounded:  # else a hole too small: the next range
+                return self._map_run(pool, start, rounded, page)
         return None
 
-    def _map(self, pool: _Pool, start: Block, unmapped: Block, lacking: int, page: int) -> Block | None:
-        """Map the pages of `unmapped` that a block from `start` lacks; None if the driver has no room."""
-        pages = -(-lacking // page) * page
+    def _map_run(self, pool: _Pool, candidate: Block, rounded: int, page: int) -> Block | None:
+        """Map the unmapped blocks of the run from `candidate` until it holds `rounded` bytes, each merged with the free
+        blocks beside it; the block, out of the pool, or None if the driver has no room."""
+        if not candidate.mapped:
+            mapped = self._map_block(pool, candidate, min(candidate.size, rounded), page)
+            if mapped is None:
+                return None
+            candidate = mapped
+        while candidate.size < rounded:
+            following = candidate.next  # free, then unmapped: what is free beside a mapped block is merged into it
+            assert following is not None and not following.mapped
+            mapped = self._map_block(pool, following, min(rounded - candidate.size, following.size), page)
+            if mapped is None:
+                return None
+            candidate = mapped
+        pool.remove(candidate)
+        return candidate
+
+    def _map_block(self, pool: _Pool, unmapped: Block, size: int, page: int) -> Block | None:
+        """map_block: the pages holding the first `size` bytes of `unmapped` mapped, the rest left unmapped, and the
+        mapped block merged with the free blocks either side and cached; None if the driver has no room."""
+        pages = -(-size // page) * page
         if self.limit is not None and self.reserved + pages > self.limit:
             return None
         self._reserve(pages)
+        del unmapped.segment.unmapped[id(unmapped)]
         if pages < unmapped.size:
             rest = Block(unmapped.address + pages, unmapped.size - pages, unmapped.segment, mapped=False)
             self._link_after(unmapped, rest)
             unmapped.segment.unmapped[id(rest)] = rest
             unmapped.size = pages
         unmapped.mapped = True
-        del unmapped.segment.unmapped[id(unmapped)]
-        if start is not unmapped:
-            pool.remove(start)
-            self._merge(start, unmapped)
-        return start
+        for neighbour in (unmapped.prev, unmapped.next):
+            if neighbour is not None and neighbour.mapped and not neighbour.allocated:
+                pool.remove(neighbour)
+                self._merge(unmapped, neighbour)
+        pool.add(unmapped)
+        return unmapped
 
     def _unmap(self, pool: _Pool, block: Block) -> None:
         """Unmap the whole pages inside a cached block of an expandable segment; what is left either side stays

@@ -135,6 +135,23 @@ def test_expandable_segments_extend_a_free_block_at_the_end():
     assert allocator.reserved == 100 * MIB
 
 
+def test_expandable_segments_map_a_gap_and_the_free_block_after_it():
+    # find_expandable_block counts the free blocks after an unmapped gap too, and map_block merges the new pages with
+    # both neighbours (CUDACachingAllocator.cpp at 076f0279, 3428-3434 and 3514-3515). 15, 50 and 15 MiB in 20 MiB
+    # pages; the 50 MiB freed and the cache released unmaps its two whole pages (20-60 MiB), leaving 5 MiB free
+    # either side: 48 MiB then fits in 5 + 40 + 5 with the gap mapped, 80 MiB reserved, not 100 with 60 more at
+    # the end.
+    allocator = CachingAllocator("expandable-segments")
+    allocator.malloc(15 * MIB)
+    middle = allocator.malloc(50 * MIB)
+    allocator.malloc(15 * MIB)
+    allocator.free(middle)
+    allocator.release_cache()
+    assert allocator.reserved == 40 * MIB
+    allocator.malloc(48 * MIB)
+    assert allocator.reserved == 80 * MIB
+
+
 def test_expandable_segments_unmap_free_pages_under_pressure():
     allocator = CachingAllocator("expandable-segments", limit=200 * MIB)
     low, high = allocator.malloc(100 * MIB), allocator.malloc(60 * MIB)
