@@ -134,49 +134,52 @@ def _zero(data: dict[str, Any], r: Reading, p: str) -> bool:
         convention(r, 0, f"{key}.stage", None)
     devices: dict[str, tuple[str, str]] = {}  # "optimizer"/"parameters" -> (device, its key)
     for name, value in zero.items():
-        if name == "stage":
-            continue
-        sub = f"{key}.{name}"
-        if name in ("offload_optimizer", "offload_param"):
-            value = r.mapping(sub, value)
-            device = value.get("device", "none")
-            device = r.choice(f"{sub}.device", device, ("none", "cpu", "nvme")) if "device" in value else "none"
-            if device != "none":
-                devices["optimizer" if name == "offload_optimizer" else "parameters"] = (device, f"{sub}.device")
-            elif "device" in value:
-                r.ignore(f"{sub}.device", "none: not offloaded")
-            for detail, item in value.items():
-                if detail != "device":
-                    r.ignore_all(item, f"{sub}.{detail}", OFFLOAD_DETAIL)
-        elif name in ("cpu_offload", "cpu_offload_params"):  # legacy switches
-            on = r.boolean(sub, value)
-            if on:
-                devices["optimizer" if name == "cpu_offload" else "parameters"] = ("cpu", sub)
-            else:
-                r.ignore(sub, "off")
-        elif name == "reduce_bucket_size":
-            # transformers' HfTrainerDeepSpeedConfig fills "auto" with hidden_size² once it has the model
-            # (integrations/deepspeed.py, trainer_config_finalize); the model is not read from this file.
-            if value == AUTO:
-                r.said("parallelism.reduce_bucket_size", core.DEEPSPEED_REDUCE_BUCKET_SIZE, sub, AUTO,
-                       note="auto: the Trainer fills it with hidden_size² from the model at run time; DeepSpeed's own "
-                       "default, 500,000,000 elements, is counted here")
-            else:
-                r.said("parallelism.reduce_bucket_size", r.integer(sub, value, low=1, high=10**12), sub)
-        elif name in _ZERO_REASONS:
-            r.ignore_all(value, sub, _ZERO_REASONS[name])
-        elif name in ("zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_gradients",
-                      "zero_quantized_nontrainable_weights", "mics_shard_size", "mics_hierarchical_params_gather"):
-            r.ignore(sub, "ZeRO++ and MiCS partitioning variants are not modelled: the estimate shards over every "
-                          "data-parallel GPU")
-        elif name in ("stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save",
-                      "stage3_gather_fp16_weights_on_model_save", "elastic_checkpoint", "load_from_fp32_weights",
-                      "ignore_unused_parameters", "legacy_stage1", "round_robin_gradients", "log_trace_cache_warnings"):
-            r.ignore(sub, NO_MEMORY)
-        else:
-            r.ignore_all(value, sub, COMMS if reason(name) == COMMS else None)
+        if name != "stage":
+            _zero_setting(r, name, value, f"{key}.{name}", devices)
     offload_facts(r, devices)
     return "optimizer" in devices
+
+
+def _zero_setting(r: Reading, name: str, value: Any, sub: str, devices: dict[str, tuple[str, str]]) -> None:
+    """One zero_optimization key besides the stage: an offload (into `devices`), the reduce bucket, or a reason."""
+    if name in ("offload_optimizer", "offload_param"):
+        value = r.mapping(sub, value)
+        device = value.get("device", "none")
+        device = r.choice(f"{sub}.device", device, ("none", "cpu", "nvme")) if "device" in value else "none"
+        if device != "none":
+            devices["optimizer" if name == "offload_optimizer" else "parameters"] = (device, f"{sub}.device")
+        elif "device" in value:
+            r.ignore(f"{sub}.device", "none: not offloaded")
+        for detail, item in value.items():
+            if detail != "device":
+                r.ignore_all(item, f"{sub}.{detail}", OFFLOAD_DETAIL)
+    elif name in ("cpu_offload", "cpu_offload_params"):  # legacy switches
+        on = r.boolean(sub, value)
+        if on:
+            devices["optimizer" if name == "cpu_offload" else "parameters"] = ("cpu", sub)
+        else:
+            r.ignore(sub, "off")
+    elif name == "reduce_bucket_size":
+        # transformers' HfTrainerDeepSpeedConfig fills "auto" with hidden_size² once it has the model
+        # (integrations/deepspeed.py, trainer_config_finalize); the model is not read from this file.
+        if value == AUTO:
+            r.said("parallelism.reduce_bucket_size", core.DEEPSPEED_REDUCE_BUCKET_SIZE, sub, AUTO,
+                   note="auto: the Trainer fills it with hidden_size² from the model at run time; DeepSpeed's own "
+                   "default, 500,000,000 elements, is counted here")
+        else:
+            r.said("parallelism.reduce_bucket_size", r.integer(sub, value, low=1, high=10**12), sub)
+    elif name in _ZERO_REASONS:
+        r.ignore_all(value, sub, _ZERO_REASONS[name])
+    elif name in ("zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_gradients",
+                  "zero_quantized_nontrainable_weights", "mics_shard_size", "mics_hierarchical_params_gather"):
+        r.ignore(sub, "ZeRO++ and MiCS partitioning variants are not modelled: the estimate shards over every "
+                      "data-parallel GPU")
+    elif name in ("stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save",
+                  "stage3_gather_fp16_weights_on_model_save", "elastic_checkpoint", "load_from_fp32_weights",
+                  "ignore_unused_parameters", "legacy_stage1", "round_robin_gradients", "log_trace_cache_warnings"):
+        r.ignore(sub, NO_MEMORY)
+    else:
+        r.ignore_all(value, sub, COMMS if reason(name) == COMMS else None)
 
 
 # zero_optimization keys that change memory the estimate does not follow, each with what it counts instead
@@ -256,12 +259,36 @@ def _precision(data: dict[str, Any], r: Reading, p: str) -> None:
     if bf16 is True and fp16 is True:
         raise r.error(f"{p}fp16.enabled", "bf16 and fp16 cannot both be enabled (DeepSpeed: 'this mode cannot be "
                                           "combined with the fp16 mode')")
-    for switch, switch_key in ((bf16, f"{bf16_key}.enabled"), (fp16, f"{p}fp16.enabled")):
+    switches = ((bf16, f"{bf16_key}.enabled"), (fp16, f"{p}fp16.enabled"))
+    for switch, switch_key in switches:
         if switch is not None:
             r.said("ds_bf16" if switch_key.startswith(bf16_key) else "ds_fp16", switch, switch_key, field="")
         if switch == AUTO:
             r.also(switch_key, AUTO, "training.precision", "filled from the Trainer's --bf16/--fp16 (assumed passed "
                                                            "when no Trainer arguments are given)")
+    grad_accum = _grad_accum_dtype(data, r, p)
+    extras = _half_details(data, r, p, bf16_key, bf16_section)
+    key, value = _half(r, bf16, fp16, bf16_key, p, extras, grad_accum)
+    key, value = _autocast(data, r, p, autocast, key, value)
+    key, value = _apex_amp(data, r, p, amp, key, value)
+    if key is None:
+        off = [k for switch, k in switches if switch is False]
+        if off:
+            r.said("ds_precision", "fp32", off[0], False, field="training.precision")
+        else:
+            r.default("ds_precision", "fp32", f"{p}bf16", "no bf16, fp16 or torch_autocast section enabled: "
+                                                         "DeepSpeed trains in fp32")
+    elif value == AUTO:
+        r.autos["ds_precision"] = key
+        # What bf16 "auto" becomes once filled with true, with this file's other bf16 settings.
+        if grad_accum in ("fp32", "float32"):
+            r.autos["ds_precision:bf16"] = "megatron-bf16"
+    else:
+        r.said("ds_precision", value, key, True, field="training.precision")
+
+
+def _grad_accum_dtype(data: dict[str, Any], r: Reading, p: str) -> str | None:
+    """data_types.grad_accum_dtype, the dtype gradients accumulate in (None: the weights')."""
     grad_accum = None
     types = data.get("data_types")
     if types is not None:
@@ -272,6 +299,11 @@ def _precision(data: dict[str, Any], r: Reading, p: str) -> None:
                                                                       "bfloat16"), fold_case=True)
             else:
                 r.ignore(f"{p}data_types.{name}")
+    return grad_accum
+
+
+def _half_details(data: dict[str, Any], r: Reading, p: str, bf16_key: str, bf16_section: Any) -> dict[str, bool]:
+    """The bf16 section's master-weight and optimizer-state switches; the rest of bf16's and fp16's keys ignored."""
     extras = {}
     if isinstance(bf16_section, dict):
         for name, given in bf16_section.items():
@@ -286,6 +318,15 @@ def _precision(data: dict[str, Any], r: Reading, p: str) -> None:
         for name in data["fp16"]:
             if name != "enabled":
                 r.ignore(f"{p}fp16.{name}", OFFLOAD if "master_weights" in name else NO_MEMORY)
+    return extras
+
+
+Precision = tuple[str | None, Any]  # the key that set it (None: nothing did), and the preset id, dtypes or "auto"
+
+
+def _half(r: Reading, bf16: bool | str | None, fp16: bool | str | None, bf16_key: str, p: str,
+          extras: dict[str, bool], grad_accum: str | None) -> Precision:
+    """bf16 or fp16 with DeepSpeed's fp32 master copy, or pure bf16, or gradients accumulated in fp32."""
     key: str | None = None
     value: Any = None
     if bf16 is True:
@@ -302,6 +343,12 @@ def _precision(data: dict[str, Any], r: Reading, p: str) -> None:
         key, value = f"{p}fp16.enabled", "fp16-fp32-master"
     elif bf16 == AUTO or fp16 == AUTO:
         key, value = f"{bf16_key}.enabled" if bf16 == AUTO else f"{p}fp16.enabled", AUTO
+    return key, value
+
+
+def _autocast(data: dict[str, Any], r: Reading, p: str, autocast: bool | str | None, key: str | None,
+              value: Any) -> Precision:
+    """torch_autocast over fp32 weights, which no bf16 or fp16 mode may join."""
     if autocast is True:
         if value not in (None, AUTO):
             raise r.error(f"{p}torch_autocast.enabled", "torch_autocast runs over fp32 weights: it cannot be combined "
@@ -317,6 +364,12 @@ def _precision(data: dict[str, Any], r: Reading, p: str) -> None:
                 r.ignore(f"{p}torch_autocast.{name}", COMMS)
     elif isinstance(data.get("torch_autocast"), dict):
         r.ignore_all(data["torch_autocast"], f"{p}torch_autocast", "torch_autocast is not enabled")
+    return key, value
+
+
+def _apex_amp(data: dict[str, Any], r: Reading, p: str, amp: bool | str | None, key: str | None,
+              value: Any) -> Precision:
+    """Apex AMP: O2 and O3 keep fp16 weights with an fp32 master copy, O1 casts as autocast does."""
     if amp is True:
         if value not in (None, AUTO):
             raise r.error(f"{p}amp.enabled", "Apex AMP cannot be combined with bf16 or fp16 mode (DeepSpeed)")
@@ -331,20 +384,7 @@ def _precision(data: dict[str, Any], r: Reading, p: str) -> None:
                 r.ignore(f"{p}amp.{name}", NO_MEMORY)
     elif isinstance(data.get("amp"), dict):
         r.ignore_all(data["amp"], f"{p}amp", "Apex AMP is not enabled")
-    if key is None:
-        off = [k for switch, k in ((bf16, f"{bf16_key}.enabled"), (fp16, f"{p}fp16.enabled")) if switch is False]
-        if off:
-            r.said("ds_precision", "fp32", off[0], False, field="training.precision")
-        else:
-            r.default("ds_precision", "fp32", f"{p}bf16", "no bf16, fp16 or torch_autocast section enabled: "
-                                                         "DeepSpeed trains in fp32")
-    elif value == AUTO:
-        r.autos["ds_precision"] = key
-        # What bf16 "auto" becomes once filled with true, with this file's other bf16 settings.
-        if grad_accum in ("fp32", "float32"):
-            r.autos["ds_precision:bf16"] = "megatron-bf16"
-    else:
-        r.said("ds_precision", value, key, True, field="training.precision")
+    return key, value
 
 
 def _optimizer(data: dict[str, Any], r: Reading, p: str, offload: bool) -> None:
@@ -363,69 +403,11 @@ def _optimizer(data: dict[str, Any], r: Reading, p: str, offload: bool) -> None:
     if name is None:
         r.ignore_all(params, f"{key}.params", "no optimizer type given")
         return
-    lower = name.lower()
     tkey = f"{key}.type"
-    optimizer = implementation = None
-    note = ""
-    if lower in ("adam", "adamw"):
-        torch_adam = params.get("torch_adam", False)
-        if "torch_adam" in params:
-            r.boolean(f"{key}.params.torch_adam", torch_adam)
-            used.add("torch_adam")
-        w_mode = params.get("adam_w_mode", True)
-        if "adam_w_mode" in params:
-            r.boolean(f"{key}.params.adam_w_mode", w_mode)
-            used.add("adam_w_mode")
-        optimizer = "adamw" if lower == "adamw" or w_mode else "adam"
-        if torch_adam:
-            implementation = _torch_implementation(r, f"{key}.params", params, used)
-            note = "torch.optim's Adam(W) (torch_adam)"
-        elif offload:
-            implementation = "fused"
-            note = "DeepSpeedCPUAdam on the offloaded state (offload is not modelled)"
-        else:
-            implementation = "fused"
-            note = "DeepSpeed's FusedAdam: one multi-tensor kernel, no copy of the state during the step"
-    elif lower == "lion":
-        optimizer, implementation, note = "lion", "fused", "DeepSpeed's FusedLion"
-    elif lower == "lamb":
-        optimizer, implementation = "adamw", "fused"
-        note = "FusedLamb keeps Adam's two moments per parameter: counted as AdamW"
-        r.assume("training.optimizer", "adamw", f"{name}: {note}")
-    elif lower in ("muadam", "muadamw"):
-        optimizer = "adam" if lower == "muadam" else "adamw"
-        implementation = _torch_implementation(r, f"{key}.params", params, used)
-        note = "mup's wrapper around torch.optim's Adam(W)"
-    elif lower == "musgd" or name == "SGD":
-        momentum = params.get("momentum", 0)
-        if "momentum" in params:
-            used.add("momentum")
-            if isinstance(momentum, bool) or not isinstance(momentum, (int, float)):
-                raise r.error(f"{key}.params.momentum", f"must be a number, got {describe(momentum)}")
-        optimizer = "sgd-momentum" if momentum else "sgd"
-        implementation = _torch_implementation(r, f"{key}.params", params, used)
-    elif name == "Adafactor":
-        optimizer = "adafactor"
-        implementation = _torch_implementation(r, f"{key}.params", params, used)
-        note = "torch.optim.Adafactor keeps no first moment"
-        r.said("training.adafactor_momentum", False, tkey, name)
-    elif lower == "adagrad" or name in ("RMSprop",):
-        if name == "RMSprop" and (params.get("momentum") or params.get("centered")):
-            r.ignore(tkey, "RMSprop with momentum or centred keeps two or three buffers per parameter: not modelled")
-            r.ignore_all(params, f"{key}.params", "the optimizer is not modelled")
-            return
-        optimizer = "sgd-momentum"
-        implementation = _torch_implementation(r, f"{key}.params", params, used)
-        note = f"{name} keeps one buffer per parameter, as SGD with momentum does"
-        r.assume("training.optimizer", "sgd-momentum", note)
-    elif lower in _DS_OPTIMIZERS or name in _TORCH_OPTIMIZERS:
-        r.ignore(tkey, f"the {name} optimizer is not modelled: trainmem counts Adam(W), SGD, Adafactor, 8-bit AdamW "
-                       "and Lion")
-        r.ignore_all(params, f"{key}.params", "the optimizer is not modelled")
+    modelled = _modelled(r, name, key, params, used, offload)
+    if modelled is None:
         return
-    else:
-        raise r.error(tkey, f"is not an optimizer DeepSpeed knows: {name!r} is neither one of its own "
-                            f"({', '.join(_DS_OPTIMIZERS)}) nor a torch.optim class")
+    optimizer, implementation, note = modelled
     r.said("training.optimizer", optimizer, tkey, name, note=note)
     r.said("training.optimizer_implementation", implementation, tkey, name, note=note)
     for param, value in params.items():
@@ -434,6 +416,73 @@ def _optimizer(data: dict[str, Any], r: Reading, p: str, offload: bool) -> None:
                    else "training.optimizer_implementation")
         else:
             r.ignore(f"{key}.params.{param}", NO_MEMORY)
+
+
+def _modelled(r: Reading, name: str, key: str, params: dict[str, Any], used: set[str],
+              offload: bool) -> tuple[str, str, str] | None:
+    """optimizer.type as trainmem's (optimizer, implementation, note); None when it is not modelled (reported)."""
+    lower = name.lower()
+    tkey = f"{key}.type"
+    note = ""
+    if lower in ("adam", "adamw"):
+        return _adam(r, lower, key, params, used, offload)
+    if lower == "lion":
+        return "lion", "fused", "DeepSpeed's FusedLion"
+    if lower == "lamb":
+        note = "FusedLamb keeps Adam's two moments per parameter: counted as AdamW"
+        r.assume("training.optimizer", "adamw", f"{name}: {note}")
+        return "adamw", "fused", note
+    if lower in ("muadam", "muadamw"):
+        implementation = _torch_implementation(r, f"{key}.params", params, used)
+        return "adam" if lower == "muadam" else "adamw", implementation, "mup's wrapper around torch.optim's Adam(W)"
+    if lower == "musgd" or name == "SGD":
+        momentum = params.get("momentum", 0)
+        if "momentum" in params:
+            used.add("momentum")
+            if isinstance(momentum, bool) or not isinstance(momentum, (int, float)):
+                raise r.error(f"{key}.params.momentum", f"must be a number, got {describe(momentum)}")
+        optimizer = "sgd-momentum" if momentum else "sgd"
+        return optimizer, _torch_implementation(r, f"{key}.params", params, used), note
+    if name == "Adafactor":
+        implementation = _torch_implementation(r, f"{key}.params", params, used)
+        r.said("training.adafactor_momentum", False, tkey, name)
+        return "adafactor", implementation, "torch.optim.Adafactor keeps no first moment"
+    if lower == "adagrad" or name in ("RMSprop",):
+        if name == "RMSprop" and (params.get("momentum") or params.get("centered")):
+            r.ignore(tkey, "RMSprop with momentum or centred keeps two or three buffers per parameter: not modelled")
+            r.ignore_all(params, f"{key}.params", "the optimizer is not modelled")
+            return None
+        implementation = _torch_implementation(r, f"{key}.params", params, used)
+        note = f"{name} keeps one buffer per parameter, as SGD with momentum does"
+        r.assume("training.optimizer", "sgd-momentum", note)
+        return "sgd-momentum", implementation, note
+    if lower in _DS_OPTIMIZERS or name in _TORCH_OPTIMIZERS:
+        r.ignore(tkey, f"the {name} optimizer is not modelled: trainmem counts Adam(W), SGD, Adafactor, 8-bit AdamW "
+                       "and Lion")
+        r.ignore_all(params, f"{key}.params", "the optimizer is not modelled")
+        return None
+    raise r.error(tkey, f"is not an optimizer DeepSpeed knows: {name!r} is neither one of its own "
+                        f"({', '.join(_DS_OPTIMIZERS)}) nor a torch.optim class")
+
+
+def _adam(r: Reading, lower: str, key: str, params: dict[str, Any], used: set[str],
+          offload: bool) -> tuple[str, str, str]:
+    """DeepSpeed's Adam and AdamW: FusedAdam (AdamW unless adam_w_mode is false), CPU Adam when offloaded, or
+    torch.optim's with torch_adam."""
+    torch_adam = params.get("torch_adam", False)
+    if "torch_adam" in params:
+        r.boolean(f"{key}.params.torch_adam", torch_adam)
+        used.add("torch_adam")
+    w_mode = params.get("adam_w_mode", True)
+    if "adam_w_mode" in params:
+        r.boolean(f"{key}.params.adam_w_mode", w_mode)
+        used.add("adam_w_mode")
+    optimizer = "adamw" if lower == "adamw" or w_mode else "adam"
+    if torch_adam:
+        return optimizer, _torch_implementation(r, f"{key}.params", params, used), "torch.optim's Adam(W) (torch_adam)"
+    if offload:
+        return optimizer, "fused", "DeepSpeedCPUAdam on the offloaded state (offload is not modelled)"
+    return optimizer, "fused", "DeepSpeed's FusedAdam: one multi-tensor kernel, no copy of the state during the step"
 
 
 def _torch_implementation(r: Reading, key: str, params: dict[str, Any], used: set[str]) -> str:
