@@ -34,6 +34,7 @@ DISTRIBUTED_OPTIMIZER_NOTE: Final = ("Megatron-LM's distributed optimizer shards
 MEGATRON_NOTE: Final = ("Megatron-LM's convention: fp32 main gradients beside the master copy, sharded with the "
                         "optimizer state by its distributed optimizer")
 DDP_WHY: Final = "plain data parallelism (DDP), which the pytorch convention counts"
+SECTIONS: Final = ("deepspeed_config", "fsdp_config", "megatron_lm_config", "parallelism_config", "dynamo_config")
 LAUNCH_KEYS: Final = ("compute_environment", "machine_rank", "gpu_ids", "main_process_ip",
                       "main_process_port", "rdzv_backend", "same_network", "main_training_function",
                       "enable_cpu_affinity", "debug", "tpu_name", "tpu_zone", "tpu_use_cluster", "tpu_use_sudo",
@@ -46,6 +47,23 @@ def read(data: Any, r: Reading) -> None:
     if "distributed_type" not in data:
         raise r.error("distributed_type", "is missing: accelerate needs it (NO, MULTI_GPU, DEEPSPEED, FSDP, ...)")
     kind = r.choice("distributed_type", data["distributed_type"], DISTRIBUTED_TYPES)
+    _distributed_type(kind, r)
+    _mixed_precision(data, kind, r)
+    _processes(data, r)
+    _sections(data, kind, r)
+    for key, value in data.items():
+        if key in ("distributed_type", "mixed_precision", "num_processes", *SECTIONS):
+            continue
+        if key in LAUNCH_KEYS:
+            r.ignore_all(value, key, "how processes are launched; no memory of its own")
+        elif key == "use_cpu":
+            r.ignore(key, "training on the CPU: the estimate is for GPUs" if value else "no: GPUs are used")
+        else:
+            r.ignore_all(value, key)
+
+
+def _distributed_type(kind: str, r: Reading) -> None:
+    """The engine distributed_type names, and the convention it sets."""
     if kind in ("DEEPSPEED", "FSDP"):
         r.said("engine", kind.lower(), "distributed_type", kind, field="")
         r.also("distributed_type", kind, "parallelism.zero_stage", f"{kind} shards the model states")
@@ -61,6 +79,8 @@ def read(data: Any, r: Reading) -> None:
         r.said("parallelism.zero_stage", 0, "distributed_type", kind, field="")
         r.default("training.framework", "pytorch", "distributed_type", DDP_WHY)
 
+
+def _mixed_precision(data: dict[str, Any], kind: str, r: Reading) -> None:
     precision = data.get("mixed_precision")
     if precision is not None:
         amp = r.choice("mixed_precision", precision, MIXED_PRECISION)
@@ -71,24 +91,32 @@ def read(data: Any, r: Reading) -> None:
     else:
         r.default("amp", "no", "mixed_precision", "accelerate's default: no mixed precision")
 
+
+def _processes(data: dict[str, Any], r: Reading) -> None:
+    """num_processes, one per GPU of the job, and the GPUs a machine holds (num_processes ÷ num_machines)."""
     processes = data.get("num_processes")
-    if processes is not None:
-        count = r.integer("num_processes", processes, low=-1)
-        if count == 0:
-            raise r.error("num_processes", "must be -1 (set at launch) or at least 1")
-        if count > 0:
-            r.said("world_size", count, "num_processes", count,
-                   note="every process of the job, one per GPU: data × tensor × pipeline")
-            machines = data.get("num_machines", 1)
-            machines = r.integer("num_machines", machines) if machines is not None else 1
-            if count % machines == 0:
-                r.said("parallelism.gpus_per_node", count // machines, "num_machines", machines,
-                       note="num_processes ÷ num_machines: the GPUs one host's memory serves")
-            else:
-                r.ignore("num_machines", f"{count} processes do not split evenly over {machines} machines")
+    if processes is None:
+        return
+    count = r.integer("num_processes", processes, low=-1)
+    if count == 0:
+        raise r.error("num_processes", "must be -1 (set at launch) or at least 1")
+    if count > 0:
+        r.said("world_size", count, "num_processes", count,
+               note="every process of the job, one per GPU: data × tensor × pipeline")
+        machines = data.get("num_machines", 1)
+        machines = r.integer("num_machines", machines) if machines is not None else 1
+        if count % machines == 0:
+            r.said("parallelism.gpus_per_node", count // machines, "num_machines", machines,
+                   note="num_processes ÷ num_machines: the GPUs one host's memory serves")
         else:
-            r.ignore("num_processes", "-1: the number of processes is given at launch")
-    for key in ("deepspeed_config", "fsdp_config", "megatron_lm_config", "parallelism_config", "dynamo_config"):
+            r.ignore("num_machines", f"{count} processes do not split evenly over {machines} machines")
+    else:
+        r.ignore("num_processes", "-1: the number of processes is given at launch")
+
+
+def _sections(data: dict[str, Any], kind: str, r: Reading) -> None:
+    """The plugins' sections (read where distributed_type runs them), and the plugin's defaults without one."""
+    for key in SECTIONS:
         value = data.get(key)
         if value in (None, {}):
             continue
@@ -113,16 +141,6 @@ def read(data: Any, r: Reading) -> None:
         r.default("parallelism.zero_stage", 2, "deepspeed_config.zero_stage",
                   "accelerate's DeepSpeed plugin defaults to ZeRO stage 2")
         deepspeed_convention(r, 2, "distributed_type", kind)
-    for key, value in data.items():
-        if key in ("distributed_type", "mixed_precision", "num_processes", "deepspeed_config", "fsdp_config",
-                   "megatron_lm_config", "parallelism_config", "dynamo_config"):
-            continue
-        if key in LAUNCH_KEYS:
-            r.ignore_all(value, key, "how processes are launched; no memory of its own")
-        elif key == "use_cpu":
-            r.ignore(key, "training on the CPU: the estimate is for GPUs" if value else "no: GPUs are used")
-        else:
-            r.ignore_all(value, key)
 
 
 def _fp8_why(data: dict[str, Any], kind: str) -> str:
