@@ -19,6 +19,7 @@ torchtitan's training step deletes the logits before backward (train.py, 'del pr
 from __future__ import annotations
 
 import tomllib
+from dataclasses import dataclass
 from typing import Any, Final
 
 from app.configs import fsdp
@@ -198,8 +199,33 @@ def _optimizer(optimizer: dict[str, Any], r: Reading) -> None:
                      "early_step_in_backward" and value else NO_MEMORY)
 
 
+@dataclass(frozen=True)
+class _Degrees:
+    """The [parallelism] degrees as given, each with the key that gave it (None: torchtitan's default)."""
+
+    tensor: int
+    tensor_key: str | None
+    pipeline: int
+    pipeline_key: str | None
+    context: int
+    context_key: str | None
+    replicate: int
+    replicate_key: str | None
+    shard: int  # -1: the GPUs left over
+    shard_key: str | None
+
+
 def _parallelism(parallel: dict[str, Any], experimental: dict[str, Any], r: Reading) -> tuple[int, int, int, int]:
     """(tensor, pipeline, data, FSDP shard degree: dp_shard × context, ParallelDims.fsdp_enabled)."""
+    d = _degrees(parallel, experimental, r)
+    _model_parallel(d, r)
+    shard, data, key = _data_parallel(d, r)
+    _sharding(parallel, d, shard, key, r)
+    _other_parallelism(parallel, experimental, d, r)
+    return d.tensor, d.pipeline, data, shard * d.context  # FSDP shards over data_parallel_shard × context
+
+
+def _degrees(parallel: dict[str, Any], experimental: dict[str, Any], r: Reading) -> _Degrees:
     def degree(name: str, default: int, *, where: dict[str, Any] = parallel, section: str = "parallelism",
                low: int = 1) -> tuple[int, str | None]:
         if name in where:
@@ -215,48 +241,64 @@ def _parallelism(parallel: dict[str, Any], experimental: dict[str, Any], r: Read
     shard, shard_key = degree("data_parallel_shard_degree", -1, low=-1)
     if shard == 0:
         raise r.error("parallelism.data_parallel_shard_degree", "must be -1 (the GPUs left over) or at least 1")
-    if tensor_key:
-        r.said("parallelism.tensor", tensor, tensor_key)
-    if pipeline_key:
-        r.said("parallelism.pipeline", pipeline, pipeline_key)
-    if tensor > 1:
-        r.said("parallelism.sequence_parallel", True, tensor_key or "parallelism.tensor_parallel_degree", tensor,
+    return _Degrees(tensor, tensor_key, pipeline, pipeline_key, context, context_key, replicate, replicate_key,
+                    shard, shard_key)
+
+
+def _model_parallel(d: _Degrees, r: Reading) -> None:
+    """Tensor (with torchtitan's sequence parallelism), pipeline and context parallelism."""
+    if d.tensor_key:
+        r.said("parallelism.tensor", d.tensor, d.tensor_key)
+    if d.pipeline_key:
+        r.said("parallelism.pipeline", d.pipeline, d.pipeline_key)
+    if d.tensor > 1:
+        r.said("parallelism.sequence_parallel", True, d.tensor_key or "parallelism.tensor_parallel_degree", d.tensor,
                note="torchtitan's tensor parallelism shards the norms and dropout over the sequence "
                     "(SequenceParallel)")
         r.assume("parallelism.sequence_parallel", True, "torchtitan applies sequence parallelism with tensor "
                                                         "parallelism (parallelize_llama)")
-    if context_key:
-        r.said("parallelism.context", context, context_key,
+    if d.context_key:
+        r.said("parallelism.context", d.context, d.context_key,
                note="each sequence split over this many GPUs (ring attention); FSDP shards over data × context")
+
+
+def _data_parallel(d: _Degrees, r: Reading) -> tuple[int, int, str]:
+    """(FSDP shard degree, data-parallel degree, the key that says it): shard × replicate, HSDP counted as FSDP."""
+    shard, replicate = d.shard, d.replicate
     if shard == -1:
         shard = DEFAULT_SHARD
         r.assume("parallelism.data", shard * replicate,
                  f"data_parallel_shard_degree -1 takes the GPUs left over after the other degrees; the file does not "
                  f"say how many GPUs run: {DEFAULT_SHARD} FSDP shards assumed (a node of 8 GPUs per tensor × "
-                 f"pipeline group, {DEFAULT_SHARD * tensor * pipeline * context * replicate} GPUs in all; "
+                 f"pipeline group, {DEFAULT_SHARD * d.tensor * d.pipeline * d.context * replicate} GPUs in all; "
                  "torchtitan's run_train.sh starts 8)")
     data = shard * replicate
     if shard > 1 and replicate > 1:
         note = (f"HSDP: sharded over {shard} GPUs, replicated {replicate} times; the estimate shards over all "
                 f"{data} data-parallel GPUs")
         r.assume("parallelism.zero_stage", 3, note)
-    key = shard_key or replicate_key or "parallelism.data_parallel_shard_degree"
-    r.said("parallelism.data", data, key, shard if shard_key else replicate,
+    key = d.shard_key or d.replicate_key or "parallelism.data_parallel_shard_degree"
+    r.said("parallelism.data", data, key, shard if d.shard_key else replicate,
            note="data_parallel_shard_degree × data_parallel_replicate_degree")
-    if shard_key and replicate_key:
-        r.also(replicate_key, replicate, "parallelism.data")
+    if d.shard_key and d.replicate_key:
+        r.also(d.replicate_key, replicate, "parallelism.data")
+    return shard, data, key
+
+
+def _sharding(parallel: dict[str, Any], d: _Degrees, shard: int, key: str, r: Reading) -> None:
+    """FSDP2 when anything is sharded: ZeRO stage 3, or 2 when the layers stay gathered after forward."""
     reshard_key = "parallelism.fsdp_reshard_after_forward"
     reshard = parallel.get("fsdp_reshard_after_forward", "default")
     if "fsdp_reshard_after_forward" in parallel:
         reshard = r.choice(reshard_key, reshard, ("default", "always", "never"))
-    if shard > 1 or context > 1:
+    if shard > 1 or d.context > 1:
         # apply_fsdp: "default" reshards after forward unless pipeline parallelism runs (reshard_after_forward =
         # not pp_enabled), to spare each micro-batch an all-gather
-        gathered = reshard == "never" or (reshard == "default" and pipeline > 1)
+        gathered = reshard == "never" or (reshard == "default" and d.pipeline > 1)
         if "fsdp_reshard_after_forward" in parallel:
             stage_key, stage_raw = reshard_key, reshard
         elif gathered:
-            stage_key, stage_raw = pipeline_key or "parallelism.pipeline_parallel_degree", pipeline
+            stage_key, stage_raw = d.pipeline_key or "parallelism.pipeline_parallel_degree", d.pipeline
         else:
             stage_key, stage_raw = key, shard
         r.said("engine", "fsdp", key, shard, field="")
@@ -276,6 +318,9 @@ def _parallelism(parallel: dict[str, Any], experimental: dict[str, Any], r: Read
         r.default("training.framework", "pytorch", key, "no FSDP: DDP or one GPU, which the pytorch convention counts")
         if "fsdp_reshard_after_forward" in parallel:
             r.ignore("parallelism.fsdp_reshard_after_forward", "no FSDP: nothing is sharded")
+
+
+def _other_parallelism(parallel: dict[str, Any], experimental: dict[str, Any], d: _Degrees, r: Reading) -> None:
     handled = {"tensor_parallel_degree", "pipeline_parallel_degree", "context_parallel_degree",
                "data_parallel_replicate_degree", "data_parallel_shard_degree", "fsdp_reshard_after_forward"}
     for name, value in parallel.items():
@@ -291,9 +336,8 @@ def _parallelism(parallel: dict[str, Any], experimental: dict[str, Any], r: Read
         else:
             r.ignore_all(value, f"parallelism.{name}")
     for name, value in experimental.items():
-        if name != "pipeline_parallel_degree" or pipeline_key != "experimental.pipeline_parallel_degree":
+        if name != "pipeline_parallel_degree" or d.pipeline_key != "experimental.pipeline_parallel_degree":
             r.ignore_all(value, f"experimental.{name}")
-    return tensor, pipeline, data, shard * context  # FSDP shards over data_parallel_shard × context
 
 
 def _training(training: dict[str, Any], r: Reading, data: int) -> None:
