@@ -242,27 +242,9 @@ class _Merge:
     def batch_and_data(self) -> None:
         """The data-parallel degree from a launcher's process count, or from DeepSpeed's train_batch_size =
         micro-batch × accumulation × data-parallel GPUs (DeepSpeedConfig._batch_assertion)."""
-        tensor = self.value_of("parallelism.tensor", 1)
-        pipeline = self.value_of("parallelism.pipeline", 1)
-        context = self.value_of("parallelism.context", 1)
         world = self.pick("world_size")
         if world is not None:
-            self.settle("world_size", world)
-            parallel = tensor * pipeline * context
-            groups = "tensor × pipeline" + (" × context" if context > 1 else "")
-            if world.value % parallel:
-                raise self.error_at(world, f"{world.value} processes do not split into {groups} groups of {parallel}")
-            data = world.value // parallel
-            stated = self.pick("parallelism.data")
-            if stated is not None and stated.origin == "said" and stated.value != data:
-                raise self.error_at(stated, f"is {stated.value} but {self.source(world)} gives {world.value} "
-                                            f"processes, {data} data-parallel groups of {groups} = {parallel}")
-            if stated is None or stated.origin != "said":
-                self.values["parallelism.data"] = data
-                self.sources["parallelism.data"] = (world.file, world.key)
-                self.assumed.append({"field": "parallelism.data", "value": data, "file": world.file,
-                                     "why": f"{self.source(world)} {world.value} ÷ (tensor {tensor} × pipeline "
-                                            f"{pipeline}" + (f" × context {context}" if context > 1 else "") + ")"})
+            self.data_from_world(world)
         batch = self.pick("train_batch_size")
         auto = next((r.autos["train_batch_size"] for r in self.readings if "train_batch_size" in r.autos), None)
         if auto is not None and batch is None:
@@ -272,6 +254,32 @@ class _Merge:
         if batch is None:
             return
         self.settle("train_batch_size", batch)
+        self.batch_from_total(batch, world)
+
+    def data_from_world(self, world: Fact) -> None:
+        """A launcher's processes ÷ (tensor × pipeline × context): the data-parallel degree, unless a file says it."""
+        tensor = self.value_of("parallelism.tensor", 1)
+        pipeline = self.value_of("parallelism.pipeline", 1)
+        context = self.value_of("parallelism.context", 1)
+        self.settle("world_size", world)
+        parallel = tensor * pipeline * context
+        groups = "tensor × pipeline" + (" × context" if context > 1 else "")
+        if world.value % parallel:
+            raise self.error_at(world, f"{world.value} processes do not split into {groups} groups of {parallel}")
+        data = world.value // parallel
+        stated = self.pick("parallelism.data")
+        if stated is not None and stated.origin == "said" and stated.value != data:
+            raise self.error_at(stated, f"is {stated.value} but {self.source(world)} gives {world.value} "
+                                        f"processes, {data} data-parallel groups of {groups} = {parallel}")
+        if stated is None or stated.origin != "said":
+            self.values["parallelism.data"] = data
+            self.sources["parallelism.data"] = (world.file, world.key)
+            self.assumed.append({"field": "parallelism.data", "value": data, "file": world.file,
+                                 "why": f"{self.source(world)} {world.value} ÷ (tensor {tensor} × pipeline "
+                                        f"{pipeline}" + (f" × context {context}" if context > 1 else "") + ")"})
+
+    def batch_from_total(self, batch: Fact, world: Fact | None) -> None:
+        """train_batch_size checked against the factors the files know; a factor they do not, derived from it."""
         micro_f = self.pick("training.micro_batch_size")
         accum_f = self.pick("training.gradient_accumulation_steps")
         data_f = None if world is not None else self.pick("parallelism.data")
@@ -286,17 +294,13 @@ class _Merge:
             data, known_data = 1, False
         micro = micro_f.value if micro_f else 1
         accum = accum_f.value if accum_f else 1
-
-        def fail(message: str) -> DomainError:
-            return self.error_at(batch, f"{message} (DeepSpeed requires train_batch_size = "
-                                        "train_micro_batch_size_per_gpu × gradient_accumulation_steps × GPUs)")
-
         if known_micro and known_accum:
             if total % (micro * accum):
-                raise fail(f"{total} is not a multiple of micro-batch × accumulation = {micro} × {accum}")
+                raise self.batch_error(batch, f"{total} is not a multiple of micro-batch × accumulation = {micro} × "
+                                              f"{accum}")
             derived = total // (micro * accum)
             if known_data and derived != data:
-                raise fail(f"{total} is not {micro} × {accum} × {data}")
+                raise self.batch_error(batch, f"{total} is not {micro} × {accum} × {data}")
             if not known_data:
                 self.set_derived("parallelism.data", derived, batch, f"train_batch_size {total} ÷ (micro-batch {micro} "
                                  f"× accumulation {accum}): the data-parallel degree")
@@ -304,25 +308,36 @@ class _Merge:
         if not known_data:
             self.set_derived("parallelism.data", 1, batch, "train_batch_size without both the micro-batch and the "
                              "accumulation steps: one data-parallel GPU assumed")
-        if known_micro:
+        self.derive_batch(batch, micro if known_micro else None, accum if known_accum else None, data)
+
+    def derive_batch(self, batch: Fact, micro: int | None, accum: int | None, data: int) -> None:
+        """DeepSpeed's rule with one of micro-batch and accumulation known (or neither): the other derived."""
+        total = batch.value
+        if micro is not None:
             if total % (micro * data):
-                raise fail(f"{total} is not a multiple of micro-batch × data-parallel = {micro} × {data}")
+                raise self.batch_error(batch, f"{total} is not a multiple of micro-batch × data-parallel = {micro} × "
+                                              f"{data}")
             self.set_derived("training.gradient_accumulation_steps", total // (micro * data), batch,
                              f"DeepSpeed derives it: train_batch_size {total} ÷ (micro-batch {micro} × {data} GPU"
                              f"{'s' if data > 1 else ''})")
-        elif known_accum:
+        elif accum is not None:
             if total % (accum * data):
-                raise fail(f"{total} is not a multiple of accumulation × data-parallel = {accum} × {data}")
+                raise self.batch_error(batch, f"{total} is not a multiple of accumulation × data-parallel = {accum} × "
+                                              f"{data}")
             self.set_derived("training.micro_batch_size", total // (accum * data), batch,
                              f"DeepSpeed derives it: train_batch_size {total} ÷ (accumulation {accum} × {data} GPU"
                              f"{'s' if data > 1 else ''})")
         else:
             if total % data:
-                raise fail(f"{total} is not a multiple of the {data} data-parallel GPUs")
+                raise self.batch_error(batch, f"{total} is not a multiple of the {data} data-parallel GPUs")
             self.set_derived("training.gradient_accumulation_steps", 1, batch, "DeepSpeed's rule with only "
                              "train_batch_size: one micro-batch a step")
             self.set_derived("training.micro_batch_size", total // data, batch, f"DeepSpeed derives it: "
                              f"train_batch_size {total} ÷ {data} GPU{'s' if data > 1 else ''}")
+
+    def batch_error(self, batch: Fact, message: str) -> DomainError:
+        return self.error_at(batch, f"{message} (DeepSpeed requires train_batch_size = "
+                                    "train_micro_batch_size_per_gpu × gradient_accumulation_steps × GPUs)")
 
     def set_derived(self, field: str, value: int, source: Fact, why: str) -> None:
         self.values[field] = value
