@@ -57,3 +57,14 @@ def least_cpu_s(call: Callable[[], T], limit_s: float, tries: int = TRIES) -> tu
         if least < limit_s:
             break
     return least, result
+
+
+def wall_slowness(tries: int = TRIES) -> float:
+    """How much slower than on the idle machine the calibration runs by the wall clock (never less than 1): what a
+    busy machine adds to the time a request waits for a core, for limits on latency."""
+    least = float("inf")
+    for _ in range(tries):
+        start = time.perf_counter()
+        _calibration()
+        least = min(least, time.perf_counter() - start)
+    return max(least / CALIBRATION_S, 1.0)

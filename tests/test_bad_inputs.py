@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
-LIMIT_S = 1.0
+from tests.cpu import wall_slowness
+
+LIMIT_S = 1.0  # on the idle 2-core machine; scaled by how much slower a busy one runs (`tests.cpu.wall_slowness`)
 DIGITS = "9" * 4301  # one past Python's 4,300-digit limit on int() from text
 JSON = {"content-type": "application/json"}
 
@@ -160,10 +162,10 @@ class HealthPoller:
         self._stop.set()
         self._thread.join(timeout=10)
 
-    def check(self) -> None:
+    def check(self, limit_s: float = LIMIT_S) -> None:
         assert len(self.answers) >= 2 and self.answers[-1][0] >= self.ended, self.answers
         late = [(status, round(elapsed, 3)) for _, status, elapsed in self.answers
-                if status != 200 or elapsed > LIMIT_S]
+                if status != 200 or elapsed > limit_s]
         assert not late, f"/healthz failed or was slow: {late}"
 
 
@@ -175,9 +177,9 @@ def send(url: str, case: Bad) -> tuple[int, bytes, float]:
         return response.status_code, response.content, time.perf_counter() - start
 
 
-def _check(case: Bad, status: int, body: bytes, elapsed: float) -> None:
+def _check(case: Bad, status: int, body: bytes, elapsed: float, limit_s: float = LIMIT_S) -> None:
     assert status == case.status, (case.id, status, body[:300])
-    assert elapsed < LIMIT_S, (case.id, f"{elapsed:.3f} s")
+    assert elapsed < limit_s, (case.id, f"{elapsed:.3f} s against {limit_s:.2f} s")
     if case.method == "HEAD":
         assert body == b""
     else:
@@ -186,14 +188,17 @@ def _check(case: Bad, status: int, body: bytes, elapsed: float) -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
 def test_refused_within_a_second_while_healthz_answers(server_url, case):
+    limit_s = LIMIT_S * wall_slowness()
     with HealthPoller(server_url) as poller:
-        _check(case, *send(server_url, case))
-    poller.check()
+        _check(case, *send(server_url, case), limit_s)
+    poller.check(limit_s)
 
 
 def test_all_at_once(server_url):
+    before = wall_slowness()
     with HealthPoller(server_url) as poller, ThreadPoolExecutor(len(CASES)) as pool:
         results = list(pool.map(lambda case: send(server_url, case), CASES))
+    limit_s = LIMIT_S * max(before, wall_slowness())  # the machine's load while they ran, as near as it can be had
     for case, result in zip(CASES, results, strict=True):
-        _check(case, *result)
-    poller.check()
+        _check(case, *result, limit_s)
+    poller.check(limit_s)
