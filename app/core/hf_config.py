@@ -11,76 +11,30 @@ from collections.abc import Mapping
 from typing import Any, Final, Literal
 
 from app.core.architecture import MAX_LAYERS, TOPK_METHODS, Architecture
+from app.core.config_defaults import (
+    CONFIG_DEFAULTS,
+    DEEPSEEK_V2_DEFAULTS,
+    DEEPSEEK_V2_ROUTED_SCALING,
+    DEEPSEEK_V3_DEFAULTS,
+    DEEPSEEK_V3_ROUTED_SCALING,
+    DEFAULT_MAX_POSITIONS,
+    GEMMA3_SLIDING_WINDOW,
+    GEMMA3_SLIDING_WINDOW_PATTERN,
+    GPT_OSS_DEFAULTS,
+    GPT_OSS_SLIDING_WINDOW_PATTERN,
+    GPT_OSS_SWIGLU,
+    QWEN2_MOE_DEFAULTS,
+)
 from app.core.errors import DomainError
+from app.core.model_kinds import GELU_NAMES, MAX_MODEL_TYPE_CHARS, STANDARD_FIELDS, not_a_decoder
 
 SUPPORTED_MODEL_TYPES: Final = ("gpt2", "llama", "mistral", "qwen2", "gemma", "gemma2", "phi3", "mixtral", "qwen3",
                                  "qwen3_moe", "qwen2_moe", "gemma3_text", "gemma3", "olmo2", "deepseek_v2", "deepseek_v3",
                                  "gpt_oss")
 FIELD_PREFIX: Final = "model.hf_config"
 
-# max_position_embeddings when config.json omits it: each configuration class's default in
-# transformers (LlamaConfig 2048, MistralConfig 4096 * 32, Qwen2Config 32768, GemmaConfig and
-# Gemma2Config 8192, Phi3Config 4096). It shapes no parameter of these rotary models; it only
-# decides when a sequence is longer than the model supports.
-DEFAULT_MAX_POSITIONS: Final = {"llama": 2048, "mistral": 131072, "qwen2": 32768, "gemma": 8192, "gemma2": 8192, "phi3": 4096,
-                                "mixtral": 131072, "qwen3": 32768, "qwen3_moe": 32768, "gemma3_text": 131072,
-                                "olmo2": 2048}
-
-# Every dimension a config.json may leave out, for the model types whose configuration class gives each one a
-# default (transformers 5.24): Gemma3TextConfig (configuration_gemma3.py; a Gemma 3 config.json for the 4B, 12B
-# and 27B models writes only what differs, so its text_config has no vocab_size or head counts) and Olmo2Config
-# (configuration_olmo2.py; num_key_value_heads falls back to num_attention_heads, as for every type).
-CONFIG_DEFAULTS: Final[dict[str, dict[str, int]]] = {
-    "gemma3_text": {"vocab_size": 262_208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
-                    "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256},
-    "olmo2": {"vocab_size": 50304, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
-              "num_attention_heads": 32},
-}
-# DeepseekV3Config's defaults (configuration_deepseek_v3.py, transformers 5.24), which are DeepSeek-V3's own
-# config.json numbers (https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json) except
-# max_position_embeddings (4096 in the class, 163840 in the checkpoint's file).
-DEEPSEEK_V3_DEFAULTS: Final = {"vocab_size": 129_280, "hidden_size": 7168, "intermediate_size": 18432,
-                               "moe_intermediate_size": 2048, "num_hidden_layers": 61, "num_attention_heads": 128,
-                               "n_shared_experts": 1, "n_routed_experts": 256, "num_experts_per_tok": 8,
-                               "first_k_dense_replace": 3, "n_group": 8, "topk_group": 4, "kv_lora_rank": 512,
-                               "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
-                               "v_head_dim": 128, "max_position_embeddings": 4096}
-DEEPSEEK_V3_ROUTED_SCALING: Final = 2.5
-# DeepseekV2Config's defaults (configuration_deepseek_v2.py, transformers 5.24). It has none for num_experts_per_tok,
-# n_group and topk_group (None, with which DeepseekV2TopkRouter cannot route): a config.json gives the first, and the
-# other two where it routes by group (topk_method "group_limited_greedy"). DeepSeek-V2's and DeepSeek-V2-Lite's own
-# numbers are their config.json files' (app/core/data/models.json).
-DEEPSEEK_V2_DEFAULTS: Final = {"vocab_size": 102_400, "hidden_size": 4096, "intermediate_size": 11008,
-                               "moe_intermediate_size": 1407, "num_hidden_layers": 32, "num_attention_heads": 32,
-                               "n_shared_experts": 2, "n_routed_experts": 64, "first_k_dense_replace": 0,
-                               "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_nope_head_dim": 128,
-                               "qk_rope_head_dim": 64, "v_head_dim": 128, "max_position_embeddings": 2048}
-DEEPSEEK_V2_ROUTED_SCALING: Final = 1.0
-# Gemma3TextConfig: sliding_window 4096, and without layer_types every sliding_window_pattern-th layer (6) attends
-# to all tokens, the others within the window.
-GEMMA3_SLIDING_WINDOW: Final = 4096
-GEMMA3_SLIDING_WINDOW_PATTERN: Final = 6
-# GptOssConfig's defaults (configuration_gpt_oss.py, transformers 5.24), which are gpt-oss-120b's config.json numbers
-# (https://huggingface.co/openai/gpt-oss-120b/blob/main/config.json); without layer_types every second layer
-# attends to all tokens, the others within sliding_window.
-GPT_OSS_DEFAULTS: Final = {"vocab_size": 201_088, "hidden_size": 2880, "intermediate_size": 2880,
-                           "num_hidden_layers": 36, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
-                           "num_local_experts": 128, "num_experts_per_tok": 4, "sliding_window": 128,
-                           "max_position_embeddings": 131_072}
-GPT_OSS_SLIDING_WINDOW_PATTERN: Final = 2
-# Qwen2MoeConfig's defaults (configuration_qwen2_moe.py, transformers 5.24), which are Qwen1.5-MoE-A2.7B's config.json
-# numbers (https://huggingface.co/Qwen/Qwen1.5-MoE-A2.7B/blob/main/config.json) except max_position_embeddings
-# (32768 in the class, 8192 in the checkpoint's file).
-QWEN2_MOE_DEFAULTS: Final = {"vocab_size": 151_936, "hidden_size": 2048, "intermediate_size": 5632,
-                             "num_hidden_layers": 24, "num_attention_heads": 16, "num_key_value_heads": 16,
-                             "max_position_embeddings": 32768, "decoder_sparse_step": 1, "moe_intermediate_size": 1408,
-                             "shared_expert_intermediate_size": 5632, "num_experts_per_tok": 4, "num_experts": 60}
-GPT_OSS_SWIGLU: Final = {"swiglu_alpha": 1.702, "swiglu_limit": 7.0}
 GEMMA_TYPES: Final = ("gemma", "gemma2", "gemma3_text")
 
-# Activation names Hugging Face uses (transformers/activations.py ACT2FN) mapped to our MLP kinds
-# for the two-matrix MLP of GPT-2; gated models use them inside SwiGLU/GeGLU.
-GELU_NAMES: Final = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_accurate", "quick_gelu")
 
 
 # Config numbers beyond this are no model's (the architecture's own ranges are far smaller); refusing
@@ -189,41 +143,6 @@ def architecture_from_hf_config(config: Mapping[str, Any]) -> Architecture:
         raise DomainError(error.field.replace("model.", f"{reader.prefix}.", 1), error.message) from None
 
 
-# What a config.json of a model type with no record here must carry to be estimated as a Llama-style decoder.
-STANDARD_FIELDS: Final = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
-# The classes a decoder-only language model's config.json names in `architectures` (LlamaForCausalLM, GPT2LMHeadModel).
-_DECODER_CLASSES: Final = ("ForCausalLM", "LMHeadModel")
-MAX_MODEL_TYPE_CHARS: Final = 64
-# Model types that are encoders, encoder-decoders or vision models whatever their config says (transformers' names).
-NOT_DECODERS: Final = {
-    "bert": "an encoder", "roberta": "an encoder", "xlm-roberta": "an encoder", "distilbert": "an encoder",
-    "albert": "an encoder", "electra": "an encoder", "deberta": "an encoder", "deberta-v2": "an encoder",
-    "modernbert": "an encoder", "t5": "an encoder-decoder", "mt5": "an encoder-decoder", "umt5": "an encoder-decoder",
-    "bart": "an encoder-decoder", "mbart": "an encoder-decoder", "pegasus": "an encoder-decoder",
-    "whisper": "an encoder-decoder", "vit": "a vision model", "clip": "a vision-language model",
-    "siglip": "a vision-language model",
-    # State-space and recurrent models, alone or in hybrids with attention.
-    "mamba": "a state-space model", "mamba2": "a state-space model", "falcon_mamba": "a state-space model",
-    "jamba": "a hybrid of attention and state-space layers", "zamba": "a hybrid of attention and state-space layers",
-    "zamba2": "a hybrid of attention and state-space layers", "falcon_h1": "a hybrid of attention and state-space "
-    "layers", "bamba": "a hybrid of attention and state-space layers", "recurrent_gemma": "a recurrent model",
-    "rwkv": "a recurrent model", "xlstm": "a recurrent model",
-    # Decoders whose MLP has no gate (fc1, activation, fc2), or whose blocks run attention and MLP in parallel.
-    "gpt_neox": "a decoder with an MLP without a gate", "phi": "a decoder with an MLP without a gate",
-    "starcoder2": "a decoder with an MLP without a gate", "gpt_bigcode": "a decoder with an MLP without a gate",
-    "falcon": "a decoder with an MLP without a gate", "gptj": "a decoder with an MLP without a gate",
-    "gpt_neo": "a decoder with an MLP without a gate", "codegen": "a decoder with an MLP without a gate",
-    "opt": "a decoder with an MLP without a gate", "bloom": "a decoder with an MLP without a gate",
-    "mpt": "a decoder with an MLP without a gate",
-}
-# Keys of a config.json that mark a mixture of experts or state-space layers, which a Llama-style stand-in would
-# count as dense attention layers (OLMoE's 6.9B parameters as 0.6B).
-_EXPERT_KEYS: Final = ("num_experts", "num_local_experts", "n_routed_experts", "num_experts_per_tok",
-                       "moe_intermediate_size", "ffn_config", "moe_layer_freq")
-_STATE_SPACE_KEYS: Final = ("mamba_d_state", "mamba_expand", "ssm_cfg", "state_size", "attn_layer_period",
-                            "layers_block_type", "block_types", "hybrid_override_pattern", "mamba_d_conv")
-
-
 def _unknown_decoder(config: Mapping[str, Any], model_type: Any) -> Architecture:
     """A model type with no record: estimated as a Llama-style decoder from its config's standard sizes, where it is
     a decoder-only language model and carries them (`families.stand_in_warnings` says so in the answer); otherwise
@@ -233,7 +152,7 @@ def _unknown_decoder(config: Mapping[str, Any], model_type: Any) -> Architecture
     if not isinstance(model_type, str) or not 0 < len(model_type) <= MAX_MODEL_TYPE_CHARS:
         raise DomainError(field, f"must be the model type's name, a string of 1 to {MAX_MODEL_TYPE_CHARS} characters, "
                                  f"got {_short(model_type)}")
-    why = _not_a_decoder(config)
+    why = not_a_decoder(config)
     if why:
         raise DomainError(field, f"model_type {model_type!r} is {why}: with no record of its own it cannot be "
                                  f"estimated as a Llama-style decoder; {supported}")
@@ -249,33 +168,6 @@ def _unknown_decoder(config: Mapping[str, Any], model_type: Any) -> Architecture
         if error.field.startswith(FIELD_PREFIX):
             raise
         raise DomainError(error.field.replace("model.", f"{FIELD_PREFIX}.", 1), error.message) from None
-
-
-def _not_a_decoder(config: Mapping[str, Any]) -> str:
-    """Why a config.json describes something other than a decoder-only language model, or "" if nothing says so."""
-    known = NOT_DECODERS.get(str(config.get("model_type")))
-    if known:
-        return known
-    if config.get("is_encoder_decoder") is True:
-        return "an encoder-decoder (is_encoder_decoder)"
-    for key in ("vision_config", "text_config", "audio_config"):
-        if config.get(key) is not None:
-            return f"a multimodal model ({key})"
-    classes = config.get("architectures")
-    if isinstance(classes, list) and classes and all(isinstance(name, str) for name in classes):
-        if not any(name.endswith(_DECODER_CLASSES) for name in classes):
-            return f"a model of class {_short(classes[0])} (no ...ForCausalLM in architectures)"
-    if config.get("type_vocab_size") is not None:
-        return "an encoder (type_vocab_size: token type embeddings)"
-    for keys, kind in ((_EXPERT_KEYS, "a mixture of experts"), (_STATE_SPACE_KEYS, "a model with state-space layers")):
-        found = next((key for key in keys if config.get(key) not in (None, 0, 1)), None)
-        if found:
-            return f"{kind} ({found}), which a Llama-style stand-in would count as dense attention layers"
-    act = config.get("hidden_act", config.get("hidden_activation"))
-    if isinstance(act, str) and act in GELU_NAMES:
-        return (f"a decoder with the {act} activation, whose MLP may have no gate (as GPT-NeoX's, Phi-2's and "
-                "StarCoder2's): a Llama-style stand-in would count it 1.5 times over")
-    return ""
 
 
 def _gemma3_text_config(config: Mapping[str, Any]) -> _Reader:
