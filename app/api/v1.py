@@ -10,15 +10,12 @@ from fastapi.responses import Response
 from pydantic_core import to_json
 
 from app import core, wire
+from app.api.config_schemas import ExportRequest, ExportResponse, ImportRequest, ImportResponse
 from app.api.errors import domain_error_detail
 from app.api.schemas import (
     EstimateRequest,
     EstimateResponse,
-    ExportRequest,
-    ExportResponse,
     GpuOut,
-    ImportRequest,
-    ImportResponse,
     ModelPresetOut,
     PrecisionPresetOut,
     PresetsResponse,

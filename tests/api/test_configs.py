@@ -19,7 +19,7 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance, status_code_conformance
 
 from app import configs
-from app.api.schemas import ExportResponse, ImportResponse
+from app.api.config_schemas import ExportResponse, ImportResponse
 from app.main import app
 
 client = TestClient(app)
