@@ -11,7 +11,8 @@ Costs known to be over their limits (measured on a 2-core machine, by the reprod
 - /solve for a config of thousands of layers (OLMo 2 with 3,810): 0.5-0.95 s, a dozen replays of the allocator at
   about 12,000 tensors each (9.6 s when each replay walked every layer);
 - an import of a text near the body limit where the YAML reader works through it (1 MB of "[": 135-245 ms).
-Their reproducers are expected failures, strict where far over the limit, so that a fix makes them pass loudly.
+Their reproducers are expected failures, not strict: a cost is scaled to the idle machine (`tests.cpu`), and on a
+loaded one the scaled cost of an input just over its limit can dip under it.
 Until then the searches over /solve and /sweep are expected failures run by `make fuzz` only (they find those
 inputs, and shrinking them would take minutes), and the search over /import holds to today's ceiling (TODAY_S), so
 that a regression still fails. A sweep of many values of another
@@ -158,7 +159,7 @@ def test_an_estimate_of_the_most_layers_allowed(model_type):
                                 "gpu": "a100-40gb"})
 
 
-@pytest.mark.xfail(strict=True, reason=KNOWN_SLOW)
+@pytest.mark.xfail(strict=False, reason=KNOWN_SLOW)
 def test_solving_for_the_longest_sequence_of_a_small_model():
     _costs("/api/v1/solve", {"model": {"preset": "gemma-3-1b"}, "gpu": "a100-40gb", "target": "seq_len"})
 
@@ -169,7 +170,7 @@ def test_a_sweep_of_data_parallel_degrees():
                              "vary": {"field": "parallelism.data", "values": values}}, SWEEP_CPU_LIMIT_S)
 
 
-@pytest.mark.xfail(strict=True, reason=KNOWN_SLOW)
+@pytest.mark.xfail(strict=False, reason=KNOWN_SLOW)
 def test_solving_for_a_config_of_thousands_of_layers():
     config = {"model_type": "olmo2", "num_hidden_layers": 3810, "hidden_size": 64, "num_attention_heads": 4,
               "intermediate_size": 128, "vocab_size": 1000}
