@@ -11,7 +11,6 @@ import dataclasses
 import difflib
 import functools
 import os
-import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from typing import Any, Final, NoReturn
 from app import configs, core, wire
 from app.core.job import JOB_FIELDS, Job, JobField, field_value
 from app.core.solver import TARGETS
+from app.web.parse import FormError, parse_gpu_capacity
 
 PROG: Final = "trainmem"
 
@@ -241,20 +241,16 @@ def _float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
 
 
-_SIZE: Final = re.compile(r"\s*(\d{1,7}(?:\.\d{1,6})?)\s*(GiB|GB|TiB|TB)\s*", re.IGNORECASE)
-_SIZE_UNITS: Final = {"gib": 1 << 30, "gb": 10**9, "tib": 1 << 40, "tb": 10**12}
-
-
 def _choice(flag: Flag, text: str) -> str | dict[str, int]:
     choices = flag.field.choices if flag.field else ()
     if text not in choices:
         if flag.path == "gpu":
-            size = _SIZE.fullmatch(text)
-            if size:  # a GPU the catalogue lacks, by its capacity
-                number, unit = size.groups()
-                return {"capacity_bytes": round(float(number) * _SIZE_UNITS[unit.lower()])}
-            raise argparse.ArgumentTypeError(f"unknown GPU {text!r}; choose from {', '.join(choices)}, or give a "
-                                             "capacity such as 24GiB or 96GB for a GPU not listed")
+            try:  # a GPU the catalogue lacks, by its capacity, read as the page reads it
+                return {"capacity_bytes": parse_gpu_capacity("gpu", text)}
+            except FormError as error:
+                why = error.message.rstrip(".") if text.strip()[:1].isdigit() else f"unknown GPU {text!r}"
+            raise argparse.ArgumentTypeError(f"{why}; choose from {', '.join(choices)}, or give a capacity such as "
+                                             "24GiB or 96GB for a GPU not listed")
         noun = flag.path.rpartition(".")[2].replace("_", " ")
         raise argparse.ArgumentTypeError(f"unknown {noun} {text!r}; choose from {', '.join(choices)}")
     return text

@@ -15,28 +15,22 @@ STANDARD_FIELDS: Final = ("hidden_size", "num_hidden_layers", "num_attention_hea
 # The classes a decoder-only language model's config.json names in `architectures` (LlamaForCausalLM, GPT2LMHeadModel).
 _DECODER_CLASSES: Final = ("ForCausalLM", "LMHeadModel")
 MAX_MODEL_TYPE_CHARS: Final = 64
-# Model types that are encoders, encoder-decoders or vision models whatever their config says (transformers' names).
-NOT_DECODERS: Final = {
-    "bert": "an encoder", "roberta": "an encoder", "xlm-roberta": "an encoder", "distilbert": "an encoder",
-    "albert": "an encoder", "electra": "an encoder", "deberta": "an encoder", "deberta-v2": "an encoder",
-    "modernbert": "an encoder", "t5": "an encoder-decoder", "mt5": "an encoder-decoder", "umt5": "an encoder-decoder",
-    "bart": "an encoder-decoder", "mbart": "an encoder-decoder", "pegasus": "an encoder-decoder",
-    "whisper": "an encoder-decoder", "vit": "a vision model", "clip": "a vision-language model",
-    "siglip": "a vision-language model",
+# Model types that are no Llama-style decoder whatever their config says (transformers' names), by kind.
+_KINDS: Final = {
+    "an encoder": ("bert", "roberta", "xlm-roberta", "distilbert", "albert", "electra", "deberta", "deberta-v2",
+                   "modernbert"),
+    "an encoder-decoder": ("t5", "mt5", "umt5", "bart", "mbart", "pegasus", "whisper"),
+    "a vision model": ("vit",),
+    "a vision-language model": ("clip", "siglip"),
     # State-space and recurrent models, alone or in hybrids with attention.
-    "mamba": "a state-space model", "mamba2": "a state-space model", "falcon_mamba": "a state-space model",
-    "jamba": "a hybrid of attention and state-space layers", "zamba": "a hybrid of attention and state-space layers",
-    "zamba2": "a hybrid of attention and state-space layers", "falcon_h1": "a hybrid of attention and state-space "
-    "layers", "bamba": "a hybrid of attention and state-space layers", "recurrent_gemma": "a recurrent model",
-    "rwkv": "a recurrent model", "xlstm": "a recurrent model",
-    # Decoders whose MLP has no gate (fc1, activation, fc2), or whose blocks run attention and MLP in parallel.
-    "gpt_neox": "a decoder with an MLP without a gate", "phi": "a decoder with an MLP without a gate",
-    "starcoder2": "a decoder with an MLP without a gate", "gpt_bigcode": "a decoder with an MLP without a gate",
-    "falcon": "a decoder with an MLP without a gate", "gptj": "a decoder with an MLP without a gate",
-    "gpt_neo": "a decoder with an MLP without a gate", "codegen": "a decoder with an MLP without a gate",
-    "opt": "a decoder with an MLP without a gate", "bloom": "a decoder with an MLP without a gate",
-    "mpt": "a decoder with an MLP without a gate",
+    "a state-space model": ("mamba", "mamba2", "falcon_mamba"),
+    "a hybrid of attention and state-space layers": ("jamba", "zamba", "zamba2", "falcon_h1", "bamba"),
+    "a recurrent model": ("recurrent_gemma", "rwkv", "xlstm"),
+    # Decoders whose MLP has no gate (fc1, activation, fc2), some with attention and MLP in parallel.
+    "a decoder with an MLP without a gate": ("gpt_neox", "phi", "starcoder2", "gpt_bigcode", "falcon", "gptj",
+                                             "gpt_neo", "codegen", "opt", "bloom", "mpt"),
 }
+NOT_DECODERS: Final = {model_type: kind for kind, types in _KINDS.items() for model_type in types}
 # Keys of a config.json that mark a mixture of experts or state-space layers, which a Llama-style stand-in would
 # count as dense attention layers (OLMoE's 6.9B parameters as 0.6B).
 _EXPERT_KEYS: Final = ("num_experts", "num_local_experts", "n_routed_experts", "num_experts_per_tok",
@@ -58,7 +52,7 @@ def not_a_decoder(config: Mapping[str, Any]) -> str:
     classes = config.get("architectures")
     if isinstance(classes, list) and classes and all(isinstance(name, str) for name in classes):
         if not any(name.endswith(_DECODER_CLASSES) for name in classes):
-            return f"a model of class {_shown(classes[0])} (no ...ForCausalLM in architectures)"
+            return f"a model of class {classes[0][:60]!r} (no ...ForCausalLM in architectures)"
     if config.get("type_vocab_size") is not None:
         return "an encoder (type_vocab_size: token type embeddings)"
     for keys, kind in ((_EXPERT_KEYS, "a mixture of experts"), (_STATE_SPACE_KEYS, "a model with state-space layers")):
@@ -71,7 +65,3 @@ def not_a_decoder(config: Mapping[str, Any]) -> str:
                 "StarCoder2's): a Llama-style stand-in would count it 1.5 times over")
     return ""
 
-
-def _shown(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."

@@ -128,8 +128,30 @@ class Row:
     reserved: str | None = None  # the allocator's reserve there, where worked out
 
 
+class Drawing:
+    """What the timeline chart and the sweep charts draw alike: a view box, a widest size, and a key of bands."""
+
+    width: int
+    height: int
+    bands: tuple[Band, ...]  # in painting order: the top category first
+
+    @property
+    def view_box(self) -> str:
+        return f"0 0 {self.width} {self.height}"
+
+    @property
+    def max_width(self) -> float:
+        """The widest it is drawn, in px."""
+        return self.width * MAX_SCALE
+
+    @property
+    def key(self) -> tuple[Band, ...]:
+        """The bands in the table's order (bottom to top), for the key below the chart."""
+        return tuple(reversed(self.bands))
+
+
 @dataclass(frozen=True)
-class Chart:
+class Chart(Drawing):
     width: int
     height: int
     left: float
@@ -152,20 +174,6 @@ class Chart:
     title: str
     desc: str
     rows: tuple[Row, ...]
-
-    @property
-    def view_box(self) -> str:
-        return f"0 0 {self.width} {self.height}"
-
-    @property
-    def max_width(self) -> float:
-        """The widest it is drawn, in px."""
-        return self.width * MAX_SCALE
-
-    @property
-    def key(self) -> tuple[Band, ...]:
-        """The bands in the table's order (bottom to top), for the key below the chart."""
-        return tuple(reversed(self.bands))
 
 
 def nice_step(value: float, *, ticks: int = TICKS_WANTED) -> float:

@@ -19,13 +19,13 @@ from typing import Final
 from app import core
 from app.web.chart import (
     FONT,
-    MAX_SCALE,
     PAD,
     TEXT_ASCENT,
     TEXT_DESCENT,
     Band,
     Box,
     CapacityMark,
+    Drawing,
     Tick,
     letter_spot,
     num,
@@ -83,7 +83,7 @@ class TableRow:
 
 
 @dataclass(frozen=True)
-class SweepChart:
+class SweepChart(Drawing):
     id: str
     width: int
     height: int
@@ -109,20 +109,6 @@ class SweepChart:
     head: tuple[str, ...]
     rows: tuple[TableRow, ...]
     notes: tuple[str, ...] = ()  # what the drawing cannot show, in words: "ZeRO-1 and ZeRO-2 coincide: ..."
-
-    @property
-    def view_box(self) -> str:
-        return f"0 0 {self.width} {self.height}"
-
-    @property
-    def max_width(self) -> float:
-        """The widest it is drawn, in px (see app/web/chart.py)."""
-        return self.width * MAX_SCALE
-
-    @property
-    def key(self) -> tuple[Band, ...]:
-        """The bands in the table's order (bottom to top), for the key below the chart."""
-        return tuple(reversed(self.bands))
 
     @property
     def clip_id(self) -> str:

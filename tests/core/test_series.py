@@ -70,12 +70,8 @@ def test_every_point_is_what_an_estimate_says(name, path, low, high):
         _same(point, with_field(job, path, point.value).estimate())
 
 
-@pytest.mark.parametrize("name", ["llama bf16 sdpa", "llama LoRA recompute", "olmo 2 full recompute"])
-def test_a_thousand_lengths_cost_a_few_estimates(name, monkeypatch):
-    # The fit's pieces, their checks and the bisections between them: far fewer estimates than values (make bench
-    # holds the API's sweep to the time of 25 estimate calls).
-    # Replaying the allocator costs most: only the bisection for the largest length that fits replays (about
-    # log2 of the values), the fit itself needs the tensors' timelines only.
+def _counting_estimates(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Each Job.estimate call from here on, as whether it replayed the allocator; `monkeypatch.undo()` ends it."""
     calls: list[bool] = []
     estimate = Job.estimate
 
@@ -84,6 +80,16 @@ def test_a_thousand_lengths_cost_a_few_estimates(name, monkeypatch):
         return estimate(job, reserve=reserve)
 
     monkeypatch.setattr(Job, "estimate", counted)
+    return calls
+
+
+@pytest.mark.parametrize("name", ["llama bf16 sdpa", "llama LoRA recompute", "olmo 2 full recompute"])
+def test_a_thousand_lengths_cost_a_few_estimates(name, monkeypatch):
+    # The fit's pieces, their checks and the bisections between them: far fewer estimates than values (make bench
+    # holds the API's sweep to the time of 25 estimate calls).
+    # Replaying the allocator costs most: only the bisection for the largest length that fits replays (about
+    # log2 of the values), the fit itself needs the tensors' timelines only.
+    calls = _counting_estimates(monkeypatch)
     values = list(range(128, 128 * 1001, 128))
     points = series(JOBS[name], "training.seq_len", values)
     assert len(calls) <= 60 and sum(calls) <= 12
@@ -157,16 +163,9 @@ def test_values_left_over_past_the_pieces_are_judged_by_the_largest_that_fits(gp
     # Gemma 3's sliding windows make its memory polynomial in the sequence only piecewise: past MAX_SEGMENTS pieces
     # the values left over are too many to replay each (1,000 took 8.6 s of CPU), so each gets its tensors' timeline
     # and the fit of the largest length that fits, as a fitted value does; a full estimate agrees wherever compared.
-    replays: list[bool] = []
-    estimate = Job.estimate
-
-    def counted(job: Job, *, reserve: bool = True) -> core.Estimate:
-        replays.append(reserve)
-        return estimate(job, reserve=reserve)
-
     job = _job(GEMMA3, gpu=core.get_gpu(gpu))
     values = [1 + 64 * i for i in range(1000)]
-    monkeypatch.setattr(Job, "estimate", counted)
+    replays = _counting_estimates(monkeypatch)
     points = series(job, "training.seq_len", values)
     monkeypatch.undo()
     assert sum(replays) <= 2 * MAX_REPLAYED
