@@ -12,8 +12,9 @@ control at fault, so the page can show it next to that control.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ValidationError
@@ -232,6 +233,24 @@ def precision_values(preset_id: str) -> dict[str, str]:
 # --- the whole form ---------------------------------------------------------------------------------------
 
 
+class _Reader:
+    """Reads controls; keeps the first message per control, and which of them wait for input rather than err."""
+
+    def __init__(self, values: Mapping[str, str]) -> None:
+        self.values = values
+        self.errors: dict[str, str] = {}
+        self.waiting: set[str] = set()
+
+    def __call__(self, control: str, reader: Any) -> Any:
+        try:
+            return reader(control, self.values[control])
+        except FormError as error:
+            if error.control not in self.errors and isinstance(error, Waiting):
+                self.waiting.add(error.control)
+            self.errors.setdefault(error.control, error.message)
+            return None
+
+
 def parse_form(params: Mapping[str, str]) -> ParsedForm:
     """Read the query parameters, build the request and run the estimate; never raises for bad input."""
     values = default_values()
@@ -240,23 +259,38 @@ def parse_form(params: Mapping[str, str]) -> ParsedForm:
     source: Source = values["source"] if values["source"] in SOURCES else DEFAULT_SOURCE
     unit: Unit = values["unit"] if values["unit"] in UNITS else DEFAULT_UNIT
     values["source"], values["unit"] = source, unit
-    errors: dict[str, str] = {}
-    waiting: set[str] = set()
 
     refill = params.get("fill") == "preset"
     _fill_architecture(values, submitted, source, refill=refill)
     _fill_precision(values, submitted)
 
-    def read(control: str, reader: Any) -> Any:
-        try:
-            return reader(control, values[control])
-        except FormError as error:
-            if error.control not in errors and isinstance(error, Waiting):
-                waiting.add(error.control)
-            errors.setdefault(error.control, error.message)
-            return None
-
+    read = _Reader(values)
     model = _model_dict(values, source, read)
+    training = _training_dict(values, read)
+    parallelism = _parallelism_dict(values, read)
+    host_ram = read(HOST_RAM, parse_bytes) if parallelism.get("offload", "none") != "none" else None
+    finetuning = _finetuning_dict(values, read)
+    gpu = _gpu(values, read)
+    parsed = partial(ParsedForm, source, unit, values, refilled=refill)
+    if read.errors:
+        return parsed(errors=read.errors, waiting=frozenset(read.waiting))
+
+    body = {"model": model, "training": training, "parallelism": parallelism, "finetuning": finetuning,
+            "gpu": gpu}
+    try:
+        request = EstimateRequest.model_validate(body)
+    except ValidationError as error:
+        custom_precision = values["precision"] == CUSTOM_PRECISION
+        return parsed(errors=validation_errors(error, source, precision_is_custom=custom_precision))
+    try:
+        result = run_estimate(request)
+    except core.DomainError as error:
+        control, message = control_for(error.field.split("."), error.message, source)
+        return parsed(request=request, errors={control: message})
+    return parsed(request=request, estimate=result, host_ram_bytes=host_ram)
+
+
+def _training_dict(values: Mapping[str, str], read: _Reader) -> dict[str, Any]:
     training: dict[str, Any] = {name: read(name, parse_tokens if name == "seq_len" else parse_int)
                                 for name in TRAINING_INTS}
     training |= {name: values[name] for name in TRAINING_CHOICES}
@@ -268,10 +302,14 @@ def parse_form(params: Mapping[str, str]) -> ParsedForm:
         training["precision"] = values["precision"]
     if values["loss"] == "chunked":
         training[LOSS_CHUNKS] = read(LOSS_CHUNKS, parse_int)
+    return training
+
+
+def _parallelism_dict(values: Mapping[str, str], read: _Reader) -> dict[str, Any]:
+    """Each control counts only while the page shows it (see templates/page.html), so a value left in the URL from
+    before never errs on a hidden control."""
     parallelism: dict[str, Any] = {name: read(name, parse_int) for name in PARALLEL_INTS}
     parallelism["sequence_parallel"] = values["sequence_parallel"] == TRUE
-    # Each control counts only while the page shows it (see templates/page.html), so a value left
-    # in the URL from before never errs on a hidden control.
     if _above(values["data"], 1):
         parallelism["expert"] = read("expert", parse_int)
         if _above(values["expert"], 1):
@@ -283,32 +321,19 @@ def parse_form(params: Mapping[str, str]) -> ParsedForm:
     if _above(values["tensor"], 1) and values["expert_tensor"].strip():
         parallelism["expert_tensor"] = read("expert_tensor", parse_int)
     if _above(values["pipeline"], 1):
-        parallelism["virtual_stages"] = read("virtual_stages", parse_int)
-        for name in ("first_stage_layers", "last_stage_layers"):
-            if values[name].strip():
-                parallelism[name] = read(name, parse_int)
+        parallelism |= _pipeline_dict(values, read)
     if values["framework"] == "deepspeed":
         parallelism["reduce_bucket_size"] = read("reduce_bucket_size", parse_int)
-    host_ram = read(HOST_RAM, parse_bytes) if parallelism.get("offload", "none") != "none" else None
-    finetuning = _finetuning_dict(values, read)
-    gpu = _gpu(values, read)
-    if errors:
-        return ParsedForm(source, unit, values, refilled=refill, errors=errors, waiting=frozenset(waiting))
+    return parallelism
 
-    body = {"model": model, "training": training, "parallelism": parallelism, "finetuning": finetuning,
-            "gpu": gpu}
-    try:
-        request = EstimateRequest.model_validate(body)
-    except ValidationError as error:
-        custom_precision = values["precision"] == CUSTOM_PRECISION
-        errors = validation_errors(error, source, precision_is_custom=custom_precision)
-        return ParsedForm(source, unit, values, refilled=refill, errors=errors)
-    try:
-        result = run_estimate(request)
-    except core.DomainError as error:
-        control, message = control_for(error.field.split("."), error.message, source)
-        return ParsedForm(source, unit, values, refilled=refill, request=request, errors={control: message})
-    return ParsedForm(source, unit, values, refilled=refill, request=request, estimate=result, host_ram_bytes=host_ram)
+
+def _pipeline_dict(values: Mapping[str, str], read: _Reader) -> dict[str, Any]:
+    """The interleaving and the uneven stages, read when there is more than one pipeline stage."""
+    pipeline = {"virtual_stages": read("virtual_stages", parse_int)}
+    for name in ("first_stage_layers", "last_stage_layers"):
+        if values[name].strip():
+            pipeline[name] = read(name, parse_int)
+    return pipeline
 
 
 def _above(raw: str, threshold: int) -> bool:
@@ -384,18 +409,21 @@ def _model_dict(values: Mapping[str, str], source: Source, read: Any) -> dict[st
     # Every field is explicit: the controls show resolved values, so an emptied one is an error
     # rather than a silent fallback to the preset's value.
     for name in ARCHITECTURE_FIELDS:
-        raw = values.get(name, "").strip()
-        if name in ARCH_CHECKBOXES:
-            model[name] = raw == TRUE
-        elif name == "qkv_bias":
-            model[name] = raw == TRUE if raw else values.get("attention_bias") == TRUE
-        elif name in ARCH_INTS:
-            model[name] = read(name, parse_int)
-        elif name in ARCH_FLOATS:
-            model[name] = read(name, parse_probability)
-        else:
-            model[name] = raw
+        model[name] = _architecture_field(name, values, read)
     return {name: value for name, value in model.items() if value is not None}
+
+
+def _architecture_field(name: str, values: Mapping[str, str], read: Any) -> Any:
+    raw = values.get(name, "").strip()
+    if name in ARCH_CHECKBOXES:
+        return raw == TRUE
+    if name == "qkv_bias":
+        return raw == TRUE if raw else values.get("attention_bias") == TRUE
+    if name in ARCH_INTS:
+        return read(name, parse_int)
+    if name in ARCH_FLOATS:
+        return read(name, parse_probability)
+    return raw
 
 
 # --- errors to controls -----------------------------------------------------------------------------------
@@ -414,20 +442,36 @@ def control_for(path: Sequence[str | int], message: str, source: Source) -> tupl
 
 
 def _control_for(path: Sequence[str | int], message: str, source: Source) -> tuple[str, str]:
-    active = set(COMMON_CONTROLS) | set(SOURCE_CONTROLS[source])
+    parts = _error_parts(path)
+    if parts and parts[0] == "gpu" and parts[-1] in GPU_FIELDS:
+        return GPU_FIELDS[parts[-1]], _prefixed([], message)
+    index = _last_active(parts, set(COMMON_CONTROLS) | set(SOURCE_CONTROLS[source]))
+    if index is not None:
+        return parts[index], _prefixed(_keys(parts[index + 1:], ALL_CONTROLS), message)
+    if parts and parts[0] == "model":
+        return MAIN_CONTROL[source], _prefixed(_keys(parts[1:], {*SOURCE_CONTROLS[source], "hf_config"}), message)
+    return "form", _prefixed(parts, message)
+
+
+def _keys(parts: Sequence[str], controls: Collection[str]) -> list[str]:
+    """The parts of an error's path to name in its message: neither controls nor pydantic's type tags."""
+    return [part for part in parts if part not in controls and not _is_type_tag(part)]
+
+
+def _error_parts(path: Sequence[str | int]) -> list[str]:
+    """An error's path as words, without pydantic's ``body``/``query`` and with the finetuning aliases resolved."""
     parts = [str(part) for part in path if str(part) not in ("body", "query")]
     if len(parts) > 1 and parts[0] == "finetuning" and parts[1] in FINETUNING_ALIASES:
         parts = [parts[0], FINETUNING_ALIASES[parts[1]], *parts[2:]]
-    if parts and parts[0] == "gpu" and parts[-1] in GPU_FIELDS:
-        return GPU_FIELDS[parts[-1]], _prefixed([], message)
+    return parts
+
+
+def _last_active(parts: Sequence[str], active: set[str]) -> int | None:
+    """The index of the last part that names a control on screen."""
     for index in range(len(parts) - 1, -1, -1):
         if parts[index] in active:
-            rest = [p for p in parts[index + 1:] if p not in ALL_CONTROLS and not _is_type_tag(p)]
-            return parts[index], _prefixed(rest, message)
-    if parts and parts[0] == "model":
-        rest = [p for p in parts[1:] if p not in SOURCE_CONTROLS[source] and p not in ("hf_config",) and not _is_type_tag(p)]
-        return MAIN_CONTROL[source], _prefixed(rest, message)
-    return "form", _prefixed(parts, message)
+            return index
+    return None
 
 
 def _other_union_branch(loc: Sequence[str | int], *, precision_is_custom: bool) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from app import core
 from app.core.estimate import Host
@@ -247,30 +247,45 @@ def _bar(title: str, breakdown: Mapping[str, int | None], capacity: int | None, 
     beyond = beyond or {}
     total = sum(value or 0 for value in breakdown.values()) + sum(beyond.values())
     scale = max(total, capacity or 0)
+    segments = tuple(_segment(category, label, short, value, scale, unit)
+                     for category, label, short, value in _named(breakdown, unknown, beyond) if value is not None)
+    return Bar(
+        title=title,
+        segments=segments,
+        total=format_bytes(total, unit),
+        total_exact=format_exact_bytes(total),
+        **_capacity_line(capacity, scale, unit),
+        over=over,
+    )
+
+
+def _named(breakdown: Mapping[str, int | None], unknown: frozenset[str],
+           beyond: Mapping[str, int]) -> list[tuple[str, str, str, int | None]]:
+    """(id, label, letter, bytes) of each segment a bar may show: the computed categories, then what lies beyond
+    the tensors."""
     named = [(category, CATEGORY_LABELS[category], CATEGORY_SHORT[category], breakdown[category])
              for category in core.CATEGORIES if category not in unknown]
     named += [(key, label, short, beyond[key]) for key, label, short in RESERVE_SEGMENTS if beyond.get(key)]
-    segments = []
-    for category, label, short, value in named:
-        if value is None:
-            continue
-        share = 100 * value / scale if scale else 0.0
-        short_text = short if share >= SHORT_LABEL_MIN_PERCENT else ""
-        text = label if share >= LABEL_MIN_PERCENT else short_text
-        segments.append(Segment(
-            category=category, label=label, short=short, bytes=value,
-            size=format_bytes(value, unit), exact=format_exact_bytes(value), width=percent(value, scale), text=text, short_text=short_text,
-        ))
-    return Bar(
-        title=title,
-        segments=tuple(segments),
-        total=format_bytes(total, unit),
-        total_exact=format_exact_bytes(total),
-        capacity_at=percent(capacity, scale) if capacity else None,
-        capacity_label=format_bytes(capacity, unit) if capacity else None,
-        capacity_align="end" if capacity and 100 * capacity / scale > CAPACITY_LABEL_FLIP_PERCENT else "start",
-        over=over,
+    return named
+
+
+def _segment(category: str, label: str, short: str, value: int, scale: int, unit: Unit) -> Segment:
+    """One category's part of a bar: the label where it fits, else the letter where that fits, else nothing."""
+    share = 100 * value / scale if scale else 0.0
+    short_text = short if share >= SHORT_LABEL_MIN_PERCENT else ""
+    text = label if share >= LABEL_MIN_PERCENT else short_text
+    return Segment(
+        category=category, label=label, short=short, bytes=value,
+        size=format_bytes(value, unit), exact=format_exact_bytes(value), width=percent(value, scale), text=text, short_text=short_text,
     )
+
+
+def _capacity_line(capacity: int | None, scale: int, unit: Unit) -> dict[str, Any]:
+    """Where a bar's capacity line sits, its label and the side the label goes on; none without a capacity."""
+    if not capacity:
+        return {"capacity_at": None, "capacity_label": None, "capacity_align": "start"}
+    return {"capacity_at": percent(capacity, scale), "capacity_label": format_bytes(capacity, unit),
+            "capacity_align": "end" if 100 * capacity / scale > CAPACITY_LABEL_FLIP_PERCENT else "start"}
 
 
 def verdict(fit: core.GpuFit | None, peak_bytes: int, unit: Unit, *, gpus: int, at: str = "") -> Verdict:
@@ -361,30 +376,12 @@ def result_view(result: core.Estimate, parallelism: core.Parallelism, unit: Unit
     unknown = frozenset(category for category in core.CATEGORIES if result.per_gpu[category] is None)
     gpus_word = "GPU" if world == 1 else "GPUs"
     per_param = result.bytes_per_param
-    legend = tuple(
-        LegendRow(
-            category=category,
-            label=CATEGORY_LABELS[category],
-            short=CATEGORY_SHORT[category],
-            at_peak=_maybe_bytes(None if category in unknown else peak.breakdown[category], unit),
-            per_gpu=_maybe_bytes(result.per_gpu[category], unit),
-            cluster=_maybe_bytes(result.cluster[category], unit),
-            share=_share(result.per_gpu[category], per_gpu_total),
-            bytes_per_param=format_bytes_per_param(per_param[category]) if category in per_param else None,
-        )
-        for category in core.CATEGORIES
-    )
-    stage_note = None
-    if parallelism.pipeline > 1:
-        stage_note = (f"Per-GPU figures are those of pipeline stage {result.pipeline_stage + 1} of "
-                      f"{parallelism.pipeline}, the most loaded.")
     said = verdict(result.gpu, peak.bytes, unit, gpus=world, at=f"{peak.event}, step {peak.step}")
     return ResultView(
         unit=unit,
         unit_name=UNIT_NAMES[unit],
         verdict=said,
-        compact=compact_verdict(said, result.gpu.reserved_bytes + result.gpu.outside_bytes if result.gpu else peak.bytes,
-                                capacity, unit),
+        compact=compact_verdict(said, _needs(result), capacity, unit),
         peak_total=format_bytes(peak.bytes, unit),
         peak_total_exact=format_exact_bytes(peak.bytes),
         per_gpu_total=format_bytes(per_gpu_total, unit),
@@ -393,13 +390,13 @@ def result_view(result: core.Estimate, parallelism: core.Parallelism, unit: Unit
         param_count=format_count(result.param_count),
         world_size=world,
         layout=f"{world:,} {gpus_word}: data {parallelism.data} × tensor {parallelism.tensor} × pipeline {parallelism.pipeline}",
-        stage_note=stage_note,
+        stage_note=_stage_note(result, parallelism),
         model_states_only=result.per_gpu["activations"] is None,
         per_gpu_bar=_bar("Per GPU at the peak (most-loaded rank)", peak.breakdown, capacity, unit, over=over,
                          unknown=unknown, beyond=_beyond(result)),
         cluster_bar=_bar(f"Cluster, sum of every buffer, {world:,} {gpus_word}", result.cluster,
                          capacity * world if capacity else None, unit, over=over),
-        legend=legend,
+        legend=_legend(result, unit, unknown),
         legend_total=LegendTotal(format_bytes(peak.bytes, unit), format_bytes(per_gpu_total, unit),
                                  format_bytes(result.cluster.total_bytes, unit)),
         timeline=timeline_chart(result.timeline, unit=unit, unit_bytes=UNIT_BYTES[unit],
@@ -407,12 +404,52 @@ def result_view(result: core.Estimate, parallelism: core.Parallelism, unit: Unit
                                 reserved=result.reserved_timeline, over=over),
         attention_note=attention_note(attention, result.attention_kernel),
         bytes_per_param_total=format_bytes_per_param(sum(per_param.values())),
-        bytes_per_param_sum=" + ".join(format_bytes_per_param(per_param[c]) for c in core.CATEGORIES if c in per_param),
+        bytes_per_param_sum=_per_param_sum(per_param),
         explanations=_explanations(result, unit),
-        warnings=tuple(warning for warning in result.warnings if not is_general(warning)),
-        general_warnings=tuple(warning for warning in result.warnings if is_general(warning)),
+        warnings=_warnings(result, general=False),
+        general_warnings=_warnings(result, general=True),
         trainable=trainable_note(result.param_count, result.trainable_param_count),
         host=host_view(result.host, host_ram, unit) if result.host is not None else None,
+    )
+
+
+def _per_param_sum(per_param: Mapping[str, float]) -> str:
+    return " + ".join(format_bytes_per_param(per_param[c]) for c in core.CATEGORIES if c in per_param)
+
+
+def _warnings(result: core.Estimate, *, general: bool) -> tuple[str, ...]:
+    """The estimate's warnings about this setup, or (`general`) those true of every setup of its kind."""
+    return tuple(warning for warning in result.warnings if is_general(warning) == general)
+
+
+def _needs(result: core.Estimate) -> int:
+    """What the step needs of a GPU: the allocator's reserve and what lies outside it; without a GPU, the peak."""
+    return result.gpu.reserved_bytes + result.gpu.outside_bytes if result.gpu else result.peak.bytes
+
+
+def _stage_note(result: core.Estimate, parallelism: core.Parallelism) -> str | None:
+    if parallelism.pipeline <= 1:
+        return None
+    return (f"Per-GPU figures are those of pipeline stage {result.pipeline_stage + 1} of "
+            f"{parallelism.pipeline}, the most loaded.")
+
+
+def _legend(result: core.Estimate, unit: Unit, unknown: frozenset[str]) -> tuple[LegendRow, ...]:
+    """One row per category: at the peak, summed per GPU and over the cluster, its share and its bytes per
+    parameter."""
+    per_param = result.bytes_per_param
+    return tuple(
+        LegendRow(
+            category=category,
+            label=CATEGORY_LABELS[category],
+            short=CATEGORY_SHORT[category],
+            at_peak=_maybe_bytes(None if category in unknown else result.peak.breakdown[category], unit),
+            per_gpu=_maybe_bytes(result.per_gpu[category], unit),
+            cluster=_maybe_bytes(result.cluster[category], unit),
+            share=_share(result.per_gpu[category], result.per_gpu.total_bytes),
+            bytes_per_param=format_bytes_per_param(per_param[category]) if category in per_param else None,
+        )
+        for category in core.CATEGORIES
     )
 
 
