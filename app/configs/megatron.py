@@ -40,6 +40,19 @@ DTYPES: Final = {"fp32": "fp32", "fp16": "fp16", "bf16": "bf16", "fp8": None}
 FP8_RECIPE_IDS: Final = {"delayed": "te-delayed", "tensorwise": "te-tensorwise", "mxfp8": "te-mxfp8"}
 FP8_RECIPE_CHOICES: Final = ("tensorwise", "delayed", "mxfp8", "blockwise", "custom")
 FP8_DEFAULT_HISTORY: Final = 1  # TransformerConfig.fp8_amax_history_len
+# The flags that tune --fp8-format, left aside without it.
+FP8_FLAGS: Final = ("fp8-recipe", "fp8-param-gather", "fp8-amax-history-len", "fp8-amax-compute-algo", "fp8-margin",
+                    "first-last-layers-bf16")
+PATH_FLAGS: Final = frozenset({"data-path", "train-data-path", "valid-data-path", "test-data-path", "vocab-file",
+                               "merge-file", "save", "load", "tensorboard-dir", "data-cache-path", "tokenizer-model"})
+# --use-precision-aware-optimizer's dtypes, read only with that switch.
+OPTIMIZER_DTYPE_FLAGS: Final = ("main-grads-dtype", "main-params-dtype", "exp-avg-dtype", "exp-avg-sq-dtype")
+# The presets whose (weights, gradients, master weights, optimizer states, activations) dtypes a command line can
+# name; any other combination is sent as the dtypes themselves.
+PRECISION_PRESETS: Final = {"megatron-bf16": ("bf16", "fp32", "fp32", "fp32", "bf16"),
+                            "fp16-fp32-master": ("fp16", "fp16", "fp32", "fp32", "fp16"),
+                            "fp32": ("fp32", "fp32", None, "fp32", "fp32"),
+                            "bf16-fp32-master": ("bf16", "bf16", "fp32", "fp32", "bf16")}
 
 
 def _uneven_stages(f: Flags, r: Reading) -> None:
@@ -78,11 +91,10 @@ def read(text: str, r: Reading) -> None:
     context = f.integer("context-parallel-size") or 1
     r.said("training.implementation", "megatron", "(Megatron-LM)", "pretrain_gpt.py", field="",
            note="Megatron-LM's fused layers")
-    for name, value in (("tensor-model-parallel-size", tensor), ("pipeline-model-parallel-size", pipeline)):
+    for name, value in (("tensor-model-parallel-size", tensor), ("pipeline-model-parallel-size", pipeline),
+                        ("context-parallel-size", context)):
         if f.has(name):
             r.said(f"parallelism.{name.split('-')[0]}", value, f.key(name))
-    if f.has("context-parallel-size"):
-        r.said("parallelism.context", context, f.key("context-parallel-size"))
 
     layers = architecture(f, r, tensor)
     _virtual_stages(f, r, layers, pipeline)
@@ -97,22 +109,23 @@ def read(text: str, r: Reading) -> None:
     r.default("training.loop", "plain", "(Megatron-LM)", "Megatron-LM computes the loss inside the model: the "
                                                          "loop's choice does not apply")
     for name in f.values:
-        if name in f.used:
-            continue
-        key = f.key(name)
-        if name in LAUNCHER:
-            r.ignore(key, "how torchrun starts the processes; no memory of its own")
-        elif name in ("num-experts", "expert-model-parallel-size", "expert-tensor-parallel-size") or "moe" in name:
-            r.ignore(key, MOE)
-        elif "fp8" in name:
-            r.ignore(key, FP8)
-        elif name in ("data-path", "train-data-path", "valid-data-path", "test-data-path", "vocab-file",
-                      "merge-file", "save", "load", "tensorboard-dir", "data-cache-path", "tokenizer-model"):
-            r.ignore(key, PATH)
-        elif name.startswith(("overlap-", "tp-comm", "no-async", "ddp-", "distributed-timeout")) or "bucket" in name:
-            r.ignore(key, COMMS)
-        else:
-            r.ignore(key)
+        if name not in f.used:
+            r.ignore(f.key(name), _unread_reason(name))
+
+
+def _unread_reason(name: str) -> str | None:
+    """Why a flag no reader used is left aside; None for the reason its name gives."""
+    if name in LAUNCHER:
+        return "how torchrun starts the processes; no memory of its own"
+    if name in ("num-experts", "expert-model-parallel-size", "expert-tensor-parallel-size") or "moe" in name:
+        return MOE
+    if "fp8" in name:
+        return FP8
+    if name in PATH_FLAGS:
+        return PATH
+    if name.startswith(("overlap-", "tp-comm", "no-async", "ddp-", "distributed-timeout")) or "bucket" in name:
+        return COMMS
+    return None
 
 
 def _batch(f: Flags, r: Reading, model_parallel: int) -> None:
@@ -126,10 +139,15 @@ def _batch(f: Flags, r: Reading, model_parallel: int) -> None:
     seq = f.values.get("seq-length")
     if seq is not None:
         r.said("training.seq_len", f.integer("seq-length"), "--seq-length")
+    data, data_key = _data_parallel(f, r, model_parallel)
+    _accumulation(f, r, micro, data, data_key)
+
+
+def _data_parallel(f: Flags, r: Reading, model_parallel: int) -> tuple[int, str | None]:
+    """The data-parallel degree from torchrun's GPU count, and the key it came from (None when assumed)."""
     nproc_name = "nproc-per-node"
     nproc = f.integer(nproc_name) if f.has(nproc_name) else None
     nodes = f.integer("nnodes") if f.has("nnodes") else None
-    data_key = None
     world = nproc * (nodes or 1) if nproc is not None else None
     if world is not None and world % model_parallel:
         r.ignore(f.key(nproc_name), f"torchrun starts {world} GPUs, not a multiple of tensor × pipeline × context = "
@@ -138,20 +156,24 @@ def _batch(f: Flags, r: Reading, model_parallel: int) -> None:
         if nodes is not None:
             r.ignore("--nnodes", "see --nproc-per-node")
         world = None
-    if world is not None:
-        data = world // model_parallel
-        data_key = f.key(nproc_name)
-        r.said("parallelism.data", data, data_key, nproc,
-               note=f"{world} GPUs (--nproc_per_node × --nnodes) ÷ {model_parallel} (tensor × pipeline × context)")
-        if nodes is not None:
-            r.also("--nnodes", nodes, "parallelism.data")
-        r.assume("parallelism.data", data, f"torchrun's {world} GPUs ÷ (tensor × pipeline × context = "
-                                           f"{model_parallel})")
-        r.said("parallelism.gpus_per_node", nproc, data_key, nproc)
-    else:
-        data = 1
+    if world is None:
         r.default("parallelism.data", 1, "--nproc_per_node", "no usable GPU count (torchrun's --nproc_per_node × "
                                                              "--nnodes): one data-parallel rank assumed")
+        return 1, None
+    data = world // model_parallel
+    data_key = f.key(nproc_name)
+    r.said("parallelism.data", data, data_key, nproc,
+           note=f"{world} GPUs (--nproc_per_node × --nnodes) ÷ {model_parallel} (tensor × pipeline × context)")
+    if nodes is not None:
+        r.also("--nnodes", nodes, "parallelism.data")
+    r.assume("parallelism.data", data, f"torchrun's {world} GPUs ÷ (tensor × pipeline × context = "
+                                       f"{model_parallel})")
+    r.said("parallelism.gpus_per_node", nproc, data_key, nproc)
+    return data, data_key
+
+
+def _accumulation(f: Flags, r: Reading, micro: int, data: int, data_key: str | None) -> None:
+    """Micro-batches per step: --global-batch-size ÷ (micro-batch × data-parallel)."""
     global_batch = f.integer("global-batch-size")
     if global_batch is None:
         r.default("training.gradient_accumulation_steps", 1, "--global-batch-size",
@@ -176,47 +198,64 @@ def _precision(f: Flags, r: Reading) -> None:
     bf16, fp16 = f.switch("bf16"), f.switch("fp16")
     if bf16 and fp16:
         raise r.error("--fp16", "--bf16 and --fp16 cannot both be given")
-    half = "bf16" if bf16 else "fp16" if fp16 else "fp32"
-    key = "--bf16" if bf16 else "--fp16" if fp16 else "--bf16"
+    half, key = _half(bf16=bf16, fp16=fp16)
     grads = "fp32" if bf16 or f.switch("accumulate-allreduce-grads-in-fp32") else half
-    master = "fp32"
-    states = "fp32"
-    if f.switch("use-precision-aware-optimizer"):
-        r.also("--use-precision-aware-optimizer", True, "training.precision")
-        grad_dtype = f.choice("main-grads-dtype", ("fp32", "bf16"))
-        if grad_dtype:
-            grads = grad_dtype
-            r.also("--main-grads-dtype", grad_dtype, "training.precision")
-        param_dtype = f.choice("main-params-dtype", ("fp32", "fp16"))
-        if param_dtype:
-            master = param_dtype
-            r.also("--main-params-dtype", param_dtype, "training.precision")
-        avg = f.choice("exp-avg-dtype", ("fp32", "fp16", "bf16", "fp8"))
-        avg_sq = f.choice("exp-avg-sq-dtype", ("fp32", "fp16", "bf16", "fp8"))
-        if avg or avg_sq:
-            if (avg or "fp32") != (avg_sq or "fp32") or "fp8" in (avg, avg_sq):
-                r.ignore("--exp-avg-dtype" if avg else "--exp-avg-sq-dtype",
-                         "the two Adam moments in different dtypes, or fp8, are not modelled: fp32 assumed")
-            else:
-                states = avg or avg_sq or "fp32"
-                r.also("--exp-avg-dtype" if avg else "--exp-avg-sq-dtype", states, "training.precision")
-    elif any(f.has(name) for name in ("main-grads-dtype", "main-params-dtype", "exp-avg-dtype", "exp-avg-sq-dtype")):
-        for name in ("main-grads-dtype", "main-params-dtype", "exp-avg-dtype", "exp-avg-sq-dtype"):
+    value = _precision_value(half, *_optimizer_dtypes(f, r, grads))
+    if not (bf16 or fp16):
+        r.default("training.precision", value, key, "no --bf16 or --fp16: Megatron-LM trains in fp32")
+        return
+    note = "bf16 weights, gradients accumulated in fp32, an fp32 master copy" if value == "megatron-bf16" else ""
+    r.said("training.precision", value, key, True, note=note)
+
+
+def _half(*, bf16: bool, fp16: bool) -> tuple[str, str]:
+    """The weights' dtype, and the flag that states it (--bf16 when neither is given)."""
+    if fp16:
+        return "fp16", "--fp16"
+    return "bf16" if bf16 else "fp32", "--bf16"
+
+
+def _precision_value(half: str, grads: str, master: str, states: str) -> Any:
+    """The preset these dtypes make, else the dtypes themselves."""
+    dtypes = {"weights": half, "gradients": grads, "master_weights": None if half == "fp32" else master,
+              "optimizer_states": states, "activations": half}
+    return next((name for name, d in PRECISION_PRESETS.items() if tuple(dtypes.values()) == d), dtypes)
+
+
+def _optimizer_dtypes(f: Flags, r: Reading, grads: str) -> tuple[str, str, str]:
+    """(gradients, master weights, optimizer states): --use-precision-aware-optimizer's dtypes, else `grads` and
+    fp32."""
+    if not f.switch("use-precision-aware-optimizer"):
+        for name in OPTIMIZER_DTYPE_FLAGS:
             if f.has(name):
                 f.text(name)
                 r.ignore(f.key(name), "Megatron-LM reads it only with --use-precision-aware-optimizer")
-    dtypes = {"weights": half, "gradients": grads, "master_weights": None if half == "fp32" else master,
-              "optimizer_states": states, "activations": half}
-    presets = {"megatron-bf16": ("bf16", "fp32", "fp32", "fp32", "bf16"),
-               "fp16-fp32-master": ("fp16", "fp16", "fp32", "fp32", "fp16"),
-               "fp32": ("fp32", "fp32", None, "fp32", "fp32"), "bf16-fp32-master": ("bf16", "bf16", "fp32", "fp32", "bf16")}
-    value: Any = next((name for name, d in presets.items() if tuple(dtypes.values()) == d), dtypes)
-    if bf16 or fp16:
-        r.said("training.precision", value, key, True,
-               note="bf16 weights, gradients accumulated in fp32, an fp32 master copy" if value == "megatron-bf16"
-               else "")
-    else:
-        r.default("training.precision", value, key, "no --bf16 or --fp16: Megatron-LM trains in fp32")
+        return grads, "fp32", "fp32"
+    r.also("--use-precision-aware-optimizer", True, "training.precision")
+    grad_dtype = f.choice("main-grads-dtype", ("fp32", "bf16"))
+    if grad_dtype:
+        grads = grad_dtype
+        r.also("--main-grads-dtype", grad_dtype, "training.precision")
+    param_dtype = f.choice("main-params-dtype", ("fp32", "fp16"))
+    if param_dtype:
+        r.also("--main-params-dtype", param_dtype, "training.precision")
+    return grads, param_dtype or "fp32", _moments_dtype(f, r)
+
+
+def _moments_dtype(f: Flags, r: Reading) -> str:
+    """Adam's two moments in one dtype (--exp-avg-dtype, --exp-avg-sq-dtype); fp32 unless both agree on a wider
+    than fp8 one."""
+    avg = f.choice("exp-avg-dtype", ("fp32", "fp16", "bf16", "fp8"))
+    avg_sq = f.choice("exp-avg-sq-dtype", ("fp32", "fp16", "bf16", "fp8"))
+    if not (avg or avg_sq):
+        return "fp32"
+    key = "--exp-avg-dtype" if avg else "--exp-avg-sq-dtype"
+    if (avg or "fp32") != (avg_sq or "fp32") or "fp8" in (avg, avg_sq):
+        r.ignore(key, "the two Adam moments in different dtypes, or fp8, are not modelled: fp32 assumed")
+        return "fp32"
+    states = avg or avg_sq or "fp32"
+    r.also(key, states, "training.precision")
+    return states
 
 
 def _optimizer(f: Flags, r: Reading) -> None:
@@ -253,24 +292,7 @@ def _recompute(f: Flags, r: Reading, per_stage: int | None) -> None:
         else:
             r.ignore("--recompute-activations", "--recompute-granularity is given too")
     elif granularity is not None:
-        method = f.choice("recompute-method", ("uniform", "block"))
-        count = f.integer("recompute-num-layers")
-        value = granularity
-        if granularity == "full" and method == "block" and count is not None and (per_stage is None or
-                                                                                   count < per_stage):
-            r.said("training.activation_checkpointing", "none", "--recompute-method", method)
-            r.assume("training.activation_checkpointing", "none", f"--recompute-method block recomputes only the "
-                     f"first {count} layers of each pipeline stage; the others keep their activations. Counted as "
-                     "no recomputation: an upper bound")
-            r.also("--recompute-granularity", granularity, "training.activation_checkpointing")
-            r.also("--recompute-num-layers", count, "training.activation_checkpointing")
-            return
-        r.said("training.activation_checkpointing", value, "--recompute-granularity", granularity,
-               note="full: each layer keeps only its input" if value == "full" else
-               "selective: the attention core is recomputed")
-        for name in ("recompute-method", "recompute-num-layers"):
-            if f.has(name):
-                r.also(f.key(name), f.values[name], "training.activation_checkpointing")
+        _recompute_granularity(f, r, granularity, per_stage)
     else:
         r.default("training.activation_checkpointing", "none", "--recompute-granularity",
                   "no --recompute-granularity: no recomputation")
@@ -278,6 +300,27 @@ def _recompute(f: Flags, r: Reading, per_stage: int | None) -> None:
             if f.has(name):
                 f.text(name)
                 r.ignore(f.key(name), "no --recompute-granularity: nothing is recomputed")
+
+
+def _recompute_granularity(f: Flags, r: Reading, granularity: str, per_stage: int | None) -> None:
+    """--recompute-granularity with its method: block recomputation of only some layers counts as none."""
+    method = f.choice("recompute-method", ("uniform", "block"))
+    count = f.integer("recompute-num-layers")
+    if granularity == "full" and method == "block" and count is not None and (per_stage is None or
+                                                                               count < per_stage):
+        r.said("training.activation_checkpointing", "none", "--recompute-method", method)
+        r.assume("training.activation_checkpointing", "none", f"--recompute-method block recomputes only the "
+                 f"first {count} layers of each pipeline stage; the others keep their activations. Counted as "
+                 "no recomputation: an upper bound")
+        r.also("--recompute-granularity", granularity, "training.activation_checkpointing")
+        r.also("--recompute-num-layers", count, "training.activation_checkpointing")
+        return
+    r.said("training.activation_checkpointing", granularity, "--recompute-granularity", granularity,
+           note="full: each layer keeps only its input" if granularity == "full" else
+           "selective: the attention core is recomputed")
+    for name in ("recompute-method", "recompute-num-layers"):
+        if f.has(name):
+            r.also(f.key(name), f.values[name], "training.activation_checkpointing")
 
 
 def _attention(f: Flags, r: Reading) -> None:
@@ -306,14 +349,9 @@ def _fp8(f: Flags, r: Reading) -> None:
     """--fp8-format runs the decoder layers' linear layers in FP8 through Transformer Engine
     (TransformerConfig.fp8; megatron/core/fp8_utils.py, get_fp8_recipe and get_fp8_context), with --fp8-recipe's
     recipe (delayed by default). e4m3 and hybrid differ in the gradients' FP8 format, not in bytes."""
-    names = ("fp8-recipe", "fp8-param-gather", "fp8-amax-history-len", "fp8-amax-compute-algo", "fp8-margin",
-             "first-last-layers-bf16")
     fmt = f.choice("fp8-format", ("e4m3", "hybrid"))
     if fmt is None:
-        for name in names:
-            if f.has(name):
-                f.used.add(name)
-                r.ignore(f.key(name), "no --fp8-format: Megatron-LM trains without FP8")
+        _ignore_fp8_flags(f, r, "no --fp8-format: Megatron-LM trains without FP8")
         return
     impl = f.values.get("transformer-impl") or "transformer_engine"
     recipe = f.choice("fp8-recipe", FP8_RECIPE_CHOICES) or "delayed"
@@ -322,10 +360,7 @@ def _fp8(f: Flags, r: Reading) -> None:
         why = (f"--transformer-impl {impl}: Megatron-LM's FP8 runs through Transformer Engine's modules"
                if impl != "transformer_engine" else f"Transformer Engine's {recipe} FP8 recipe is not modelled")
         r.ignore("--fp8-format", f"{why}; {FP8}")
-        for name in names:
-            if f.has(name):
-                f.used.add(name)
-                r.ignore(f.key(name), why)
+        _ignore_fp8_flags(f, r, why)
         return
     r.said("training.fp8", value, "--fp8-format", fmt, note=f"Transformer Engine FP8, --fp8-recipe {recipe}"
            + ("" if f.has("fp8-recipe") else " (Megatron-LM's default)") + "; e4m3 and hybrid take the same bytes")
@@ -333,19 +368,15 @@ def _fp8(f: Flags, r: Reading) -> None:
         r.also("--fp8-recipe", recipe, "training.fp8")
     if f.has("transformer-impl"):
         r.also("--transformer-impl", impl, "training.fp8")
+    _fp8_extras(f, r, recipe)
+
+
+def _fp8_extras(f: Flags, r: Reading, recipe: str) -> None:
+    """The flags that tune Transformer Engine's FP8 without changing what is counted."""
     if f.switch("fp8-param-gather"):
         r.ignore("--fp8-param-gather", "FP8 primary weights (fp8_model_params) are not modelled: counted with 16-bit "
                                        "weights beside Transformer Engine's FP8 weight cache, an upper bound")
-    history = f.integer("fp8-amax-history-len")
-    if history is not None:
-        if recipe != "delayed":
-            r.ignore("--fp8-amax-history-len", "read only with --fp8-recipe delayed")
-        elif history == FP8_DEFAULT_HISTORY:
-            r.also("--fp8-amax-history-len", history, "training.fp8")
-        else:
-            r.ignore("--fp8-amax-history-len", f"counted at Megatron-LM's default length {FP8_DEFAULT_HISTORY}: "
-                                               f"{history} rows add ({history} − 1) × 5 × 4 bytes per linear layer "
-                                               "(five FP8 tensors, fp32 amax), a few MB at most")
+    _fp8_history(f, r, recipe)
     for name in ("fp8-amax-compute-algo", "fp8-margin"):
         if f.has(name):
             f.text(name)
@@ -353,6 +384,28 @@ def _fp8(f: Flags, r: Reading) -> None:
     if f.switch("first-last-layers-bf16"):
         r.ignore("--first-last-layers-bf16", "all decoder layers are counted in FP8: the bf16 ones keep 16-bit "
                                               "inputs and no FP8 weight cache")
+
+
+def _ignore_fp8_flags(f: Flags, r: Reading, why: str) -> None:
+    for name in FP8_FLAGS:
+        if f.has(name):
+            f.used.add(name)
+            r.ignore(f.key(name), why)
+
+
+def _fp8_history(f: Flags, r: Reading, recipe: str) -> None:
+    """--fp8-amax-history-len: read by the delayed recipe, counted at its default length."""
+    history = f.integer("fp8-amax-history-len")
+    if history is None:
+        return
+    if recipe != "delayed":
+        r.ignore("--fp8-amax-history-len", "read only with --fp8-recipe delayed")
+    elif history == FP8_DEFAULT_HISTORY:
+        r.also("--fp8-amax-history-len", history, "training.fp8")
+    else:
+        r.ignore("--fp8-amax-history-len", f"counted at Megatron-LM's default length {FP8_DEFAULT_HISTORY}: "
+                                           f"{history} rows add ({history} − 1) × 5 × 4 bytes per linear layer "
+                                           "(five FP8 tensors, fp32 amax), a few MB at most")
 
 
 def _sharding(f: Flags, r: Reading, tensor: int) -> None:
@@ -364,14 +417,7 @@ def _sharding(f: Flags, r: Reading, tensor: int) -> None:
     fsdp = f.switch("use-torch-fsdp2") or f.switch("use-megatron-fsdp")
     strategy = f.choice("data-parallel-sharding-strategy", tuple(SHARDING))
     if fsdp:
-        stage = SHARDING[strategy or "optim_grads_params"]
-        switch = "--use-torch-fsdp2" if f.has("use-torch-fsdp2") else "--use-megatron-fsdp"
-        key = "--data-parallel-sharding-strategy" if strategy else switch
-        r.said("parallelism.zero_stage", stage, key, strategy or True)
-        r.assume("parallelism.zero_stage", stage, f"FSDP sharding {strategy or 'optim_grads_params (the default)'}: "
-                                                  f"ZeRO stage {stage}")
-        r.said("training.framework", "pytorch", switch, True, note=FSDP_WHY)
-        r.assume("training.framework", "pytorch", FSDP_WHY)
+        _fsdp(f, r, strategy)
     elif f.switch("use-distributed-optimizer"):
         r.said("parallelism.zero_stage", 1, "--use-distributed-optimizer", True, note=DISTRIBUTED_OPTIMIZER_NOTE)
         r.assume("parallelism.zero_stage", 1, DISTRIBUTED_OPTIMIZER_NOTE)
@@ -382,8 +428,19 @@ def _sharding(f: Flags, r: Reading, tensor: int) -> None:
         r.said("training.framework", "megatron", "(Megatron-LM)", "pretrain_gpt.py", note=CONVENTION_NOTE)
         if strategy:
             r.ignore("--data-parallel-sharding-strategy", "read only with --use-megatron-fsdp or --use-torch-fsdp2")
-    if f.has("use-mcore-models") or f.has("use-legacy-models"):
-        for name in ("use-mcore-models", "use-legacy-models"):
-            if f.has(name):
-                f.switch(name)
-                r.ignore(f.key(name), "both model code paths keep the same tensors here")
+    for name in ("use-mcore-models", "use-legacy-models"):
+        if f.has(name):
+            f.switch(name)
+            r.ignore(f.key(name), "both model code paths keep the same tensors here")
+
+
+def _fsdp(f: Flags, r: Reading, strategy: str | None) -> None:
+    """Megatron-LM's FSDP: its sharding strategy as a ZeRO stage, counted with the pytorch convention."""
+    stage = SHARDING[strategy or "optim_grads_params"]
+    switch = "--use-torch-fsdp2" if f.has("use-torch-fsdp2") else "--use-megatron-fsdp"
+    key = "--data-parallel-sharding-strategy" if strategy else switch
+    r.said("parallelism.zero_stage", stage, key, strategy or True)
+    r.assume("parallelism.zero_stage", stage, f"FSDP sharding {strategy or 'optim_grads_params (the default)'}: "
+                                              f"ZeRO stage {stage}")
+    r.said("training.framework", "pytorch", switch, True, note=FSDP_WHY)
+    r.assume("training.framework", "pytorch", FSDP_WHY)
