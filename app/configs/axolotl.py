@@ -106,55 +106,65 @@ def _recomputation(data: dict[str, Any], r: Reading) -> None:
                   "axolotl's default: no gradient checkpointing")
 
 
+# Keys left aside whole (a mapping's every leaf) with one reason; None for the reason a key's name gives.
+IGNORED_WHOLE: Final = {
+    **dict.fromkeys(("torch_compile", "torch_compile_backend", "torch_compile_mode", "torch_compile_options"), COMPILE),
+    **dict.fromkeys(("plugins", "liger_rope", "liger_rms_norm", "liger_glu_activation", "liger_fused_linear_cross_entropy",
+                     "liger_layer_norm", "cut_cross_entropy", "chunked_cross_entropy"),
+                    "fused-kernel plugins (Liger, Cut Cross Entropy) are not modelled: the logits are counted as "
+                    "Hugging Face's modules hold them"),
+}
+# Keys left aside with one reason.
+IGNORED: Final = {
+    **dict.fromkeys(("sample_packing", "pad_to_sequence_len", "eval_sample_packing"),
+                    "packing fills each sequence up to sequence_len, which the estimate already assumes"),
+    **dict.fromkeys(("model_type", "tokenizer_type", "base_model_config", "tokenizer_config", "trust_remote_code",
+                     "model_config_type", "is_llama_derived_model", "is_mistral_derived_model", "is_qwen_derived_model",
+                     "is_falcon_derived_model"),
+                    "the model comes from base_model; class and tokenizer names are not read"),
+}
+# Keys left aside with a reason that depends on whether they are on: key -> (on, off).
+IGNORED_SWITCHES: Final = {"gptq": (QUANTISED, "not quantised"), "activation_offloading": (OFFLOAD, "no offload"),
+                           "layer_offloading": (OFFLOAD, "no offload")}
+# Liger's switches that change what is counted when on: key -> (field, value, note).
+LIGER: Final = {
+    "liger_rms_norm": ("training.implementation", "liger", "Liger Kernel's RMSNorm and SwiGLU"),
+    "liger_glu_activation": ("training.implementation", "liger", "Liger Kernel's RMSNorm and SwiGLU"),
+    "liger_fused_linear_cross_entropy": ("training.loss", "fused-linear", "Liger's fused linear cross entropy"),
+}
+
+
 def _the_rest(data: dict[str, Any], r: Reading) -> None:
     """Every key no step read: adapters' details, kernels and plugins, packing, and what changes no buffer."""
     for key, value in data.items():
         if key in READ_KEYS:
             continue
-        if key.startswith(("lora_", "peft_", "qlora", "relora", "loraplus")) or key in ("peft", "loftq_config"):
-            r.ignore_all(value, key, LORA)
-        elif key in ("gptq",):
-            r.ignore(key, QUANTISED if value else "not quantised")
-        elif key in ("activation_offloading", "layer_offloading"):
-            r.ignore(key, OFFLOAD if value else "no offload")
-        elif key in ("torch_compile", "torch_compile_backend", "torch_compile_mode", "torch_compile_options"):
-            r.ignore_all(value, key, COMPILE)
+        if key in LIGER and value is True:
+            field, said, note = LIGER[key]
+            r.said(field, said, key, value, note=note)
         elif key in ("context_parallel_size", "sequence_parallel_degree"):
             _context(data, key, r)
-        elif key in ("liger_rms_norm", "liger_glu_activation") and value is True:
-            r.said("training.implementation", "liger", key, value, note="Liger Kernel's RMSNorm and SwiGLU")
-        elif key == "liger_fused_linear_cross_entropy" and value is True:
-            r.said("training.loss", "fused-linear", key, value, note="Liger's fused linear cross entropy")
-        elif key in ("plugins", "liger_rope", "liger_rms_norm", "liger_glu_activation", "liger_fused_linear_cross_entropy",
-                     "liger_layer_norm", "cut_cross_entropy", "chunked_cross_entropy"):
-            r.ignore_all(value, key, "fused-kernel plugins (Liger, Cut Cross Entropy) are not modelled: the logits "
-                                     "are counted as Hugging Face's modules hold them")
-        elif key in ("sample_packing", "pad_to_sequence_len", "eval_sample_packing"):
-            r.ignore(key, "packing fills each sequence up to sequence_len, which the estimate already assumes")
-        elif key in ("model_type", "tokenizer_type", "base_model_config", "tokenizer_config", "trust_remote_code",
-                     "model_config_type", "is_llama_derived_model", "is_mistral_derived_model", "is_qwen_derived_model",
-                     "is_falcon_derived_model"):
-            r.ignore(key, "the model comes from base_model; class and tokenizer names are not read")
+        elif key in IGNORED_SWITCHES:
+            on, off = IGNORED_SWITCHES[key]
+            r.ignore(key, on if value else off)
+        elif key in IGNORED:
+            r.ignore(key, IGNORED[key])
+        elif _is_lora_key(key):
+            r.ignore_all(value, key, LORA)
         else:
-            r.ignore_all(value, key)
+            r.ignore_all(value, key, IGNORED_WHOLE.get(key))
+
+
+def _is_lora_key(key: str) -> bool:
+    return key.startswith(("lora_", "peft_", "qlora", "relora", "loraplus")) or key in ("peft", "loftq_config")
 
 
 def _precision(data: dict[str, Any], r: Reading) -> None:
     """axolotl/utils/config resolve_dtype: bf16 'auto' is on where the GPU has bf16; bf16/bfloat16 load the
     weights in bf16, fp16/float16 in fp16 (torch_dtype); the Trainer's bf16/fp16 then run autocast over them."""
     bf16, fp16 = data.get("bf16", "auto"), data.get("fp16")
-    for key in ("bf16", "fp16", "bfloat16", "float16", "float32"):
-        value = data.get(key)
-        if value is not None and not isinstance(value, bool) and not (key == "bf16" and value in ("auto", "full")):
-            raise r.error(key, f"must be true or false{' or auto' if key == 'bf16' else ''}, got {describe(value)}")
-    if data.get("fp8"):
-        r.ignore("fp8", FP8)
-    elif "fp8" in data:
-        r.ignore("fp8", "no fp8")
-    if "fp8_enable_fsdp_float8_all_gather" in data:
-        r.ignore("fp8_enable_fsdp_float8_all_gather", FP8)
-    if "tf32" in data:
-        r.ignore("tf32", "tf32 matmuls change no buffer's size")
+    _check_precision_switches(data, r)
+    _unmodelled_precision(data, r)
     if fp16 is True and bf16 in (True, "full"):
         raise r.error("fp16", "bf16 and fp16 cannot both be true")
     if fp16 is True:
@@ -167,13 +177,52 @@ def _precision(data: dict[str, Any], r: Reading) -> None:
         r.said("amp", "bf16", "bf16", bf16)
         r.said("load_dtype", "bf16", "bf16", bf16, field="", note="axolotl loads the weights in bf16 (torch_dtype)")
     elif bf16 == "auto" and data.get("float32") is not True and not data.get("float16"):
-        key = "bf16"
-        r.default("amp", "bf16", key, "axolotl's bf16 'auto' turns bf16 on where the GPU supports it "
-                                      "(Ampere and later): assumed on")
-        r.default("load_dtype", "bf16", key, "with bf16 on, axolotl loads the weights in bf16")
-        if "bf16" in data:
-            r.also("bf16", "auto", "training.precision", "on where the GPU supports bf16: assumed on")
-    elif data.get("bfloat16"):
+        _bf16_auto(data, r)
+    else:
+        _without_autocast(data, r)
+    _unused_switches(data, fp16, r)
+
+
+def _unused_switches(data: dict[str, Any], fp16: Any, r: Reading) -> None:
+    """The dtype switches no fact came from: superseded, or off."""
+    for key in ("bfloat16", "float16", "float32"):
+        if key in data and not any(f.key == key for f in r.facts):
+            r.ignore(key, "superseded by bf16/fp16" if data[key] else "off")
+    if fp16 is False and not any(f.key == "fp16" for f in r.facts):
+        r.also("fp16", False, "training.precision")
+
+
+def _check_precision_switches(data: dict[str, Any], r: Reading) -> None:
+    for key in ("bf16", "fp16", "bfloat16", "float16", "float32"):
+        value = data.get(key)
+        if value is not None and not isinstance(value, bool) and not (key == "bf16" and value in ("auto", "full")):
+            raise r.error(key, f"must be true or false{' or auto' if key == 'bf16' else ''}, got {describe(value)}")
+
+
+def _unmodelled_precision(data: dict[str, Any], r: Reading) -> None:
+    """FP8 and TF32: read, and left aside."""
+    if data.get("fp8"):
+        r.ignore("fp8", FP8)
+    elif "fp8" in data:
+        r.ignore("fp8", "no fp8")
+    if "fp8_enable_fsdp_float8_all_gather" in data:
+        r.ignore("fp8_enable_fsdp_float8_all_gather", FP8)
+    if "tf32" in data:
+        r.ignore("tf32", "tf32 matmuls change no buffer's size")
+
+
+def _bf16_auto(data: dict[str, Any], r: Reading) -> None:
+    key = "bf16"
+    r.default("amp", "bf16", key, "axolotl's bf16 'auto' turns bf16 on where the GPU supports it "
+                                  "(Ampere and later): assumed on")
+    r.default("load_dtype", "bf16", key, "with bf16 on, axolotl loads the weights in bf16")
+    if "bf16" in data:
+        r.also("bf16", "auto", "training.precision", "on where the GPU supports bf16: assumed on")
+
+
+def _without_autocast(data: dict[str, Any], r: Reading) -> None:
+    """Weights loaded in bf16 (bfloat16) or fp16 (float16) without autocast, else in fp32."""
+    if data.get("bfloat16"):
         r.said("amp", "no", "bfloat16", True)
         r.said("load_dtype", "bf16", "bfloat16", True, field="", note="bf16 weights without autocast")
     elif data.get("float16"):
@@ -183,32 +232,24 @@ def _precision(data: dict[str, Any], r: Reading) -> None:
         key = "bf16" if "bf16" in data else "float32" if "float32" in data else "bf16"
         r.said("amp", "no", key, data.get(key, False))
         r.said("load_dtype", "fp32", key, data.get(key, False), field="")
-    for key in ("bfloat16", "float16", "float32"):
-        if key in data and not any(f.key == key for f in r.facts):
-            r.ignore(key, "superseded by bf16/fp16" if data[key] else "off")
-    if fp16 is False and not any(f.key == "fp16" for f in r.facts):
-        r.also("fp16", False, "training.precision")
 
 
 def _attention(data: dict[str, Any], r: Reading) -> None:
     value = data.get("attn_implementation")
     if value is not None:
-        text = r.string("attn_implementation", value)
-        if "/" in text:  # a hub kernel, e.g. kernels-community/flash-attn3
-            r.said("training.attention", "flash", "attn_implementation", text,
-                   note="a fused kernel from the Hub, counted as flash attention (no score matrix kept)")
-            r.assume("training.attention", "flash", f"{text}: a Hub attention kernel, counted as flash")
-        else:
-            attention = r.choice("attn_implementation", text, ATTENTION)
-            r.said("training.attention", attention, "attn_implementation", text)
-            if text not in ("eager", "sdpa", "flash_attention_2", "flash_attention_3"):
-                r.assume("training.attention", attention, f"{text} keeps no score matrix: counted as flash attention")
-        for switch in ATTENTION_SWITCHES:
-            if data.get(switch):
-                r.ignore(switch, "attn_implementation says which attention runs")
-            elif switch in data:
-                r.ignore(switch, "off")
+        _attn_implementation(data, value, r)
         return
+    on = _attention_switches_on(data, r)
+    if on:
+        name = ATTENTION_SWITCHES[on[0]]
+        r.said("training.attention", ATTENTION[name], on[0], True)
+    else:
+        r.default("training.attention", "sdpa", "attn_implementation",
+                  "no attention set: transformers' default, PyTorch's scaled_dot_product_attention")
+
+
+def _attention_switches_on(data: dict[str, Any], r: Reading) -> list[str]:
+    """The older attention switches that are on (at most one), each of the others left aside as off."""
     on = [switch for switch in ATTENTION_SWITCHES if data.get(switch) is True]
     if len(on) > 1:
         raise r.error(on[1], f"only one attention switch can be on ({on[0]} is on too)")
@@ -217,12 +258,26 @@ def _attention(data: dict[str, Any], r: Reading) -> None:
             raise r.error(switch, f"must be true or false, got {describe(data[switch])}")
         if switch in data and switch not in on:
             r.ignore(switch, "off")
-    if on:
-        name = ATTENTION_SWITCHES[on[0]]
-        r.said("training.attention", ATTENTION[name], on[0], True)
+    return on
+
+
+def _attn_implementation(data: dict[str, Any], value: Any, r: Reading) -> None:
+    """attn_implementation names the kernel (a Hub kernel counts as flash); the older switches then say nothing."""
+    text = r.string("attn_implementation", value)
+    if "/" in text:  # a hub kernel, e.g. kernels-community/flash-attn3
+        r.said("training.attention", "flash", "attn_implementation", text,
+               note="a fused kernel from the Hub, counted as flash attention (no score matrix kept)")
+        r.assume("training.attention", "flash", f"{text}: a Hub attention kernel, counted as flash")
     else:
-        r.default("training.attention", "sdpa", "attn_implementation",
-                  "no attention set: transformers' default, PyTorch's scaled_dot_product_attention")
+        attention = r.choice("attn_implementation", text, ATTENTION)
+        r.said("training.attention", attention, "attn_implementation", text)
+        if text not in ("eager", "sdpa", "flash_attention_2", "flash_attention_3"):
+            r.assume("training.attention", attention, f"{text} keeps no score matrix: counted as flash attention")
+    for switch in ATTENTION_SWITCHES:
+        if data.get(switch):
+            r.ignore(switch, "attn_implementation says which attention runs")
+        elif switch in data:
+            r.ignore(switch, "off")
 
 
 def _engines(data: dict[str, Any], r: Reading) -> None:
@@ -267,30 +322,41 @@ def _fsdp(data: dict[str, Any], ds: Any, r: Reading) -> None:
     options = data.get("fsdp")
     config = data.get("fsdp_config")
     if options or config:
-        if ds:
-            raise r.error("fsdp_config" if config else "fsdp", "DeepSpeed and FSDP cannot both run the model")
-        r.said("engine", "fsdp", "fsdp_config" if config else "fsdp", config or options, field="")
-        # axolotl reads the top-level fsdp_version first (schemas/validation.py, check_fsdp_version_in_fsdp_config)
-        version = fsdp.find_version(r, "fsdp_config", config, outer="fsdp_version", value=data.get("fsdp_version"))
-        if options and not isinstance(options, list):
-            options = str(options).split()
-        strategy = _fsdp_options(options, version, r) if options else None
-        if isinstance(config, dict):
-            # axolotl hands fsdp_config to the Trainer (core/builders/base.py), which passes it on to accelerate
-            fsdp.read_config(r, "fsdp_config", config, strategy=strategy, version=version, trainer=True)
-        else:
-            if version.number == 2 and not strategy:
-                r.default("parallelism.zero_stage", 2, "fsdp_version", fsdp.TRAINER_RESHARD_WHY)
-            elif not strategy:
-                fsdp.default_strategy(r, "fsdp_config")
-            stage = 2 if version.number == 2 and not strategy else fsdp.STRATEGY_STAGES[strategy or "FULL_SHARD"]
-            fsdp.convention(r, version, stage, "fsdp")
-        if "fsdp_version" in data and version.key != "fsdp_version":
-            r.ignore("fsdp_version", "empty: not set")
+        _fsdp_engine(data, ds, options, config, r)
     elif "fsdp" in data or "fsdp_config" in data:
         r.ignore("fsdp" if "fsdp" in data else "fsdp_config", "empty: no FSDP")
     if "fsdp_version" in data and not (options or config):
         r.ignore("fsdp_version", "no FSDP: fsdp_config is not set")
+
+
+def _fsdp_engine(data: dict[str, Any], ds: Any, options: Any, config: Any, r: Reading) -> None:
+    """FSDP from the Trainer's fsdp options and fsdp_config, at the version axolotl reads."""
+    key = "fsdp_config" if config else "fsdp"
+    if ds:
+        raise r.error(key, "DeepSpeed and FSDP cannot both run the model")
+    r.said("engine", "fsdp", key, config or options, field="")
+    # axolotl reads the top-level fsdp_version first (schemas/validation.py, check_fsdp_version_in_fsdp_config)
+    version = fsdp.find_version(r, "fsdp_config", config, outer="fsdp_version", value=data.get("fsdp_version"))
+    if options and not isinstance(options, list):
+        options = str(options).split()
+    strategy = _fsdp_options(options, version, r) if options else None
+    if isinstance(config, dict):
+        # axolotl hands fsdp_config to the Trainer (core/builders/base.py), which passes it on to accelerate
+        fsdp.read_config(r, "fsdp_config", config, strategy=strategy, version=version, trainer=True)
+    else:
+        _fsdp_without_config(version, strategy, r)
+    if "fsdp_version" in data and version.key != "fsdp_version":
+        r.ignore("fsdp_version", "empty: not set")
+
+
+def _fsdp_without_config(version: fsdp.Version, strategy: str | None, r: Reading) -> None:
+    """No fsdp_config mapping: FSDP2 reshards after forward (ZeRO-2's count), FSDP1 shards fully by default."""
+    if version.number == 2 and not strategy:
+        r.default("parallelism.zero_stage", 2, "fsdp_version", fsdp.TRAINER_RESHARD_WHY)
+    elif not strategy:
+        fsdp.default_strategy(r, "fsdp_config")
+    stage = 2 if version.number == 2 and not strategy else fsdp.STRATEGY_STAGES[strategy or "FULL_SHARD"]
+    fsdp.convention(r, version, stage, "fsdp")
 
 
 def _fsdp_options(options: list[Any], version: fsdp.Version, r: Reading) -> str | None:
@@ -384,15 +450,7 @@ def _base(data: dict[str, Any], kind: str, r: Reading) -> str:
     the finetuning method it makes."""
     four, eight = data.get("load_in_4bit"), data.get("load_in_8bit")
     if kind == "qlora":
-        if four is not True:
-            raise r.error("load_in_4bit", "must be true for adapter qlora (axolotl loads the base in 4-bit)")
-        double = _double_quantization(data, r)
-        r.said("finetuning.quantization", "nf4-double" if double else "nf4", "load_in_4bit", True,
-               note="bitsandbytes NF4" + (" with double quantization, axolotl's default" if double else ""))
-        if eight:
-            r.ignore("load_in_8bit", "load_in_4bit wins for qlora")
-        elif "load_in_8bit" in data:
-            r.ignore("load_in_8bit", "not quantized in 8 bits")
+        _nf4_base(data, r)
         return "qlora"
     if eight is True:
         r.said("finetuning.quantization", "int8", "load_in_8bit", True, note="LoRA over an LLM.int8() base")
@@ -407,6 +465,19 @@ def _base(data: dict[str, Any], kind: str, r: Reading) -> str:
     if data.get("bnb_config_kwargs"):
         r.ignore_all(data["bnb_config_kwargs"], "bnb_config_kwargs", "no quantized base")
     return "lora"
+
+
+def _nf4_base(data: dict[str, Any], r: Reading) -> None:
+    """qlora's base: load_in_4bit, NF4 with double quantization unless bnb_config_kwargs turns it off."""
+    if data.get("load_in_4bit") is not True:
+        raise r.error("load_in_4bit", "must be true for adapter qlora (axolotl loads the base in 4-bit)")
+    double = _double_quantization(data, r)
+    r.said("finetuning.quantization", "nf4-double" if double else "nf4", "load_in_4bit", True,
+           note="bitsandbytes NF4" + (" with double quantization, axolotl's default" if double else ""))
+    if data.get("load_in_8bit"):
+        r.ignore("load_in_8bit", "load_in_4bit wins for qlora")
+    elif "load_in_8bit" in data:
+        r.ignore("load_in_8bit", "not quantized in 8 bits")
 
 
 def _double_quantization(data: dict[str, Any], r: Reading) -> bool:
@@ -448,13 +519,22 @@ def _targets(data: dict[str, Any], r: Reading) -> None:
 
 
 def _dropout_and_saved(data: dict[str, Any], r: Reading) -> None:
-    if data.get("lora_dropout") is not None:
-        value = data["lora_dropout"]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-            raise r.error("lora_dropout", f"must be a probability below 1, got {describe(value)}")
-        r.said("finetuning.dropout", float(value), "lora_dropout", value)
-    else:
+    _dropout(data, r)
+    _saved(data, r)
+
+
+def _dropout(data: dict[str, Any], r: Reading) -> None:
+    if data.get("lora_dropout") is None:
         r.default("finetuning.dropout", 0.0, "lora_dropout", "axolotl's default lora_dropout, 0")
+        return
+    value = data["lora_dropout"]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise r.error("lora_dropout", f"must be a probability below 1, got {describe(value)}")
+    r.said("finetuning.dropout", float(value), "lora_dropout", value)
+
+
+def _saved(data: dict[str, Any], r: Reading) -> None:
+    """lora_modules_to_save: embed_tokens and lm_head are counted as saved modules, any other is left aside."""
     saved = data.get("lora_modules_to_save")
     if saved:
         if not isinstance(saved, list) or not all(isinstance(m, str) for m in saved):
