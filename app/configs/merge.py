@@ -42,6 +42,12 @@ PARALLELISM_FIELDS: Final = ("data", "tensor", "pipeline", "sequence_parallel", 
 FINETUNING_FIELDS: Final = ("method", "rank", "target_modules", "dropout", "modules_to_save", "quantization")
 MAX_ENTRIES: Final = 2000  # per list: a pathological file of thousands of keys is summarised past this
 DEFAULT_WHY: Final = "not in the config: trainmem's default"
+# The precision preset for the mixed precision asked for ("no" for none), by the engine that keeps the weights.
+MASTER_COPY: Final = {"bf16": "bf16-fp32-master", "fp16": "fp16-fp32-master", "no": "fp32"}  # DeepSpeed, FSDP
+MEGATRON: Final = {"bf16": "megatron-bf16", "fp16": "fp16-fp32-master", "no": "fp32"}
+AUTOCAST: Final = {"bf16": "autocast-bf16", "fp16": "autocast-fp16", "no": "fp32"}  # autocast over fp32 weights
+FP16_WEIGHTS: Final = {"weights": "fp16", "gradients": "fp16", "master_weights": None, "optimizer_states": "fp16",
+                       "activations": "fp16"}  # weights loaded in fp16, with no fp32 copy
 
 
 def defaults() -> dict[str, Any]:
@@ -119,11 +125,14 @@ class _Merge:
         theirs, reading = args[-1]
         mine = ds[-1]
         if mine.value != theirs.value:
-            default = " (its default)" if theirs.origin == "default" else ""
-            who = "axolotl" if reading.kind == "axolotl" else "the Trainer"
-            raise self.error_at(mine, f"is {_show(mine.raw)} but {self.source(theirs)} is {_show(theirs.value)}"
-                                      f"{default}: {who} refuses a DeepSpeed config that disagrees with its arguments "
-                                      "(transformers' HfTrainerDeepSpeedConfig: 'mismatch')")
+            raise self.mismatch(mine, theirs, reading)
+
+    def mismatch(self, mine: Fact, theirs: Fact, reading: Reading) -> DomainError:
+        default = " (its default)" if theirs.origin == "default" else ""
+        who = "axolotl" if reading.kind == "axolotl" else "the Trainer"
+        return self.error_at(mine, f"is {_show(mine.raw)} but {self.source(theirs)} is {_show(theirs.value)}"
+                                   f"{default}: {who} refuses a DeepSpeed config that disagrees with its arguments "
+                                   "(transformers' HfTrainerDeepSpeedConfig: 'mismatch')")
 
     # --- the body -----------------------------------------------------------------------------------------
 
@@ -142,21 +151,8 @@ class _Merge:
         self.batch_and_data()
         self.precision()
         model = self.model()
-        fallback = defaults()
-        explained = {entry["field"] for entry in self.assumed}
-        for field, value in fallback.items():
-            if field not in self.values:
-                self.values[field] = value
-                if field == "training.adafactor_momentum" and self.values.get("training.optimizer") != "adafactor":
-                    continue  # it means nothing for another optimizer
-                if field in explained:
-                    continue  # already said why (an "auto" left to the Trainer): once is enough
-                self.assumed.append({"field": field, "value": json_safe(value), "why": DEFAULT_WHY, "file": None})
-        for reading in self.readings:
-            self.understood.extend(reading.understood)
-            for entry in reading.understood:
-                if entry["field"]:
-                    self.sources.setdefault(entry["field"], (entry["file"], entry["key"]))
+        self.fill_defaults()
+        self.gather_understood()
         request = {
             "model": model,
             "training": {name: self.values[f"training.{name}"] for name in TRAINING_FIELDS},
@@ -167,6 +163,27 @@ class _Merge:
             request["finetuning"] = finetuning
         self.fit_framework(request)
         return request
+
+    def fill_defaults(self) -> None:
+        """trainmem's default for each field no file decides, assumed once with its reason."""
+        explained = {entry["field"] for entry in self.assumed}
+        for field, value in defaults().items():
+            if field in self.values:
+                continue
+            self.values[field] = value
+            if field == "training.adafactor_momentum" and self.values.get("training.optimizer") != "adafactor":
+                continue  # it means nothing for another optimizer
+            if field in explained:
+                continue  # already said why (an "auto" left to the Trainer): once is enough
+            self.assumed.append({"field": field, "value": json_safe(value), "why": DEFAULT_WHY, "file": None})
+
+    def gather_understood(self) -> None:
+        """The keys each reading read beside its facts, with the field each one feeds."""
+        for reading in self.readings:
+            self.understood.extend(reading.understood)
+            for entry in reading.understood:
+                if entry["field"]:
+                    self.sources.setdefault(entry["field"], (entry["file"], entry["key"]))
 
     def fit_framework(self, request: dict[str, Any]) -> None:
         """The framework's convention and its FP8 recipe where the core models them with the rest of the setup,
@@ -188,14 +205,18 @@ class _Merge:
         why = f"the {chosen} {what} does not apply to this setup: {refusal.message}"
         if refusal.field != field:
             why += f" ({refusal.field})"
+        self.unsay(field, plain_value, why if "pytorch convention" in why else f"{why}: {instead}", why)
+
+    def unsay(self, field: str, value: Any, assumed_why: str, ignored_why: str) -> None:
+        """`field` set to `value` instead of what the files said: their keys ignored, the value assumed."""
         for entry in self.understood:
             if entry["field"] == field:
-                self.ignored.append({"key": entry["key"], "file": entry["file"], "why": why})
+                self.ignored.append({"key": entry["key"], "file": entry["file"], "why": ignored_why})
         self.understood = [entry for entry in self.understood if entry["field"] != field]
         source = self.sources.pop(field, None)
         self.assumed = [entry for entry in self.assumed if entry["field"] != field]
-        self.assumed.append({"field": field, "value": plain_value, "file": source[0] if source else None,
-                             "why": why if "pytorch convention" in why else f"{why}: {instead}"})
+        self.assumed.append({"field": field, "value": value, "file": source[0] if source else None,
+                             "why": assumed_why})
 
     def finetuning(self) -> dict[str, Any] | None:
         """LoRA or QLoRA adapters when a file asks for them (the body's finetuning section); None for full."""
@@ -282,33 +303,40 @@ class _Merge:
         """train_batch_size checked against the factors the files know; a factor they do not, derived from it."""
         micro_f = self.pick("training.micro_batch_size")
         accum_f = self.pick("training.gradient_accumulation_steps")
-        data_f = None if world is not None else self.pick("parallelism.data")
-        total = batch.value
+        data = self.stated_data(world)
         # The Trainer holds its defaults as values, and checks train_batch_size against them (fill_match).
-        known_micro = micro_f is not None and (micro_f.origin == "said" or micro_f.kind in ARGUMENTS)
-        known_accum = accum_f is not None and (accum_f.origin == "said" or accum_f.kind in ARGUMENTS)
-        if world is not None or (data_f is not None and data_f.origin == "said"):
-            data = self.values["parallelism.data"]
-            known_data = True
-        else:
-            data, known_data = 1, False
+        known_micro, known_accum = _known(micro_f), _known(accum_f)
         micro = micro_f.value if micro_f else 1
         accum = accum_f.value if accum_f else 1
         if known_micro and known_accum:
-            if total % (micro * accum):
-                raise self.batch_error(batch, f"{total} is not a multiple of micro-batch × accumulation = {micro} × "
-                                              f"{accum}")
-            derived = total // (micro * accum)
-            if known_data and derived != data:
-                raise self.batch_error(batch, f"{total} is not {micro} × {accum} × {data}")
-            if not known_data:
-                self.set_derived("parallelism.data", derived, batch, f"train_batch_size {total} ÷ (micro-batch {micro} "
-                                 f"× accumulation {accum}): the data-parallel degree")
+            self.data_from_total(batch, micro, accum, data)
             return
-        if not known_data:
+        if data is None:
             self.set_derived("parallelism.data", 1, batch, "train_batch_size without both the micro-batch and the "
                              "accumulation steps: one data-parallel GPU assumed")
-        self.derive_batch(batch, micro if known_micro else None, accum if known_accum else None, data)
+        self.derive_batch(batch, micro if known_micro else None, accum if known_accum else None,
+                          1 if data is None else data)
+
+    def stated_data(self, world: Fact | None) -> int | None:
+        """The data-parallel degree when a launcher's process count or a file states it, else None."""
+        data_f = None if world is not None else self.pick("parallelism.data")
+        if world is not None or (data_f is not None and data_f.origin == "said"):
+            return self.values["parallelism.data"]
+        return None
+
+    def data_from_total(self, batch: Fact, micro: int, accum: int, data: int | None) -> None:
+        """DeepSpeed's rule with micro-batch and accumulation known: the data-parallel degree checked (when known)
+        or derived."""
+        total = batch.value
+        if total % (micro * accum):
+            raise self.batch_error(batch, f"{total} is not a multiple of micro-batch × accumulation = {micro} × "
+                                          f"{accum}")
+        derived = total // (micro * accum)
+        if data is not None and derived != data:
+            raise self.batch_error(batch, f"{total} is not {micro} × {accum} × {data}")
+        if data is None:
+            self.set_derived("parallelism.data", derived, batch, f"train_batch_size {total} ÷ (micro-batch {micro} "
+                             f"× accumulation {accum}): the data-parallel degree")
 
     def derive_batch(self, batch: Fact, micro: int | None, accum: int | None, data: int) -> None:
         """DeepSpeed's rule with one of micro-batch and accumulation known (or neither): the other derived."""
@@ -358,35 +386,29 @@ class _Merge:
         engine = engine_f.value if engine_f else None
         amp = self.pick_amp(reasons)
         load = self.pick("load_dtype")
-        half_weights = load is not None and load.value != "fp32"
-        if engine == "deepspeed":
-            value = self.deepspeed_precision(amp, reasons)
-        elif engine == "megatron":
-            mode = amp.value if amp else "no"
-            value = {"bf16": "megatron-bf16", "fp16": "fp16-fp32-master", "no": "fp32"}[mode]
-            if mode != "no":
-                reasons.append(f"{mode} with Megatron-LM: half-precision weights, an fp32 master copy in its "
-                               "optimizer" + (", gradients accumulated in fp32" if mode == "bf16" else ""))
-        elif engine == "fsdp" and not (half_weights and (amp is None or amp.value == "no")):
-            mode = amp.value if amp else "no"
-            value = {"bf16": "bf16-fp32-master", "fp16": "fp16-fp32-master", "no": "fp32"}[mode]
-            if mode != "no":
-                reasons.append(f"{mode} under FSDP: {FSDP_PRECISION_NOTE}")
-        elif load is not None and half_weights:
-            value = "bf16" if load.value == "bf16" else {"weights": "fp16", "gradients": "fp16",
-                                                         "master_weights": None, "optimizer_states": "fp16",
-                                                         "activations": "fp16"}
-            reasons.append(f"{load.note or 'the weights are loaded in ' + load.value}, and no DeepSpeed or FSDP "
-                           "keeps an fp32 copy: gradients and optimizer state take the weights' dtype")
-        elif amp is not None:
-            value = {"bf16": "autocast-bf16", "fp16": "autocast-fp16", "no": "fp32"}[amp.value]
-        else:
+        value = self.precision_under(engine, amp, load if load is not None and load.value != "fp32" else None, reasons)
+        if value is None:
             return
         self.values["training.precision"] = value
         reasons = [reason for reason in reasons if reason]
         if reasons:
             self.assumed.append({"field": "training.precision", "value": json_safe(value), "why": "; ".join(reasons),
                                  "file": amp.file if amp else None})
+
+    def precision_under(self, engine: str | None, amp: Fact | None, half_load: Fact | None,
+                        reasons: list[str]) -> Any:
+        """The precision `engine` keeps for the mixed precision asked for and the weights' half-precision loading
+        (`half_load`, when they are loaded in bf16 or fp16); None when nothing says."""
+        mode = amp.value if amp else "no"
+        if engine == "deepspeed":
+            return self.deepspeed_precision(amp, reasons)
+        if engine == "megatron":
+            return _megatron_precision(mode, reasons)
+        if engine == "fsdp" and not (half_load is not None and mode == "no"):
+            return _fsdp_precision(mode, reasons)
+        if half_load is not None:
+            return _loaded_precision(half_load, reasons)
+        return AUTOCAST[amp.value] if amp is not None else None
 
     def pick_amp(self, reasons: list[str]) -> Fact | None:
         """The mixed precision asked for: a Trainer or axolotl that turns bf16/fp16 on wins; one that leaves them
@@ -397,6 +419,13 @@ class _Merge:
             return None
         said = [(rank, f) for rank, f, _ in group if f.origin == "said"] or [(rank, f) for rank, f, _ in group]
         winner = max(said, key=lambda item: (item[1].value != "no", item[0]))[1]
+        self.settle_amp(group, winner)
+        if winner.origin != "said":
+            reasons.append(winner.why)
+        return winner
+
+    def settle_amp(self, group: list[tuple[int, Fact, Reading]], winner: Fact) -> None:
+        """As settle, with a file that leaves mixed precision off yielding to one that turns it on."""
         for _, fact, _ in group:
             if fact.origin != "said":
                 continue
@@ -408,62 +437,63 @@ class _Merge:
             else:
                 self.ignored.append({"key": fact.key, "file": fact.file,
                                      "why": f"overridden by {self.source(winner)} ({_show(winner.raw)})"})
-        if winner.origin != "said":
-            reasons.append(winner.why)
-        return winner
 
     def deepspeed_precision(self, amp: Fact | None, reasons: list[str]) -> Any:
         readings = [r for r in self.readings if r.kind == "deepspeed"]
         ds = self.pick("ds_precision")
         mode = amp.value if amp else None
-        from_amp = {"bf16": "bf16-fp32-master", "fp16": "fp16-fp32-master", "no": "fp32"}
-        # The Trainer (or axolotl) must agree with an explicit bf16/fp16 switch (fill_match).
-        trainer_amp = [f for _, f, r in self.facts.get("amp", []) if r.kind in ARGUMENTS]
-        if trainer_amp:
-            theirs = trainer_amp[-1]
-            for flag, half in (("ds_bf16", "bf16"), ("ds_fp16", "fp16")):
-                for _, fact, _ in self.facts.get(flag, []):
-                    if fact.value == "auto":
-                        continue
-                    wants = theirs.value == half
-                    if fact.value != wants:
-                        default = " (its default)" if theirs.origin == "default" else ""
-                        raise self.error_at(fact, f"is {_show(fact.value)} but {self.source(theirs)} makes "
-                                                  f"{half} {_show(wants)}{default}: the Trainer refuses a DeepSpeed "
-                                                  "config that disagrees with its arguments (fill_match)")
+        self.check_trainer_switches()
         auto_key = next((r.autos["ds_precision"] for r in readings if "ds_precision" in r.autos), None)
         if ds is not None and ds.origin == "said":
             self.settle("ds_precision", ds)
             return ds.value
         if auto_key is not None:
-            if amp is not None and mode is not None:
-                if amp.origin != "said":
-                    reasons.append(f"DeepSpeed's bf16/fp16 \"auto\" filled from {self.source(amp)}")
-                if mode == "bf16":
-                    return next((r.autos["ds_precision:bf16"] for r in readings if "ds_precision:bf16" in r.autos),
-                                from_amp[mode])
-                return from_amp[mode]
-            # A file with "auto" runs only under the Trainer (or accelerate), which fills it from its --bf16 or
-            # --fp16 (HfTrainerDeepSpeedConfig.trainer_config_process: fill_match("bf16.enabled", args.bf16)); they
-            # are off unless passed, but a half-precision switch left to the command line is one meant to be passed.
-            half = "fp16" if auto_key.endswith("fp16.enabled") else "bf16"
-            reasons.append(f"{auto_key} is \"auto\": the Trainer fills it from its --{half}, not given here, so "
-                           f"assumed passed; without it the Trainer trains in fp32: set the precision to fp32 if so")
-            if half == "bf16":
-                return next((r.autos["ds_precision:bf16"] for r in readings if "ds_precision:bf16" in r.autos),
-                            from_amp["bf16"])
-            return from_amp["fp16"]
+            return self.deepspeed_auto(amp, auto_key, readings, reasons)
+        return self.deepspeed_unsaid(mode, ds, readings, reasons)
+
+    def deepspeed_unsaid(self, mode: str | None, ds: Fact | None, readings: list[Reading], reasons: list[str]) -> Any:
+        """No bf16/fp16 section stated nor "auto": the mixed precision asked for, else DeepSpeed's default."""
         if mode in ("bf16", "fp16"):
             # accelerate adds {"enabled": true} for a missing section (DeepSpeedPlugin.set_mixed_precision).
             reasons.append(f"{mode} with DeepSpeed" + (", whose file is not read" if not readings else "") +
                            ": bf16/fp16 weights and gradients with an fp32 master copy")
-            return from_amp[mode]
+            return MASTER_COPY[mode]
         if ds is not None:
             self.settle("ds_precision", ds)
             return ds.value
         if not readings:
             reasons.append("DeepSpeed with neither bf16 nor fp16 asked for: fp32")
         return "fp32"
+
+    def check_trainer_switches(self) -> None:
+        """The Trainer (or axolotl) must agree with an explicit bf16/fp16 switch (fill_match)."""
+        trainer_amp = [f for _, f, r in self.facts.get("amp", []) if r.kind in ARGUMENTS]
+        if not trainer_amp:
+            return
+        theirs = trainer_amp[-1]
+        for flag, half in (("ds_bf16", "bf16"), ("ds_fp16", "fp16")):
+            for _, fact, _ in self.facts.get(flag, []):
+                wants = theirs.value == half
+                if fact.value != "auto" and fact.value != wants:
+                    default = " (its default)" if theirs.origin == "default" else ""
+                    raise self.error_at(fact, f"is {_show(fact.value)} but {self.source(theirs)} makes "
+                                              f"{half} {_show(wants)}{default}: the Trainer refuses a DeepSpeed "
+                                              "config that disagrees with its arguments (fill_match)")
+
+    def deepspeed_auto(self, amp: Fact | None, auto_key: str, readings: list[Reading], reasons: list[str]) -> Any:
+        """DeepSpeed's bf16/fp16 "auto", filled from the mixed precision asked for, else from a switch assumed
+        passed."""
+        if amp is not None and amp.value is not None:
+            if amp.origin != "said":
+                reasons.append(f"DeepSpeed's bf16/fp16 \"auto\" filled from {self.source(amp)}")
+            return _bf16_master(readings) if amp.value == "bf16" else MASTER_COPY[amp.value]
+        # A file with "auto" runs only under the Trainer (or accelerate), which fills it from its --bf16 or
+        # --fp16 (HfTrainerDeepSpeedConfig.trainer_config_process: fill_match("bf16.enabled", args.bf16)); they
+        # are off unless passed, but a half-precision switch left to the command line is one meant to be passed.
+        half = "fp16" if auto_key.endswith("fp16.enabled") else "bf16"
+        reasons.append(f"{auto_key} is \"auto\": the Trainer fills it from its --{half}, not given here, so "
+                       f"assumed passed; without it the Trainer trains in fp32: set the precision to fp32 if so")
+        return _bf16_master(readings) if half == "bf16" else MASTER_COPY["fp16"]
 
     def model(self) -> dict[str, Any]:
         winner = self.pick("model")
@@ -478,6 +508,37 @@ class _Merge:
         for field in winner.value:
             self.sources.setdefault(f"model.{field}", (winner.file, winner.key))
         return dict(winner.value)
+
+
+def _megatron_precision(mode: str, reasons: list[str]) -> str:
+    if mode != "no":
+        reasons.append(f"{mode} with Megatron-LM: half-precision weights, an fp32 master copy in its "
+                       "optimizer" + (", gradients accumulated in fp32" if mode == "bf16" else ""))
+    return MEGATRON[mode]
+
+
+def _fsdp_precision(mode: str, reasons: list[str]) -> str:
+    if mode != "no":
+        reasons.append(f"{mode} under FSDP: {FSDP_PRECISION_NOTE}")
+    return MASTER_COPY[mode]
+
+
+def _loaded_precision(load: Fact, reasons: list[str]) -> Any:
+    """Weights loaded in half precision with no engine keeping an fp32 copy: everything in their dtype."""
+    reasons.append(f"{load.note or 'the weights are loaded in ' + load.value}, and no DeepSpeed or FSDP "
+                   "keeps an fp32 copy: gradients and optimizer state take the weights' dtype")
+    return "bf16" if load.value == "bf16" else FP16_WEIGHTS
+
+
+def _known(fact: Fact | None) -> bool:
+    """Whether a batch factor counts as known: said, or a Trainer's default (which it checks against)."""
+    return fact is not None and (fact.origin == "said" or fact.kind in ARGUMENTS)
+
+
+def _bf16_master(readings: list[Reading]) -> Any:
+    """bf16 with DeepSpeed's master copy, as its "auto" file fills it (its gradients' dtype may say more)."""
+    return next((r.autos["ds_precision:bf16"] for r in readings if "ds_precision:bf16" in r.autos),
+                MASTER_COPY["bf16"])
 
 
 def _refusal(request: dict[str, Any]) -> DomainError | None:
