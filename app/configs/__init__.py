@@ -100,24 +100,30 @@ def detect(text: str, where: str = "text") -> str:
     check_text(text, where)
     stripped = text.lstrip("\ufeff \t\r\n")
     if stripped.startswith("{"):
-        data = wire.loads_bounded(text, where)
-        if not isinstance(data, dict):
-            raise DomainError(where, "is JSON but not an object: not a config")
-        ds = sum(key in data for key in _DS_KEYS) + sum(isinstance(data.get(k), dict) for k in ("fp16", "bf16"))
-        hf = sum(key in data for key in _TRAINER_KEYS)
-        if ds or hf:
-            return "deepspeed" if ds > hf else "training-arguments"
-        raise DomainError("kind", "could not tell which config this JSON is (neither DeepSpeed's keys such as "
-                                  "zero_optimization nor TrainingArguments' such as per_device_train_batch_size): "
-                                  "give kind")
+        return _detect_json(text, where)
     if megatron.looks_like(text):
         return "megatron"
     if _TOML_TABLE.search(text) and _TOML_KEY.search(text):
-        data = torchtitan.loads(text, where)
-        if {"model", "training", "parallelism", "job"} & set(data):
-            return "torchtitan"
-        raise DomainError("kind", "is TOML but not a torchtitan job config (no [model], [training] or "
-                                  "[parallelism] table): give kind")
+        return _detect_toml(text, where)
+    return _detect_yaml(text, where)
+
+
+def _detect_json(text: str, where: str) -> str:
+    """DeepSpeed's config or the Trainer's arguments, by which of their keys the object has more of."""
+    data = wire.loads_bounded(text, where)
+    if not isinstance(data, dict):
+        raise DomainError(where, "is JSON but not an object: not a config")
+    ds = sum(key in data for key in _DS_KEYS) + sum(isinstance(data.get(k), dict) for k in ("fp16", "bf16"))
+    hf = sum(key in data for key in _TRAINER_KEYS)
+    if ds or hf:
+        return "deepspeed" if ds > hf else "training-arguments"
+    raise DomainError("kind", "could not tell which config this JSON is (neither DeepSpeed's keys such as "
+                              "zero_optimization nor TrainingArguments' such as per_device_train_batch_size): "
+                              "give kind")
+
+
+def _detect_yaml(text: str, where: str) -> str:
+    """accelerate's launch config or axolotl's, by their keys."""
     data = yaml.loads(text, where)
     if isinstance(data, dict):
         if sum(key in data for key in _ACCELERATE_KEYS) >= 2 or "distributed_type" in data:
@@ -126,6 +132,14 @@ def detect(text: str, where: str = "text") -> str:
             return "axolotl"
     raise DomainError("kind", "could not tell which config this is: give kind (deepspeed, training-arguments, "
                               "accelerate, axolotl, torchtitan or megatron)")
+
+
+def _detect_toml(text: str, where: str) -> str:
+    data = torchtitan.loads(text, where)
+    if {"model", "training", "parallelism", "job"} & set(data):
+        return "torchtitan"
+    raise DomainError("kind", "is TOML but not a torchtitan job config (no [model], [training] or "
+                              "[parallelism] table): give kind")
 
 
 def read(kind: str, text: str, file: int, where: str) -> Reading:
@@ -142,26 +156,40 @@ def read(kind: str, text: str, file: int, where: str) -> Reading:
 
 def _sweep(data: dict[str, Any], reading: Reading) -> None:
     """Nothing dropped silently: a key no reader reported (an empty or switched-off setting) is listed as ignored."""
-    seen = {fact.key for r in (reading, *reading.children) for fact in r.facts}
-    seen |= {entry["key"] for r in (reading, *reading.children) for entry in (*r.understood, *r.ignored)}
-    seen |= {key for r in (reading, *reading.children) for key in r.autos.values()}  # the merge says what fills them
-    seen.discard("")
-    above = {key[:i] for key in seen for i, c in enumerate(key) if c == "."}  # sections that hold a seen key
-
-    def accounted(key: str) -> bool:
-        return key in seen or key in above or any(key[:i] in seen for i, c in enumerate(key) if c == ".")
-
+    seen = _reported(reading)
+    above = _sections(seen)
     stack: list[tuple[str, Any]] = [(str(key), value) for key, value in data.items()]
     while stack:
         key, value = stack.pop()
-        if accounted(key):
-            if isinstance(value, dict) and value and key not in seen:
-                stack.extend((f"{key}.{k}", v) for k, v in value.items())
-            continue
-        if isinstance(value, dict) and value:
+        if isinstance(value, dict) and value and key not in seen:
             stack.extend((f"{key}.{k}", v) for k, v in value.items())
-            continue
-        reading.ignore(key, "empty: not set" if value in (None, "", [], {}) else "off" if value is False else None)
+        elif not _accounted(key, seen, above):
+            reading.ignore(key, _unset_reason(value))
+
+
+def _unset_reason(value: Any) -> str | None:
+    """Why a key no reader reported is left aside: empty, switched off, or (None) the reason its name gives."""
+    return "empty: not set" if value in (None, "", [], {}) else "off" if value is False else None
+
+
+def _sections(keys: set[str]) -> set[str]:
+    """The sections that hold any of `keys` (``a`` and ``a.b`` for ``a.b.c``)."""
+    return {key[:i] for key in keys for i, c in enumerate(key) if c == "."}
+
+
+def _reported(reading: Reading) -> set[str]:
+    """The keys a reading (and the readings nested in it) reported: facts, understood, ignored, "auto"."""
+    readings = (reading, *reading.children)
+    seen = {fact.key for r in readings for fact in r.facts}
+    seen |= {entry["key"] for r in readings for entry in (*r.understood, *r.ignored)}
+    seen |= {key for r in readings for key in r.autos.values()}  # the merge says what fills them
+    seen.discard("")
+    return seen
+
+
+def _accounted(key: str, seen: set[str], above: set[str]) -> bool:
+    """Whether a key was reported, itself, through a section above it or through a key below it."""
+    return key in seen or key in above or any(key[:i] in seen for i, c in enumerate(key) if c == ".")
 
 
 def import_config(kind: str, text: Any) -> dict[str, Any]:
@@ -177,6 +205,19 @@ def import_files(files: list[dict[str, Any]] | list[tuple[str, str]], *, single:
         raise DomainError("files", "give at least one file")
     if len(items) > MAX_FILES:
         raise DomainError("files", f"at most {MAX_FILES} files")
+    kinds, texts = _kinds_and_texts(items, single)
+    _check_combination(kinds, single)
+    readings = [read(kind, text, index, "text" if single else f"files.{index}.text")
+                for index, (kind, text) in enumerate(zip(kinds, texts, strict=True))]
+    if "deepspeed" in kinds:
+        _one_deepspeed(kinds, readings)
+    request, lists, sources = merge(readings)
+    _check_request(request, sources, {r.file: r.where for r in readings})
+    return {"kind": "+".join(kinds), "kinds": kinds, "request": request, **lists}
+
+
+def _kinds_and_texts(items: list[dict[str, Any]], single: bool) -> tuple[list[str], list[str]]:
+    """Each file's kind (detected where it says auto) and its checked text."""
     kinds, texts = [], []
     for index, item in enumerate(items):
         where = "text" if single else f"files.{index}.text"
@@ -189,22 +230,20 @@ def import_files(files: list[dict[str, Any]] | list[tuple[str, str]], *, single:
             kind = detect(text, where) if single else _detect_in_files(text, where, kind_where)
         kinds.append(kind)
         texts.append(text)
-    _check_combination(kinds, single)
-    readings = [read(kind, text, index, "text" if single else f"files.{index}.text")
-                for index, (kind, text) in enumerate(zip(kinds, texts, strict=True))]
-    nested = [r.kind for top in readings for r in top.children]
-    if "deepspeed" in kinds and "deepspeed" in nested:
-        raise DomainError(f"files.{kinds.index('deepspeed')}.kind", "the other file already holds its DeepSpeed "
-                                                                    "config inline: give one of the two")
-    if "deepspeed" in kinds:
-        index = kinds.index("deepspeed")
-        for reading in readings:
-            for entry in reading.ignored:
-                if entry["key"] == "deepspeed" and reading.kind in ("training-arguments", "axolotl"):
-                    entry["why"] = f"a path, never opened: the DeepSpeed config read is files[{index}]"
-    request, lists, sources = merge(readings)
-    _check_request(request, sources, {r.file: r.where for r in readings})
-    return {"kind": "+".join(kinds), "kinds": kinds, "request": request, **lists}
+    return kinds, texts
+
+
+def _one_deepspeed(kinds: list[str], readings: list[Reading]) -> None:
+    """A DeepSpeed file beside the arguments that name it: refused if they hold it inline too, else their path
+    is said to be the file read."""
+    index = kinds.index("deepspeed")
+    if any(r.kind == "deepspeed" for top in readings for r in top.children):
+        raise DomainError(f"files.{index}.kind", "the other file already holds its DeepSpeed "
+                                                 "config inline: give one of the two")
+    for reading in readings:
+        for entry in reading.ignored:
+            if entry["key"] == "deepspeed" and reading.kind in ("training-arguments", "axolotl"):
+                entry["why"] = f"a path, never opened: the DeepSpeed config read is files[{index}]"
 
 
 def _detect_in_files(text: str, where: str, kind_where: str) -> str:
@@ -236,17 +275,24 @@ def _check_request(request: dict[str, Any], sources: dict[str, tuple[int, str]],
         wire.job_from(request).estimate(reserve=False)  # only whether the core accepts it
     except DomainError as error:
         field = error.field
-        source = sources.get(field)
-        if source is None:
-            parts = field.split(".")
-            for end in range(len(parts) - 1, 0, -1):
-                source = sources.get(".".join(parts[:end]))
-                if source:
-                    break
-        if source is None and field.startswith("model"):
-            source = sources.get("model.preset") or next((v for k, v in sources.items() if k.startswith("model.")),
-                                                         None)
+        source = _source_of(field, sources)
         if source is None:
             raise DomainError(next(iter(where.values())), f"makes an estimate trainmem refuses: {error}") from None
         file, key = source
         raise DomainError(f"{where.get(file, 'text')}.{key}", f"{error.message} ({field})") from None
+
+
+def _source_of(field: str, sources: dict[str, tuple[int, str]]) -> tuple[int, str] | None:
+    """The (file, key) a body field came from: its own, the nearest section above it's, or for the model any
+    model field's."""
+    source = sources.get(field)
+    if source is None:
+        parts = field.split(".")
+        for end in range(len(parts) - 1, 0, -1):
+            source = sources.get(".".join(parts[:end]))
+            if source:
+                break
+    if source is None and field.startswith("model"):
+        source = sources.get("model.preset") or next((v for k, v in sources.items() if k.startswith("model.")),
+                                                     None)
+    return source
