@@ -62,12 +62,8 @@ def _recomputation(data: dict[str, Any], r: Reading) -> tuple[str, ...]:
         on = r.boolean(ckpt_key, data[ckpt_key])
         r.said("training.activation_checkpointing", "full" if on else "none", ckpt_key, on,
                note="the model's gradient_checkpointing_enable(): each decoder layer keeps only its input")
-        other = "gradient_checkpointing" if ckpt_key == "activation_checkpointing" else None
-        if other and data.get(other) is not None and r.boolean(other, data[other]) != on:
-            r.ignore(other, f"transformers 5 reads activation_checkpointing ({str(on).lower()}); "
-                            "gradient_checkpointing is its old name")
-        elif other and data.get(other) is not None:
-            r.also(other, data[other], "training.activation_checkpointing")
+        if ckpt_key == "activation_checkpointing" and data.get("gradient_checkpointing") is not None:
+            _old_checkpointing_name(data["gradient_checkpointing"], on, r)
     else:
         r.default("training.activation_checkpointing", "none", "gradient_checkpointing",
                   "TrainingArguments' default: no gradient checkpointing")
@@ -78,12 +74,31 @@ def _recomputation(data: dict[str, Any], r: Reading) -> tuple[str, ...]:
             "gradient_checkpointing_kwargs")
 
 
+def _old_checkpointing_name(value: Any, on: bool, r: Reading) -> None:
+    """gradient_checkpointing beside activation_checkpointing: read along when they agree, else left aside."""
+    other = "gradient_checkpointing"
+    if r.boolean(other, value) != on:
+        r.ignore(other, f"transformers 5 reads activation_checkpointing ({str(on).lower()}); "
+                        "gradient_checkpointing is its old name")
+    else:
+        r.also(other, value, "training.activation_checkpointing")
+
+
 def _mixed_precision(data: dict[str, Any], r: Reading) -> tuple[str, ...]:
     """bf16 or fp16 autocast (at most one), else fp32; the keys read."""
     bf16 = r.boolean("bf16", data["bf16"]) if data.get("bf16") is not None else None
     fp16 = r.boolean("fp16", data["fp16"]) if data.get("fp16") is not None else None
     if bf16 and fp16:
         raise r.error("fp16", "bf16 and fp16 cannot both be true (TrainingArguments)")
+    _amp(bf16, fp16, r)
+    switches = ("bf16_full_eval", "fp16_full_eval", "half_precision_backend", "fp16_backend", "fp16_opt_level", "tf32")
+    for name in switches:
+        if name in data:
+            r.ignore(name, "evaluation and matmul-precision switches change no training buffer")
+    return ("bf16", "fp16", *switches)
+
+
+def _amp(bf16: bool | None, fp16: bool | None, r: Reading) -> None:
     if bf16:
         r.said("amp", "bf16", "bf16", True, note=AUTOCAST_NOTE)
     elif fp16:
@@ -92,11 +107,6 @@ def _mixed_precision(data: dict[str, Any], r: Reading) -> tuple[str, ...]:
         r.said("amp", "no", "bf16" if bf16 is False else "fp16", False, note="no mixed precision: fp32")
     else:
         r.default("amp", "no", "bf16", "TrainingArguments' default: bf16 and fp16 false, so fp32")
-    switches = ("bf16_full_eval", "fp16_full_eval", "half_precision_backend", "fp16_backend", "fp16_opt_level", "tf32")
-    for name in switches:
-        if name in data:
-            r.ignore(name, "evaluation and matmul-precision switches change no training buffer")
-    return ("bf16", "fp16", *switches)
 
 
 def _optimizer(data: dict[str, Any], r: Reading) -> tuple[str, ...]:
@@ -139,71 +149,54 @@ def _engines(data: dict[str, Any], r: Reading) -> tuple[str, ...]:
             "parallelism_config")
 
 
+# Keys left aside with one reason; and those left aside whole (each leaf of a mapping).
+IGNORED: Final = {
+    **dict.fromkeys(("torch_compile", "torch_compile_backend", "torch_compile_mode"), COMPILE),
+    "auto_find_batch_size": "the Trainer halves the batch after an out-of-memory error; the estimate uses "
+                            "per_device_train_batch_size",
+    **dict.fromkeys(("per_device_eval_batch_size", "eval_accumulation_steps"), "evaluation, not the training step"),
+}
+IGNORED_WHOLE: Final = {
+    "liger_kernel_config": "which Liger kernels to patch: the estimate assumes its defaults (all of them)",
+    "accelerator_config": "data-loader and accumulation details change no count trainmem keeps",
+}
+
+
 def _the_rest(data: dict[str, Any], r: Reading, handled: set[str]) -> None:
     """Every key no step read: compilation, Liger Kernel, and what changes no buffer."""
     for key, value in data.items():
         if key in handled:
             continue
-        if key in ("torch_compile", "torch_compile_backend", "torch_compile_mode"):
-            r.ignore(key, COMPILE)
-        elif key == "use_liger_kernel" and value is True:
-            # Trainer applies apply_liger_kernel_to_<model>() with its defaults: RMSNorm, SwiGLU, RoPE and the fused
-            # linear cross entropy (transformers' trainer.py, use_liger_kernel).
-            r.said("training.implementation", "liger", key, value, note="Liger Kernel's patched modules")
-            r.said("training.loss", "fused-linear", key, value, note="Liger's fused linear cross entropy, on by default")
-        elif key == "use_liger_kernel":
-            r.ignore(key, "off")
-        elif key == "liger_kernel_config":
-            r.ignore_all(value, key, "which Liger kernels to patch: the estimate assumes its defaults (all of them)")
-        elif key == "auto_find_batch_size":
-            r.ignore(key, "the Trainer halves the batch after an out-of-memory error; the estimate uses "
-                          "per_device_train_batch_size")
+        if key == "use_liger_kernel":
+            _liger(value, r)
+        elif key in IGNORED:
+            r.ignore(key, IGNORED[key])
         elif key == "use_cpu" and value:
             r.ignore(key, "training on the CPU: the estimate is for GPUs")
-        elif key in ("accelerator_config",):
-            r.ignore_all(value, key, "data-loader and accumulation details change no count trainmem keeps")
-        elif key in ("per_device_eval_batch_size", "eval_accumulation_steps"):
-            r.ignore(key, "evaluation, not the training step")
         else:
-            r.ignore_all(value, key)
+            r.ignore_all(value, key, IGNORED_WHOLE.get(key))
+
+
+def _liger(value: Any, r: Reading) -> None:
+    """use_liger_kernel: Trainer applies apply_liger_kernel_to_<model>() with its defaults: RMSNorm, SwiGLU, RoPE and
+    the fused linear cross entropy (transformers' trainer.py, use_liger_kernel)."""
+    key = "use_liger_kernel"
+    if value is not True:
+        r.ignore(key, "off")
+        return
+    r.said("training.implementation", "liger", key, value, note="Liger Kernel's patched modules")
+    r.said("training.loss", "fused-linear", key, value, note="Liger's fused linear cross entropy, on by default")
 
 
 def _fsdp(data: dict[str, Any], r: Reading) -> None:
     option = data.get("fsdp")
     config = data.get("fsdp_config")
     if option in (None, False, "", []):
-        for name in ("fsdp", "fsdp_min_num_params", "fsdp_transformer_layer_cls_to_wrap"):
-            if data.get(name) not in (None, False, "", [], 0):
-                r.ignore(name, "FSDP is not on (fsdp is empty)")
-        if config not in (None, {}):
-            if isinstance(config, dict):
-                r.ignore_all(config, "fsdp_config", "FSDP is not on (fsdp is empty)")
-            else:
-                r.ignore("fsdp_config", "FSDP is not on (fsdp is empty)")
+        _fsdp_off(data, config, r)
         return
     r.said("engine", "fsdp", "fsdp", option, field="")
     version = fsdp.find_version(r, "fsdp_config", config)
-    strategy = None
-    if option is not True:
-        options = option.split() if isinstance(option, str) else option
-        if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
-            raise r.error("fsdp", f"must be true, or FSDP options such as \"full_shard auto_wrap\", got {describe(option)}")
-        for item in options:
-            name = item.lower()
-            if name in FSDP_OPTIONS and version.number == 2:
-                r.ignore("fsdp", f"{item}: FSDP2 reads fsdp_config's reshard_after_forward, not a sharding strategy "
-                                 "(TrainingArguments._process_fsdp_args)")
-            elif name in FSDP_OPTIONS:
-                fsdp.set_strategy(r, "fsdp", item, FSDP_OPTIONS[name])
-                strategy = FSDP_OPTIONS[name]
-            elif name == "offload":
-                r.said("parallelism.offload", "optimizer+parameters", "fsdp", item,
-                       note="FSDP's CPUOffload(offload_params=True)")
-            elif name == "auto_wrap":
-                r.also("fsdp", item, "parallelism.zero_stage", "auto_wrap: each decoder layer is its own FSDP unit")
-            else:
-                raise r.error("fsdp", f"unknown FSDP option {item!r}; the Trainer takes "
-                                      f"{', '.join([*FSDP_OPTIONS, 'offload', 'auto_wrap'])}")
+    strategy = None if option is True else _fsdp_options(option, version, r)
     if isinstance(config, dict):
         fsdp.read_config(r, "fsdp_config", config, strategy=strategy, version=version, trainer=True)
     else:
@@ -215,6 +208,47 @@ def _fsdp(data: dict[str, Any], r: Reading) -> None:
     for name in ("fsdp_min_num_params", "fsdp_transformer_layer_cls_to_wrap"):
         if data.get(name) not in (None, 0, "", []):
             r.ignore(name, "which modules FSDP wraps changes no count trainmem keeps")
+
+
+def _fsdp_off(data: dict[str, Any], config: Any, r: Reading) -> None:
+    """fsdp empty: its settings have nothing to apply to."""
+    for name in ("fsdp", "fsdp_min_num_params", "fsdp_transformer_layer_cls_to_wrap"):
+        if data.get(name) not in (None, False, "", [], 0):
+            r.ignore(name, "FSDP is not on (fsdp is empty)")
+    if config not in (None, {}):
+        if isinstance(config, dict):
+            r.ignore_all(config, "fsdp_config", "FSDP is not on (fsdp is empty)")
+        else:
+            r.ignore("fsdp_config", "FSDP is not on (fsdp is empty)")
+
+
+def _fsdp_options(option: Any, version: fsdp.Version, r: Reading) -> str | None:
+    """The Trainer's fsdp options ("full_shard auto_wrap"); the sharding strategy they name, if any."""
+    strategy = None
+    for item in _option_words(option, r):
+        name = item.lower()
+        if name in FSDP_OPTIONS and version.number == 2:
+            r.ignore("fsdp", f"{item}: FSDP2 reads fsdp_config's reshard_after_forward, not a sharding strategy "
+                             "(TrainingArguments._process_fsdp_args)")
+        elif name in FSDP_OPTIONS:
+            fsdp.set_strategy(r, "fsdp", item, FSDP_OPTIONS[name])
+            strategy = FSDP_OPTIONS[name]
+        elif name == "offload":
+            r.said("parallelism.offload", "optimizer+parameters", "fsdp", item,
+                   note="FSDP's CPUOffload(offload_params=True)")
+        elif name == "auto_wrap":
+            r.also("fsdp", item, "parallelism.zero_stage", "auto_wrap: each decoder layer is its own FSDP unit")
+        else:
+            raise r.error("fsdp", f"unknown FSDP option {item!r}; the Trainer takes "
+                                  f"{', '.join([*FSDP_OPTIONS, 'offload', 'auto_wrap'])}")
+    return strategy
+
+
+def _option_words(option: Any, r: Reading) -> list[str]:
+    options = option.split() if isinstance(option, str) else option
+    if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
+        raise r.error("fsdp", f"must be true, or FSDP options such as \"full_shard auto_wrap\", got {describe(option)}")
+    return options
 
 
 def _parallelism_config(value: Any, r: Reading) -> None:
