@@ -113,15 +113,7 @@ def _float8(section: dict[str, Any] | None, r: Reading) -> None:
     sharded = any(fact.name == "training.framework" and fact.value == "fsdp2" for fact in r.facts)
     for key, value in section.items():
         if key == "enable_fsdp_float8_all_gather":
-            on = r.boolean(f"float8.{key}", value)
-            if on and converting and sharded:
-                r.said("training.fp8", "torchao-fsdp-fp8", f"float8.{key}", value,
-                       note="FSDP2 gathers the float8 linear weights in one byte each")
-            elif on:
-                r.ignore(f"float8.{key}", "float8 all-gather needs the float8 converter (model.converters) and FSDP "
-                                          "sharding at ZeRO stage 3")
-            else:
-                r.ignore(f"float8.{key}", "off")
+            _float8_all_gather(value, r, applies=converting and sharded)
         elif key == "recipe_name":
             r.ignore(f"float8.{key}", "rowwise and tensorwise scaling keep the same float8 copies (one byte per "
                                       "element; rowwise adds a scale per row)")
@@ -132,6 +124,19 @@ def _float8(section: dict[str, Any] | None, r: Reading) -> None:
             r.ignore_all(value, f"float8.{key}", FP8)
 
 
+def _float8_all_gather(value: Any, r: Reading, *, applies: bool) -> None:
+    key = "float8.enable_fsdp_float8_all_gather"
+    on = r.boolean(key, value)
+    if on and applies:
+        r.said("training.fp8", "torchao-fsdp-fp8", key, value,
+               note="FSDP2 gathers the float8 linear weights in one byte each")
+    elif on:
+        r.ignore(key, "float8 all-gather needs the float8 converter (model.converters) and FSDP "
+                      "sharding at ZeRO stage 3")
+    else:
+        r.ignore(key, "off")
+
+
 def _model(model: dict[str, Any], r: Reading) -> None:
     name = model.get("name", "llama3")
     flavor = model.get("flavor", "debugmodel")
@@ -139,6 +144,20 @@ def _model(model: dict[str, Any], r: Reading) -> None:
         r.string("model.name", name)
     if "flavor" in model:
         r.string("model.flavor", flavor)
+    _flavour(model, name, flavor, r)
+    for key, value in model.items():
+        if key in ("name", "flavor"):
+            continue
+        if key in ("hf_assets_path", "tokenizer_path", "hf_assets_url"):
+            r.ignore(f"model.{key}", PATH)
+        elif key == "converters":
+            _converters(value, r)
+        else:
+            r.ignore_all(value, f"model.{key}")
+
+
+def _flavour(model: dict[str, Any], name: str, flavor: str, r: Reading) -> None:
+    """The model a name and flavour make: its architecture, a preset of its shape, or neither."""
     preset = FLAVOURS.get((name, flavor))
     arch = ARCHITECTURES.get((name, flavor))
     if arch:
@@ -157,21 +176,16 @@ def _model(model: dict[str, Any], r: Reading) -> None:
                  f"({', '.join(f'{n} {f}' for n, f in [*FLAVOURS, *ARCHITECTURES])}): give the model's architecture")
         if "flavor" in model and "name" in model:
             r.ignore("model.name", f"{name} {flavor}: no preset")
-    for key, value in model.items():
-        if key in ("name", "flavor"):
-            continue
-        if key in ("hf_assets_path", "tokenizer_path", "hf_assets_url"):
-            r.ignore(f"model.{key}", PATH)
-        elif key == "converters":
-            converters = value if isinstance(value, list) else [value]
-            if "float8" in converters:
-                r.said("training.fp8", "torchao", "model.converters", value,
-                       note="torchao's Float8Linear on the decoder layers' linear layers (torchtitan filters out the "
-                       "output layer)")
-            else:
-                r.ignore(f"model.{key}", FP8 if value else "no converters")
-        else:
-            r.ignore_all(value, f"model.{key}")
+
+
+def _converters(value: Any, r: Reading) -> None:
+    converters = value if isinstance(value, list) else [value]
+    if "float8" in converters:
+        r.said("training.fp8", "torchao", "model.converters", value,
+               note="torchao's Float8Linear on the decoder layers' linear layers (torchtitan filters out the "
+               "output layer)")
+    else:
+        r.ignore("model.converters", FP8 if value else "no converters")
 
 
 def _optimizer(optimizer: dict[str, Any], r: Reading) -> None:
@@ -292,32 +306,38 @@ def _sharding(parallel: dict[str, Any], d: _Degrees, shard: int, key: str, r: Re
     if "fsdp_reshard_after_forward" in parallel:
         reshard = r.choice(reshard_key, reshard, ("default", "always", "never"))
     if shard > 1 or d.context > 1:
-        # apply_fsdp: "default" reshards after forward unless pipeline parallelism runs (reshard_after_forward =
-        # not pp_enabled), to spare each micro-batch an all-gather
-        gathered = reshard == "never" or (reshard == "default" and d.pipeline > 1)
-        if "fsdp_reshard_after_forward" in parallel:
-            stage_key, stage_raw = reshard_key, reshard
-        elif gathered:
-            stage_key, stage_raw = d.pipeline_key or "parallelism.pipeline_parallel_degree", d.pipeline
-        else:
-            stage_key, stage_raw = key, shard
-        r.said("engine", "fsdp", key, shard, field="")
-        if gathered:
-            why = (f"fsdp_reshard_after_forward {reshard}" + (" with pipeline parallelism" if reshard == "default"
-                                                              else "") + ": FSDP2 keeps each layer's parameters "
-                   "gathered after forward: ZeRO stage 2")
-            r.said("parallelism.zero_stage", 2, stage_key, stage_raw, note=why)
-            r.said("training.framework", "pytorch", stage_key, stage_raw, note=fsdp.FSDP2_GATHERED_WHY)
-            r.assume("training.framework", "pytorch", fsdp.FSDP2_GATHERED_WHY)
-        else:
-            r.said("parallelism.zero_stage", 3, stage_key, stage_raw,
-                   note="FSDP2 shards parameters, gradients and optimizer state: ZeRO stage 3")
-            r.said("training.framework", "fsdp2", key, shard, note=fsdp.FSDP2_NOTE)
+        _fsdp2(parallel, d, shard, key, reshard, r)
     else:
         r.said("parallelism.zero_stage", 0, key, shard, note="no sharding (DDP or one GPU)")
         r.default("training.framework", "pytorch", key, "no FSDP: DDP or one GPU, which the pytorch convention counts")
         if "fsdp_reshard_after_forward" in parallel:
             r.ignore("parallelism.fsdp_reshard_after_forward", "no FSDP: nothing is sharded")
+
+
+def _fsdp2(parallel: dict[str, Any], d: _Degrees, shard: int, key: str, reshard: str, r: Reading) -> None:
+    """FSDP2's ZeRO stage: 3, or 2 when the layers stay gathered after forward."""
+    # apply_fsdp: "default" reshards after forward unless pipeline parallelism runs (reshard_after_forward =
+    # not pp_enabled), to spare each micro-batch an all-gather
+    gathered = reshard == "never" or (reshard == "default" and d.pipeline > 1)
+    stage_raw: Any
+    if "fsdp_reshard_after_forward" in parallel:
+        stage_key, stage_raw = "parallelism.fsdp_reshard_after_forward", reshard
+    elif gathered:
+        stage_key, stage_raw = d.pipeline_key or "parallelism.pipeline_parallel_degree", d.pipeline
+    else:
+        stage_key, stage_raw = key, shard
+    r.said("engine", "fsdp", key, shard, field="")
+    if gathered:
+        why = (f"fsdp_reshard_after_forward {reshard}" + (" with pipeline parallelism" if reshard == "default"
+                                                          else "") + ": FSDP2 keeps each layer's parameters "
+               "gathered after forward: ZeRO stage 2")
+        r.said("parallelism.zero_stage", 2, stage_key, stage_raw, note=why)
+        r.said("training.framework", "pytorch", stage_key, stage_raw, note=fsdp.FSDP2_GATHERED_WHY)
+        r.assume("training.framework", "pytorch", fsdp.FSDP2_GATHERED_WHY)
+    else:
+        r.said("parallelism.zero_stage", 3, stage_key, stage_raw,
+               note="FSDP2 shards parameters, gradients and optimizer state: ZeRO stage 3")
+        r.said("training.framework", "fsdp2", key, shard, note=fsdp.FSDP2_NOTE)
 
 
 def _other_parallelism(parallel: dict[str, Any], experimental: dict[str, Any], d: _Degrees, r: Reading) -> None:
@@ -326,18 +346,27 @@ def _other_parallelism(parallel: dict[str, Any], experimental: dict[str, Any], d
     for name, value in parallel.items():
         if name in handled:
             continue
-        if name.startswith("expert"):
-            r.ignore(f"parallelism.{name}", MOE)
-        elif name == "num_layers_per_virtual_pipeline_stage" or name.startswith("pipeline_parallel"):
-            r.ignore(f"parallelism.{name}", "the pipeline schedule's details are not modelled: 1F1B is assumed")
-        elif name in ("enable_async_tensor_parallel", "disable_loss_parallel", "enable_compiled_autograd"):
-            r.ignore(f"parallelism.{name}", NO_MEMORY if name != "disable_loss_parallel" else
-                     "the loss is counted as a vocabulary-parallel cross entropy")
-        else:
+        why = _parallelism_reason(name)
+        if why is None:
             r.ignore_all(value, f"parallelism.{name}")
+        else:
+            r.ignore(f"parallelism.{name}", why)
     for name, value in experimental.items():
         if name != "pipeline_parallel_degree" or d.pipeline_key != "experimental.pipeline_parallel_degree":
             r.ignore_all(value, f"experimental.{name}")
+
+
+def _parallelism_reason(name: str) -> str | None:
+    """Why a [parallelism] key the degrees do not use is left aside; None to list it by its own name."""
+    if name.startswith("expert"):
+        return MOE
+    if name == "num_layers_per_virtual_pipeline_stage" or name.startswith("pipeline_parallel"):
+        return "the pipeline schedule's details are not modelled: 1F1B is assumed"
+    if name == "disable_loss_parallel":
+        return "the loss is counted as a vocabulary-parallel cross entropy"
+    if name in ("enable_async_tensor_parallel", "enable_compiled_autograd"):
+        return NO_MEMORY
+    return None
 
 
 def _training(training: dict[str, Any], r: Reading, data: int) -> None:
@@ -352,78 +381,107 @@ def _training(training: dict[str, Any], r: Reading, data: int) -> None:
         r.said("training.seq_len", r.integer("training.seq_len", training["seq_len"]), "training.seq_len")
     else:
         r.default("training.seq_len", 2048, "training.seq_len", "torchtitan's default seq_len")
-    global_batch = training.get("global_batch_size", -1)
-    if "global_batch_size" in training:
-        global_batch = r.integer("training.global_batch_size", global_batch, low=-1)
-    if global_batch > 0:
-        per_step = local * data
-        if global_batch % per_step:
-            raise r.error("training.global_batch_size", f"must be a multiple of local_batch_size × data-parallel "
-                                                        f"degree ({local} × {data} = {per_step})")
-        r.said("training.gradient_accumulation_steps", global_batch // per_step, "training.global_batch_size",
-               global_batch, note=f"global_batch_size ÷ (local_batch_size × data-parallel degree {data})")
-    else:
-        r.default("training.gradient_accumulation_steps", 1, "training.global_batch_size",
-                  "global_batch_size -1: local_batch_size × data-parallel degree, no accumulation")
+    _accumulation(training, r, local, data)
     for name, value in training.items():
         if name in ("local_batch_size", "batch_size", "seq_len", "global_batch_size", "dtype",
                     "mixed_precision_param", "mixed_precision_reduce"):
             continue
-        if name in ("enable_cpu_offload",):
-            if r.boolean(f"training.{name}", value):
-                r.said("parallelism.offload", "optimizer+parameters", f"training.{name}", value,
-                       note="FSDP2's CPUOffloadPolicy: parameters, gradients and optimizer state in host memory")
-            else:
-                r.ignore(f"training.{name}", "off")
-        elif name in ("dataset", "dataset_path", "steps", "max_norm", "gc_freq", "gc_debug", "seed", "deterministic",
-                      "warmup_steps", "dataloader"):
-            r.ignore_all(value, f"training.{name}", NO_MEMORY)
-        elif name in ("compile",):
-            r.ignore(f"training.{name}", COMPILE)
-        elif name in ("tensor_parallel_degree", "data_parallel_shard_degree", "data_parallel_replicate_degree",
-                      "pipeline_parallel_degree", "context_parallel_degree"):
-            r.ignore(f"training.{name}", "torchtitan reads the degrees from [parallelism]")
+        if name == "enable_cpu_offload":
+            _cpu_offload(value, r)
+        elif name in TRAINING_IGNORED:
+            r.ignore(f"training.{name}", TRAINING_IGNORED[name])
         else:
-            r.ignore_all(value, f"training.{name}")
+            r.ignore_all(value, f"training.{name}", NO_MEMORY if name in TRAINING_NO_MEMORY else None)
+
+
+# [training] keys that change no count, each with its reason; and those left aside whole for no memory.
+TRAINING_IGNORED: Final = {
+    "compile": COMPILE,
+    **dict.fromkeys(("tensor_parallel_degree", "data_parallel_shard_degree", "data_parallel_replicate_degree",
+                     "pipeline_parallel_degree", "context_parallel_degree"),
+                    "torchtitan reads the degrees from [parallelism]"),
+}
+TRAINING_NO_MEMORY: Final = frozenset({"dataset", "dataset_path", "steps", "max_norm", "gc_freq", "gc_debug", "seed",
+                                       "deterministic", "warmup_steps", "dataloader"})
+
+
+def _accumulation(training: dict[str, Any], r: Reading, local: int, data: int) -> None:
+    """Micro-batches per step: global_batch_size ÷ (local_batch_size × data-parallel degree); -1 for one."""
+    global_batch = training.get("global_batch_size", -1)
+    if "global_batch_size" in training:
+        global_batch = r.integer("training.global_batch_size", global_batch, low=-1)
+    if global_batch <= 0:
+        r.default("training.gradient_accumulation_steps", 1, "training.global_batch_size",
+                  "global_batch_size -1: local_batch_size × data-parallel degree, no accumulation")
+        return
+    per_step = local * data
+    if global_batch % per_step:
+        raise r.error("training.global_batch_size", f"must be a multiple of local_batch_size × data-parallel "
+                                                    f"degree ({local} × {data} = {per_step})")
+    r.said("training.gradient_accumulation_steps", global_batch // per_step, "training.global_batch_size",
+           global_batch, note=f"global_batch_size ÷ (local_batch_size × data-parallel degree {data})")
+
+
+def _cpu_offload(value: Any, r: Reading) -> None:
+    key = "training.enable_cpu_offload"
+    if r.boolean(key, value):
+        r.said("parallelism.offload", "optimizer+parameters", key, value,
+               note="FSDP2's CPUOffloadPolicy: parameters, gradients and optimizer state in host memory")
+    else:
+        r.ignore(key, "off")
 
 
 def _precision(training: dict[str, Any], r: Reading, *, shard: int, tensor: int, pipeline: int, data: int) -> None:
     dtype_key, param_key = "training.dtype", "training.mixed_precision_param"
-    dtype = training.get("dtype", "float32")
-    if "dtype" in training:
-        dtype = r.choice(dtype_key, dtype, ("float32", "bfloat16"))
-    param = training.get("mixed_precision_param", "bfloat16")
-    if "mixed_precision_param" in training:
-        param = r.choice(param_key, param, ("bfloat16", "float32"))
+    dtype, param = _dtypes(training, r)
     if "mixed_precision_reduce" in training:
         r.ignore("training.mixed_precision_reduce", "gradients are reduced in fp32 into the fp32 shards")
     if dtype == "bfloat16":
-        r.said("training.precision", "bf16", dtype_key, dtype, note="every parameter, gradient and optimizer state "
-                                                                    "in bf16, no fp32 copy")
-        if "mixed_precision_param" in training:
-            r.ignore(param_key, "training.dtype bfloat16 puts everything in bf16")
+        _pure_bf16(training, r)
         return
     key = param_key if "mixed_precision_param" in training else dtype_key
     said = "mixed_precision_param" in training or "dtype" in training
-    if param == "float32":
-        value, why = "fp32", "mixed_precision_param float32: fp32 throughout"
-    elif shard > 1:
-        value, why = "bf16-fp32-master", FSDP_NOTE
-    elif tensor == 1 and pipeline == 1:
-        value, why = "autocast-bf16", ("without FSDP, tensor or pipeline parallelism torchtitan applies "
-                                       "mixed_precision_param with torch.autocast")
-    else:
-        value, why = "fp32", ("with tensor or pipeline parallelism and no FSDP, torchtitan applies no mixed "
-                              "precision: fp32")
+    value, why = _mixed_precision(param, shard=shard, plain=tensor == 1 and pipeline == 1)
     if said:
         r.said("training.precision", value, key, training.get(key.rsplit(".", 1)[1]), note=why)
-        if "dtype" in training and key != dtype_key:
+        if key != dtype_key and "dtype" in training:
             r.also(dtype_key, dtype, "training.precision")
     else:
         r.default("training.precision", value, key, f"torchtitan's defaults (dtype float32, mixed_precision_param "
                                                     f"bfloat16): {why}")
     if value in ("bf16-fp32-master", "autocast-bf16"):
         r.assume("training.precision", value, why)
+
+
+def _pure_bf16(training: dict[str, Any], r: Reading) -> None:
+    r.said("training.precision", "bf16", "training.dtype", "bfloat16", note="every parameter, gradient and optimizer "
+                                                                           "state in bf16, no fp32 copy")
+    if "mixed_precision_param" in training:
+        r.ignore("training.mixed_precision_param", "training.dtype bfloat16 puts everything in bf16")
+
+
+def _dtypes(training: dict[str, Any], r: Reading) -> tuple[str, str]:
+    """(dtype, mixed_precision_param), torchtitan's defaults float32 and bfloat16."""
+    dtype = training.get("dtype", "float32")
+    if "dtype" in training:
+        dtype = r.choice("training.dtype", dtype, ("float32", "bfloat16"))
+    param = training.get("mixed_precision_param", "bfloat16")
+    if "mixed_precision_param" in training:
+        param = r.choice("training.mixed_precision_param", param, ("bfloat16", "float32"))
+    return dtype, param
+
+
+def _mixed_precision(param: str, *, shard: int, plain: bool) -> tuple[str, str]:
+    """The precision mixed_precision_param makes, and why: FSDP2's fp32 shards, autocast alone, or none."""
+    if param == "float32":
+        return "fp32", "mixed_precision_param float32: fp32 throughout"
+    if shard > 1:
+        return "bf16-fp32-master", FSDP_NOTE
+    if plain:  # no tensor or pipeline parallelism
+        return "autocast-bf16", ("without FSDP, tensor or pipeline parallelism torchtitan applies "
+                                 "mixed_precision_param with torch.autocast")
+    return "fp32", ("with tensor or pipeline parallelism and no FSDP, torchtitan applies no mixed "
+                    "precision: fp32")
 
 
 def _checkpointing(section: dict[str, Any] | None, r: Reading) -> None:
@@ -442,30 +500,40 @@ def _checkpointing(section: dict[str, Any] | None, r: Reading) -> None:
         r.said("training.activation_checkpointing", "full", "activation_checkpoint.mode", mode)
     elif mode == "memory_budget":
         r.ignore("activation_checkpoint.mode", "memory_budget recomputation is chosen by the compiler: not modelled")
-    elif option == "op":
-        r.said("training.activation_checkpointing", "selective", "activation_checkpoint.selective_ac_option", option,
-               note="op-level selective recomputation keeps the matmul outputs and recomputes the rest")
-        if "mode" in section:
-            r.also("activation_checkpoint.mode", mode, "training.activation_checkpointing")
-        r.assume("training.activation_checkpointing", "selective", "torchtitan's op-level selective recomputation "
-                 "(it keeps matmul outputs) is counted as Megatron-style selective recomputation of the attention core")
-    elif option.isdigit() and int(option) == 1:
-        r.said("training.activation_checkpointing", "full", "activation_checkpoint.selective_ac_option", option,
-               note="every layer recomputed in full")
-        if "mode" in section:
-            r.also("activation_checkpoint.mode", mode, "training.activation_checkpointing")
-    elif option.isdigit() and int(option) > 1:
-        r.said("training.activation_checkpointing", "none", "activation_checkpoint.selective_ac_option", option)
-        if "mode" in section:
-            r.also("activation_checkpoint.mode", mode, "training.activation_checkpointing")
-        r.assume("training.activation_checkpointing", "none", f"selective_ac_option {option} recomputes every "
-                 f"{option}th layer in full; the others keep their activations. Counted as no recomputation: an "
-                 "upper bound")
     else:
-        raise r.error("activation_checkpoint.selective_ac_option", f"must be 'op' or a positive integer, got {option!r}")
+        _selective(section, mode, option, r)
+    _checkpointing_rest(section, mode, r)
+
+
+def _checkpointing_rest(section: dict[str, Any], mode: str, r: Reading) -> None:
+    """The section's other keys, and the selective option where the mode reads none."""
     for name, value in section.items():
         if name not in ("mode", "selective_ac_option"):
             r.ignore_all(value, f"activation_checkpoint.{name}", NO_MEMORY if name in ("preserve_rng_state",
                          "determinism_check", "debug", "early_stop") else None)
     if "mode" in section and mode in ("none", "full") and "selective_ac_option" in section:
         r.ignore("activation_checkpoint.selective_ac_option", f"mode is {mode}")
+
+
+def _selective(section: dict[str, Any], mode: str, option: str, r: Reading) -> None:
+    """Selective recomputation by its option: op-level (counted as the attention core's), every layer (1, full), or
+    every n-th layer (counted as none)."""
+    key = "activation_checkpoint.selective_ac_option"
+    if option == "op":
+        r.said("training.activation_checkpointing", "selective", key, option,
+               note="op-level selective recomputation keeps the matmul outputs and recomputes the rest")
+    elif option.isdigit() and int(option) == 1:
+        r.said("training.activation_checkpointing", "full", key, option, note="every layer recomputed in full")
+    elif option.isdigit() and int(option) > 1:
+        r.said("training.activation_checkpointing", "none", key, option)
+    else:
+        raise r.error(key, f"must be 'op' or a positive integer, got {option!r}")
+    if "mode" in section:
+        r.also("activation_checkpoint.mode", mode, "training.activation_checkpointing")
+    if option == "op":
+        r.assume("training.activation_checkpointing", "selective", "torchtitan's op-level selective recomputation "
+                 "(it keeps matmul outputs) is counted as Megatron-style selective recomputation of the attention core")
+    elif int(option) > 1:
+        r.assume("training.activation_checkpointing", "none", f"selective_ac_option {option} recomputes every "
+                 f"{option}th layer in full; the others keep their activations. Counted as no recomputation: an "
+                 "upper bound")
