@@ -71,27 +71,29 @@ def read(data: Any, r: Reading, prefix: str = "") -> None:
     for key, value in data.items():
         if key in handled:
             continue
-        if key == "activation_checkpointing":
-            r.ignore_all(value, f"{p}{key}", ACTIVATION_CHECKPOINTING_WHY)
-        elif key == "tensor_parallel":
+        if key == "tensor_parallel":
             _tensor_parallel(value, r, f"{p}{key}")
-        elif key == "pipeline":
-            r.ignore_all(value, f"{p}{key}", "DeepSpeed's pipeline stages are set in code (PipelineModule(num_stages=...)): "
-                                             "set parallelism.pipeline")
-        elif key == "sequence_parallel_size":
-            r.ignore(f"{p}{key}", "DeepSpeed-Ulysses sequence parallelism is not modelled: each GPU is counted with "
-                                  "the whole sequence")
-        elif key in ("scheduler", "gradient_clipping", "prescale_gradients", "gradient_predivide_factor",
-                     "steps_per_print", "wall_clock_breakdown", "dump_state", "memory_breakdown"):
-            r.ignore_all(value, f"{p}{key}", NO_MEMORY)
-        elif key in ("zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer"):
-            r.ignore(f"{p}{key}", "a check DeepSpeed makes before it starts; no memory of its own")
-        elif key in ("communication_data_type", "seq_parallel_communication_data_type", "sparse_gradients"):
-            r.ignore(f"{p}{key}", COMMS)
-        elif key in ("aio", "nvme_path"):
-            r.ignore_all(value, f"{p}{key}", OFFLOAD_DETAIL)
+        elif key in _IGNORED:
+            r.ignore(f"{p}{key}", _IGNORED[key])
         else:
-            r.ignore_all(value, f"{p}{key}")
+            r.ignore_all(value, f"{p}{key}", _IGNORED_WHOLE.get(key))
+
+
+# Top-level keys left aside with one reason; and those left aside whole (each leaf of a section).
+_IGNORED: Final = {
+    "sequence_parallel_size": "DeepSpeed-Ulysses sequence parallelism is not modelled: each GPU is counted with the "
+                              "whole sequence",
+    **dict.fromkeys(("zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer"),
+                    "a check DeepSpeed makes before it starts; no memory of its own"),
+    **dict.fromkeys(("communication_data_type", "seq_parallel_communication_data_type", "sparse_gradients"), COMMS),
+}
+_IGNORED_WHOLE: Final = {
+    "activation_checkpointing": ACTIVATION_CHECKPOINTING_WHY,
+    "pipeline": "DeepSpeed's pipeline stages are set in code (PipelineModule(num_stages=...)): set parallelism.pipeline",
+    **dict.fromkeys(("scheduler", "gradient_clipping", "prescale_gradients", "gradient_predivide_factor",
+                     "steps_per_print", "wall_clock_breakdown", "dump_state", "memory_breakdown"), NO_MEMORY),
+    **dict.fromkeys(("aio", "nvme_path"), OFFLOAD_DETAIL),
+}
 
 
 def _auto_or_int(r: Reading, key: str, value: Any, *, low: int = 1) -> int | str:
@@ -143,43 +145,58 @@ def _zero(data: dict[str, Any], r: Reading, p: str) -> bool:
 def _zero_setting(r: Reading, name: str, value: Any, sub: str, devices: dict[str, tuple[str, str]]) -> None:
     """One zero_optimization key besides the stage: an offload (into `devices`), the reduce bucket, or a reason."""
     if name in ("offload_optimizer", "offload_param"):
-        value = r.mapping(sub, value)
-        device = value.get("device", "none")
-        device = r.choice(f"{sub}.device", device, ("none", "cpu", "nvme")) if "device" in value else "none"
-        if device != "none":
-            devices["optimizer" if name == "offload_optimizer" else "parameters"] = (device, f"{sub}.device")
-        elif "device" in value:
-            r.ignore(f"{sub}.device", "none: not offloaded")
-        for detail, item in value.items():
-            if detail != "device":
-                r.ignore_all(item, f"{sub}.{detail}", OFFLOAD_DETAIL)
+        _offload_section(r, "optimizer" if name == "offload_optimizer" else "parameters", value, sub, devices)
     elif name in ("cpu_offload", "cpu_offload_params"):  # legacy switches
-        on = r.boolean(sub, value)
-        if on:
+        if r.boolean(sub, value):
             devices["optimizer" if name == "cpu_offload" else "parameters"] = ("cpu", sub)
         else:
             r.ignore(sub, "off")
     elif name == "reduce_bucket_size":
-        # transformers' HfTrainerDeepSpeedConfig fills "auto" with hidden_size² once it has the model
-        # (integrations/deepspeed.py, trainer_config_finalize); the model is not read from this file.
-        if value == AUTO:
-            r.said("parallelism.reduce_bucket_size", core.DEEPSPEED_REDUCE_BUCKET_SIZE, sub, AUTO,
-                   note="auto: the Trainer fills it with hidden_size² from the model at run time; DeepSpeed's own "
-                   "default, 500,000,000 elements, is counted here")
-        else:
-            r.said("parallelism.reduce_bucket_size", r.integer(sub, value, low=1, high=10**12), sub)
+        _reduce_bucket(r, value, sub)
     elif name in _ZERO_REASONS:
         r.ignore_all(value, sub, _ZERO_REASONS[name])
-    elif name in ("zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_gradients",
-                  "zero_quantized_nontrainable_weights", "mics_shard_size", "mics_hierarchical_params_gather"):
-        r.ignore(sub, "ZeRO++ and MiCS partitioning variants are not modelled: the estimate shards over every "
-                      "data-parallel GPU")
-    elif name in ("stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save",
-                  "stage3_gather_fp16_weights_on_model_save", "elastic_checkpoint", "load_from_fp32_weights",
-                  "ignore_unused_parameters", "legacy_stage1", "round_robin_gradients", "log_trace_cache_warnings"):
-        r.ignore(sub, NO_MEMORY)
+    elif name in _ZERO_IGNORED:
+        r.ignore(sub, _ZERO_IGNORED[name])
     else:
         r.ignore_all(value, sub, COMMS if reason(name) == COMMS else None)
+
+
+def _offload_section(r: Reading, what: str, value: Any, sub: str, devices: dict[str, tuple[str, str]]) -> None:
+    """offload_optimizer or offload_param: its device into `devices` (unless none); its details left aside."""
+    value = r.mapping(sub, value)
+    device = value.get("device", "none")
+    device = r.choice(f"{sub}.device", device, ("none", "cpu", "nvme")) if "device" in value else "none"
+    if device != "none":
+        devices[what] = (device, f"{sub}.device")
+    elif "device" in value:
+        r.ignore(f"{sub}.device", "none: not offloaded")
+    for detail, item in value.items():
+        if detail != "device":
+            r.ignore_all(item, f"{sub}.{detail}", OFFLOAD_DETAIL)
+
+
+def _reduce_bucket(r: Reading, value: Any, sub: str) -> None:
+    # transformers' HfTrainerDeepSpeedConfig fills "auto" with hidden_size² once it has the model
+    # (integrations/deepspeed.py, trainer_config_finalize); the model is not read from this file.
+    if value == AUTO:
+        r.said("parallelism.reduce_bucket_size", core.DEEPSPEED_REDUCE_BUCKET_SIZE, sub, AUTO,
+               note="auto: the Trainer fills it with hidden_size² from the model at run time; DeepSpeed's own "
+               "default, 500,000,000 elements, is counted here")
+    else:
+        r.said("parallelism.reduce_bucket_size", r.integer(sub, value, low=1, high=10**12), sub)
+
+
+# zero_optimization keys left aside with one reason.
+_ZERO_IGNORED: Final = {
+    **dict.fromkeys(("zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_gradients",
+                     "zero_quantized_nontrainable_weights", "mics_shard_size", "mics_hierarchical_params_gather"),
+                    "ZeRO++ and MiCS partitioning variants are not modelled: the estimate shards over every "
+                    "data-parallel GPU"),
+    **dict.fromkeys(("stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save",
+                     "stage3_gather_fp16_weights_on_model_save", "elastic_checkpoint", "load_from_fp32_weights",
+                     "ignore_unused_parameters", "legacy_stage1", "round_robin_gradients", "log_trace_cache_warnings"),
+                    NO_MEMORY),
+}
 
 
 # zero_optimization keys that change memory the estimate does not follow, each with what it counts instead
@@ -260,24 +277,14 @@ def _precision(data: dict[str, Any], r: Reading, p: str) -> None:
         raise r.error(f"{p}fp16.enabled", "bf16 and fp16 cannot both be enabled (DeepSpeed: 'this mode cannot be "
                                           "combined with the fp16 mode')")
     switches = ((bf16, f"{bf16_key}.enabled"), (fp16, f"{p}fp16.enabled"))
-    for switch, switch_key in switches:
-        if switch is not None:
-            r.said("ds_bf16" if switch_key.startswith(bf16_key) else "ds_fp16", switch, switch_key, field="")
-        if switch == AUTO:
-            r.also(switch_key, AUTO, "training.precision", "filled from the Trainer's --bf16/--fp16 (assumed passed "
-                                                           "when no Trainer arguments are given)")
+    _switch_facts(r, switches, bf16_key)
     grad_accum = _grad_accum_dtype(data, r, p)
     extras = _half_details(data, r, p, bf16_key, bf16_section)
     key, value = _half(r, bf16, fp16, bf16_key, p, extras, grad_accum)
     key, value = _autocast(data, r, p, autocast, key, value)
     key, value = _apex_amp(data, r, p, amp, key, value)
     if key is None:
-        off = [k for switch, k in switches if switch is False]
-        if off:
-            r.said("ds_precision", "fp32", off[0], False, field="training.precision")
-        else:
-            r.default("ds_precision", "fp32", f"{p}bf16", "no bf16, fp16 or torch_autocast section enabled: "
-                                                         "DeepSpeed trains in fp32")
+        _fp32(r, switches, p)
     elif value == AUTO:
         r.autos["ds_precision"] = key
         # What bf16 "auto" becomes once filled with true, with this file's other bf16 settings.
@@ -285,6 +292,29 @@ def _precision(data: dict[str, Any], r: Reading, p: str) -> None:
             r.autos["ds_precision:bf16"] = "megatron-bf16"
     else:
         r.said("ds_precision", value, key, True, field="training.precision")
+
+
+Switches = tuple[tuple[bool | str | None, str], ...]  # (bf16's or fp16's enabled, its key)
+
+
+def _switch_facts(r: Reading, switches: Switches, bf16_key: str) -> None:
+    """bf16's and fp16's enabled as facts ``ds_bf16``/``ds_fp16``, for the Trainer's check."""
+    for switch, switch_key in switches:
+        if switch is not None:
+            r.said("ds_bf16" if switch_key.startswith(bf16_key) else "ds_fp16", switch, switch_key, field="")
+        if switch == AUTO:
+            r.also(switch_key, AUTO, "training.precision", "filled from the Trainer's --bf16/--fp16 (assumed passed "
+                                                           "when no Trainer arguments are given)")
+
+
+def _fp32(r: Reading, switches: Switches, p: str) -> None:
+    """No half-precision mode enabled: fp32, said by a switch turned off or DeepSpeed's default."""
+    off = [k for switch, k in switches if switch is False]
+    if off:
+        r.said("ds_precision", "fp32", off[0], False, field="training.precision")
+    else:
+        r.default("ds_precision", "fp32", f"{p}bf16", "no bf16, fp16 or torch_autocast section enabled: "
+                                                     "DeepSpeed trains in fp32")
 
 
 def _grad_accum_dtype(data: dict[str, Any], r: Reading, p: str) -> str | None:
@@ -330,20 +360,24 @@ def _half(r: Reading, bf16: bool | str | None, fp16: bool | str | None, bf16_key
     key: str | None = None
     value: Any = None
     if bf16 is True:
-        key, value = f"{bf16_key}.enabled", "bf16-fp32-master"
-        if extras.get("bf16_master_weights_and_grads") and extras.get("bf16_optimizer_states"):
-            value = {"weights": "bf16", "gradients": "bf16", "master_weights": "bf16", "optimizer_states": "bf16",
-                     "activations": "bf16"}
-        elif extras.get("bf16_master_weights_and_grads"):
-            r.ignore(f"{bf16_key}.bf16_master_weights_and_grads", "bf16 master weights with fp32 optimizer state "
-                                                                  "need ZeRO-Offload, which is not modelled")
-        if grad_accum in ("fp32", "float32") and value == "bf16-fp32-master":
-            value = "megatron-bf16"
+        key, value = f"{bf16_key}.enabled", _bf16(r, bf16_key, extras, grad_accum)
     elif fp16 is True:
         key, value = f"{p}fp16.enabled", "fp16-fp32-master"
     elif bf16 == AUTO or fp16 == AUTO:
         key, value = f"{bf16_key}.enabled" if bf16 == AUTO else f"{p}fp16.enabled", AUTO
     return key, value
+
+
+def _bf16(r: Reading, bf16_key: str, extras: dict[str, bool], grad_accum: str | None) -> Any:
+    """bf16 enabled: DeepSpeed's fp32 master copy, or all bf16 with bf16 master weights and optimizer states, or
+    Megatron-style fp32 gradient accumulation."""
+    if extras.get("bf16_master_weights_and_grads") and extras.get("bf16_optimizer_states"):
+        return {"weights": "bf16", "gradients": "bf16", "master_weights": "bf16", "optimizer_states": "bf16",
+                "activations": "bf16"}
+    if extras.get("bf16_master_weights_and_grads"):
+        r.ignore(f"{bf16_key}.bf16_master_weights_and_grads", "bf16 master weights with fp32 optimizer state "
+                                                              "need ZeRO-Offload, which is not modelled")
+    return "megatron-bf16" if grad_accum in ("fp32", "float32") else "bf16-fp32-master"
 
 
 def _autocast(data: dict[str, Any], r: Reading, p: str, autocast: bool | str | None, key: str | None,
@@ -410,6 +444,11 @@ def _optimizer(data: dict[str, Any], r: Reading, p: str, offload: bool) -> None:
     optimizer, implementation, note = modelled
     r.said("training.optimizer", optimizer, tkey, name, note=note)
     r.said("training.optimizer_implementation", implementation, tkey, name, note=note)
+    _optimizer_params(r, key, params, used)
+
+
+def _optimizer_params(r: Reading, key: str, params: dict[str, Any], used: set[str]) -> None:
+    """The optimizer's params: those that decided it read along, the rest left aside."""
     for param, value in params.items():
         if param in used:
             r.also(f"{key}.params.{param}", value, "training.optimizer" if param in ("adam_w_mode", "momentum")
@@ -434,35 +473,56 @@ def _modelled(r: Reading, name: str, key: str, params: dict[str, Any], used: set
         return "adamw", "fused", note
     if lower in ("muadam", "muadamw"):
         implementation = _torch_implementation(r, f"{key}.params", params, used)
-        return "adam" if lower == "muadam" else "adamw", implementation, "mup's wrapper around torch.optim's Adam(W)"
+        return {"muadam": "adam", "muadamw": "adamw"}[lower], implementation, "mup's wrapper around torch.optim's Adam(W)"
     if lower == "musgd" or name == "SGD":
-        momentum = params.get("momentum", 0)
-        if "momentum" in params:
-            used.add("momentum")
-            if isinstance(momentum, bool) or not isinstance(momentum, (int, float)):
-                raise r.error(f"{key}.params.momentum", f"must be a number, got {describe(momentum)}")
-        optimizer = "sgd-momentum" if momentum else "sgd"
-        return optimizer, _torch_implementation(r, f"{key}.params", params, used), note
+        return _sgd(r, key, params, used)
     if name == "Adafactor":
         implementation = _torch_implementation(r, f"{key}.params", params, used)
         r.said("training.adafactor_momentum", False, tkey, name)
         return "adafactor", implementation, "torch.optim.Adafactor keeps no first moment"
     if lower == "adagrad" or name in ("RMSprop",):
-        if name == "RMSprop" and (params.get("momentum") or params.get("centered")):
-            r.ignore(tkey, "RMSprop with momentum or centred keeps two or three buffers per parameter: not modelled")
-            r.ignore_all(params, f"{key}.params", "the optimizer is not modelled")
-            return None
-        implementation = _torch_implementation(r, f"{key}.params", params, used)
-        note = f"{name} keeps one buffer per parameter, as SGD with momentum does"
-        r.assume("training.optimizer", "sgd-momentum", note)
-        return "sgd-momentum", implementation, note
-    if lower in _DS_OPTIMIZERS or name in _TORCH_OPTIMIZERS:
+        return _one_buffer(r, name, key, params, used)
+    _unmodelled(r, name, key, params)
+    return None
+
+
+def _unmodelled(r: Reading, name: str, key: str, params: dict[str, Any]) -> None:
+    """An optimizer DeepSpeed or torch.optim has that trainmem does not count (reported), or an error for a name
+    neither knows."""
+    tkey = f"{key}.type"
+    if name.lower() in _DS_OPTIMIZERS or name in _TORCH_OPTIMIZERS:
         r.ignore(tkey, f"the {name} optimizer is not modelled: trainmem counts Adam(W), SGD, Adafactor, 8-bit AdamW "
                        "and Lion")
         r.ignore_all(params, f"{key}.params", "the optimizer is not modelled")
-        return None
+        return
     raise r.error(tkey, f"is not an optimizer DeepSpeed knows: {name!r} is neither one of its own "
                         f"({', '.join(_DS_OPTIMIZERS)}) nor a torch.optim class")
+
+
+def _sgd(r: Reading, key: str, params: dict[str, Any], used: set[str]) -> tuple[str, str, str]:
+    """SGD (or mup's MuSGD): with a momentum buffer when params.momentum is not zero."""
+    momentum = params.get("momentum", 0)
+    if "momentum" in params:
+        used.add("momentum")
+        if isinstance(momentum, bool) or not isinstance(momentum, (int, float)):
+            raise r.error(f"{key}.params.momentum", f"must be a number, got {describe(momentum)}")
+    optimizer = "sgd-momentum" if momentum else "sgd"
+    return optimizer, _torch_implementation(r, f"{key}.params", params, used), ""
+
+
+def _one_buffer(r: Reading, name: str, key: str, params: dict[str, Any],
+                used: set[str]) -> tuple[str, str, str] | None:
+    """Adagrad and plain RMSprop keep one buffer per parameter: counted as SGD with momentum; RMSprop with momentum
+    or centred is not modelled (reported, None)."""
+    if name == "RMSprop" and (params.get("momentum") or params.get("centered")):
+        r.ignore(f"{key}.type", "RMSprop with momentum or centred keeps two or three buffers per parameter: not "
+                                "modelled")
+        r.ignore_all(params, f"{key}.params", "the optimizer is not modelled")
+        return None
+    implementation = _torch_implementation(r, f"{key}.params", params, used)
+    note = f"{name} keeps one buffer per parameter, as SGD with momentum does"
+    r.assume("training.optimizer", "sgd-momentum", note)
+    return "sgd-momentum", implementation, note
 
 
 def _adam(r: Reading, lower: str, key: str, params: dict[str, Any], used: set[str],
