@@ -109,8 +109,9 @@ def _recomputation(data: dict[str, Any], r: Reading) -> None:
 # Keys left aside whole (a mapping's every leaf) with one reason; None for the reason a key's name gives.
 IGNORED_WHOLE: Final = {
     **dict.fromkeys(("torch_compile", "torch_compile_backend", "torch_compile_mode", "torch_compile_options"), COMPILE),
-    **dict.fromkeys(("plugins", "liger_rope", "liger_rms_norm", "liger_glu_activation", "liger_fused_linear_cross_entropy",
-                     "liger_layer_norm", "cut_cross_entropy", "chunked_cross_entropy"),
+    **dict.fromkeys(("plugins", "liger_rope", "liger_rms_norm", "liger_glu_activation",
+                     "liger_fused_linear_cross_entropy", "liger_layer_norm", "cut_cross_entropy",
+                     "chunked_cross_entropy"),
                     "fused-kernel plugins (Liger, Cut Cross Entropy) are not modelled: the logits are counted as "
                     "Hugging Face's modules hold them"),
 }

@@ -89,7 +89,8 @@ _IGNORED: Final = {
 }
 _IGNORED_WHOLE: Final = {
     "activation_checkpointing": ACTIVATION_CHECKPOINTING_WHY,
-    "pipeline": "DeepSpeed's pipeline stages are set in code (PipelineModule(num_stages=...)): set parallelism.pipeline",
+    "pipeline": "DeepSpeed's pipeline stages are set in code (PipelineModule(num_stages=...)): "
+                "set parallelism.pipeline",
     **dict.fromkeys(("scheduler", "gradient_clipping", "prescale_gradients", "gradient_predivide_factor",
                      "steps_per_print", "wall_clock_breakdown", "dump_state", "memory_breakdown"), NO_MEMORY),
     **dict.fromkeys(("aio", "nvme_path"), OFFLOAD_DETAIL),
@@ -473,7 +474,8 @@ def _modelled(r: Reading, name: str, key: str, params: dict[str, Any], used: set
         return "adamw", "fused", note
     if lower in ("muadam", "muadamw"):
         implementation = _torch_implementation(r, f"{key}.params", params, used)
-        return {"muadam": "adam", "muadamw": "adamw"}[lower], implementation, "mup's wrapper around torch.optim's Adam(W)"
+        optimizer = {"muadam": "adam", "muadamw": "adamw"}[lower]
+        return optimizer, implementation, "mup's wrapper around torch.optim's Adam(W)"
     if lower == "musgd" or name == "SGD":
         return _sgd(r, key, params, used)
     if name == "Adafactor":

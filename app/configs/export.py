@@ -51,9 +51,8 @@ def complete(body: dict[str, Any]) -> dict[str, Any]:
     checked as /estimate checks it."""
     if not isinstance(body, dict):
         raise DomainError("body", "must be an estimate body (an object)")
-    model = {k: v for k, v in (body.get("model") or {}).items() if v is not None}
-    training = {k: v for k, v in (body.get("training") or {}).items() if v is not None}
-    parallelism = {k: v for k, v in (body.get("parallelism") or {}).items() if v is not None}
+    model, training = _given(body.get("model")), _given(body.get("training"))
+    parallelism = _given(body.get("parallelism"))
     wire.job_from({"model": model, "training": training, "parallelism": parallelism,
                    "finetuning": body.get("finetuning"), "gpu": body.get("gpu")}).estimate(reserve=False)
     values = defaults()
@@ -61,31 +60,45 @@ def complete(body: dict[str, Any]) -> dict[str, Any]:
     out_training["framework_overhead_bytes"] = training.get("framework_overhead_bytes",
                                                             core.DEFAULT_FRAMEWORK_OVERHEAD_BYTES)
     out_training["allocator"] = training.get("allocator", "default")
-    precision = out_training["precision"]
-    if isinstance(precision, dict):
-        dtypes = {k: precision.get(k) for k in ("weights", "gradients", "master_weights", "optimizer_states",
-                                                 "activations")}
-        out_training["precision"] = next((p.id for p in core.PRECISION_PRESETS.values()
-                                          if _dtypes(p.precision) == dtypes), dtypes)
+    out_training["precision"] = _preset_or_dtypes(out_training["precision"])
     return {"model": model, "training": out_training,
             "parallelism": {name: parallelism.get(name, values[f"parallelism.{name}"]) for name in PARALLELISM_FIELDS},
             "finetuning": finetuning_of(body.get("finetuning")), "gpu": body.get("gpu")}
 
 
+def _given(section: dict[str, Any] | None) -> dict[str, Any]:
+    """A body section's fields that are set (not None)."""
+    return {k: v for k, v in (section or {}).items() if v is not None}
+
+
+def _preset_or_dtypes(precision: Any) -> Any:
+    """A precision given as dtypes, as the preset id with those dtypes when there is one."""
+    if not isinstance(precision, dict):
+        return precision
+    dtypes = {k: precision.get(k) for k in ("weights", "gradients", "master_weights", "optimizer_states",
+                                             "activations")}
+    return next((p.id for p in core.PRECISION_PRESETS.values() if _dtypes(p.precision) == dtypes), dtypes)
+
+
 def finetuning_of(section: dict[str, Any] | None) -> dict[str, Any] | None:
     """A finetuning section with its defaults (None for plain full fine-tuning), lists as lists."""
-    values = {k: v for k, v in (section or {}).items() if v is not None}
+    values = _given(section)
     full = Finetuning()
-    out = {field.name: values.get(field.name, getattr(full, field.name)) for field in dataclasses.fields(Finetuning)}
-    out = {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
+    out = {field.name: _listed(values.get(field.name, getattr(full, field.name)))
+           for field in dataclasses.fields(Finetuning)}
     if out["method"] == "full" and not out["freeze_embeddings"] and not out["frozen_layers"]:
         return None
     if out["method"] != "qlora":
         out["quantization"] = full.quantization
     if out["method"] == "full":
         for name in ("rank", "target_modules", "dropout", "modules_to_save", "quantization"):
-            out[name] = list(getattr(full, name)) if isinstance(getattr(full, name), tuple) else getattr(full, name)
+            out[name] = _listed(getattr(full, name))
     return out
+
+
+def _listed(value: Any) -> Any:
+    """A tuple as a list (as JSON reads it back); anything else as it is."""
+    return list(value) if isinstance(value, tuple) else value
 
 
 def _dtypes(precision: core.Precision) -> dict[str, str | None]:
@@ -106,7 +119,22 @@ def differences(setup: dict[str, Any], back: dict[str, Any]) -> list[tuple[str, 
     out: list[tuple[str, Any]] = []
     if setup["model"] != back["model"]:
         out.append(("model", setup["model"]))
-    training, returned = setup["training"], back["training"]
+    out += _training_differences(setup["training"], back["training"])
+    for name in PARALLELISM_FIELDS:
+        mine, theirs = setup["parallelism"][name], back["parallelism"][name]
+        if name == "gpus_per_node":  # at most the job's GPUs count (the core caps it)
+            mine, theirs = min(mine, _world(setup)), min(theirs, _world(back))
+        if mine != theirs:
+            out.append((f"parallelism.{name}", setup["parallelism"][name]))
+    if setup["finetuning"] != finetuning_of(back.get("finetuning")):
+        out.append(("finetuning", setup["finetuning"]))
+    if setup.get("gpu"):
+        out.append(("gpu", setup["gpu"]))
+    return out
+
+
+def _training_differences(training: dict[str, Any], returned: dict[str, Any]) -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
     for name in TRAINING_FIELDS:
         mine, theirs = training[name], returned[name]
         if name == "optimizer_implementation" and (training["optimizer"] != returned["optimizer"] or
@@ -120,16 +148,6 @@ def differences(setup: dict[str, Any], back: dict[str, Any]) -> list[tuple[str, 
         out.append(("training.framework_overhead_bytes", training["framework_overhead_bytes"]))
     if training["allocator"] != "default":
         out.append(("training.allocator", training["allocator"]))
-    for name in PARALLELISM_FIELDS:
-        mine, theirs = setup["parallelism"][name], back["parallelism"][name]
-        if name == "gpus_per_node":  # at most the job's GPUs count (the core caps it)
-            mine, theirs = min(mine, _world(setup)), min(theirs, _world(back))
-        if mine != theirs:
-            out.append((f"parallelism.{name}", setup["parallelism"][name]))
-    if setup["finetuning"] != finetuning_of(back.get("finetuning")):
-        out.append(("finetuning", setup["finetuning"]))
-    if setup.get("gpu"):
-        out.append(("gpu", setup["gpu"]))
     return out
 
 

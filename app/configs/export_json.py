@@ -14,21 +14,29 @@ LR_NOTE: Final = "learning rate, schedule and weight decay are placeholders: tra
 
 def ds_precision(precision: Any, zero: int, *, auto: bool) -> dict[str, Any] | None:
     """DeepSpeed's sections for a precision; "auto" switches where the Trainer or axolotl fills them. None: no form."""
+    if isinstance(precision, dict):
+        if precision == ALL_BF16 and zero >= 1:
+            return {"bf16": {"enabled": True, "bf16_master_weights_and_grads": True, "bf16_optimizer_states": True}}
+        return None
+    if precision in ("autocast-bf16", "autocast-fp16"):
+        return None if auto else {"torch_autocast": {"enabled": True, "dtype": AUTOCAST_DTYPES[precision]}}
     on: Any = "auto" if auto else True
-    if precision == "bf16-fp32-master":
-        return {"bf16": {"enabled": on}}
-    if precision == "fp16-fp32-master":
-        return {"fp16": {"enabled": on}}
-    if precision == "megatron-bf16" and zero == 1:
-        return {"bf16": {"enabled": on}, "data_types": {"grad_accum_dtype": "fp32"}}
-    if precision == "fp32":
-        return {}
-    if precision in ("autocast-bf16", "autocast-fp16") and not auto:
-        return {"torch_autocast": {"enabled": True, "dtype": "bfloat16" if precision == "autocast-bf16" else "float16"}}
-    if precision == {"weights": "bf16", "gradients": "bf16", "master_weights": "bf16", "optimizer_states": "bf16",
-                     "activations": "bf16"} and zero >= 1:
-        return {"bf16": {"enabled": True, "bf16_master_weights_and_grads": True, "bf16_optimizer_states": True}}
-    return None
+    sections = {"bf16-fp32-master": {"bf16": {"enabled": on}}, "fp16-fp32-master": {"fp16": {"enabled": on}},
+                "fp32": {}}
+    if zero == 1:
+        sections["megatron-bf16"] = {"bf16": {"enabled": on}, "data_types": {"grad_accum_dtype": "fp32"}}
+    return sections.get(precision)
+
+
+ALL_BF16: Final = {"weights": "bf16", "gradients": "bf16", "master_weights": "bf16", "optimizer_states": "bf16",
+                   "activations": "bf16"}
+AUTOCAST_DTYPES: Final = {"autocast-bf16": "bfloat16", "autocast-fp16": "float16"}
+
+
+def needs_engine(precision: Any, p: dict[str, Any]) -> bool:
+    """Whether a setup needs DeepSpeed under the Trainer or axolotl: ZeRO, AutoTP, offload, or a master copy."""
+    return p["zero_stage"] > 0 or p["tensor"] > 1 or p["offload"] != "none" or precision in (
+        "bf16-fp32-master", "fp16-fp32-master", "megatron-bf16") or isinstance(precision, dict)
 
 
 def ds_core(setup: dict[str, Any], *, auto: bool) -> dict[str, Any]:
@@ -104,24 +112,11 @@ def half_dtype(precision: Any) -> str | None:
 def _ds_optimizer(t: dict[str, Any]) -> dict[str, Any] | None:
     optimizer, implementation = t["optimizer"], t["optimizer_implementation"]
     if optimizer in ("adam", "adamw"):
-        params: dict[str, Any] = {"lr": 1e-4, "weight_decay": 0.0 if optimizer == "adam" else 0.01}
-        if optimizer == "adam":
-            params["adam_w_mode"] = False
-        if implementation != "fused":
-            params["torch_adam"] = True
-            if implementation == "for-loop":
-                params["foreach"] = False
-        return {"type": "AdamW" if optimizer == "adamw" else "Adam", "params": params}
+        return _ds_adam(optimizer, implementation)
     if optimizer in ("sgd", "sgd-momentum"):
-        params = {"lr": 1e-3}
-        if optimizer == "sgd-momentum":
-            params["momentum"] = 0.9
-        if implementation == "fused":
-            params["fused"] = True
-        elif implementation == "for-loop":
-            params["foreach"] = False
-        return {"type": "SGD", "params": params}
+        return _ds_sgd(optimizer, implementation)
     if optimizer == "adafactor":
+        params: dict[str, Any]
         params = {"lr": 1e-2}
         if implementation == "for-loop":
             params["foreach"] = False
@@ -129,6 +124,30 @@ def _ds_optimizer(t: dict[str, Any]) -> dict[str, Any] | None:
     if optimizer == "lion":
         return {"type": "Lion", "params": {"lr": 1e-5, "weight_decay": 0.1}}
     return None  # 8-bit AdamW: the client's optimizer
+
+
+def _ds_adam(optimizer: str, implementation: str) -> dict[str, Any]:
+    """DeepSpeed's FusedAdam (adam_w_mode false for Adam), or torch.optim's through torch_adam."""
+    params: dict[str, Any] = {"lr": 1e-4, "weight_decay": 0.0 if optimizer == "adam" else 0.01}
+    if optimizer == "adam":
+        params["adam_w_mode"] = False
+    if implementation != "fused":
+        params["torch_adam"] = True
+        if implementation == "for-loop":
+            params["foreach"] = False
+    return {"type": "AdamW" if optimizer == "adamw" else "Adam", "params": params}
+
+
+def _ds_sgd(optimizer: str, implementation: str) -> dict[str, Any]:
+    """torch.optim's SGD, with momentum for sgd-momentum, in the implementation asked for."""
+    params: dict[str, Any] = {"lr": 1e-3}
+    if optimizer == "sgd-momentum":
+        params["momentum"] = 0.9
+    if implementation == "fused":
+        params["fused"] = True
+    elif implementation == "for-loop":
+        params["foreach"] = False
+    return {"type": "SGD", "params": params}
 
 
 # --- TrainingArguments -------------------------------------------------------------------------------------
@@ -148,32 +167,12 @@ def write_trainer(setup: dict[str, Any], notes: list[str]) -> str:
     }
     if optim_args:
         args["optim_args"] = optim_args
-    needs_engine = p["zero_stage"] > 0 or p["tensor"] > 1 or p["offload"] != "none" or precision in (
-        "bf16-fp32-master", "fp16-fp32-master", "megatron-bf16") or isinstance(precision, dict)
-    if needs_engine:
-        sections = ds_precision(precision, p["zero_stage"], auto=True)
-        if sections is None and precision in ("autocast-bf16", "autocast-fp16"):
-            sections = ds_precision(precision, p["zero_stage"], auto=False)  # torch_autocast, Trainer bf16 off
-        if sections is None:
-            sections = {"bf16": {"enabled": "auto"}} if half_dtype(precision) == "bf16" else {}
-            if half_dtype(precision) == "bf16":
-                args["bf16"] = True
-        ds = ds_core(setup, auto=True)
-        ds.update(sections)
-        if "bf16" in sections and sections["bf16"]["enabled"] == "auto":
-            args["bf16"] = True
-        if "fp16" in sections and sections["fp16"]["enabled"] == "auto":
-            args["fp16"] = True
-        ds["gradient_clipping"] = "auto"
-        args["deepspeed"] = ds
-        notes.append(f"the deepspeed section's train_batch_size counts {p['data']} data-parallel GPUs: the Trainer "
-                     f"checks it against the world size, so launch on {p['data'] * p['tensor']} GPUs")
+    if needs_engine(precision, p):
+        args["deepspeed"] = _trainer_deepspeed(setup, args, notes)
     else:
         half = half_dtype(precision)
-        if half == "bf16":
-            args["bf16"] = True
-        elif half == "fp16":
-            args["fp16"] = True
+        if half in ("bf16", "fp16"):
+            args[half] = True
     args.update({"learning_rate": 2e-5, "lr_scheduler_type": "cosine", "warmup_steps": 100, "weight_decay": 0.0,
                  "num_train_epochs": 1, "logging_steps": 10, "save_strategy": "no", "report_to": "none"})
     notes.append("learning_rate, lr_scheduler_type, warmup_steps and weight_decay are placeholders: " + LR_NOTE)
@@ -183,3 +182,29 @@ def write_trainer(setup: dict[str, Any], notes: list[str]) -> str:
         notes.append("transformers 5 calls gradient_checkpointing activation_checkpointing; the old name still "
                      "works until v6")
     return json.dumps(args, indent=2) + "\n"
+
+
+def _trainer_deepspeed(setup: dict[str, Any], args: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    """The Trainer's deepspeed section; the Trainer's bf16/fp16 turned on where the section leaves them "auto"."""
+    p = setup["parallelism"]
+    sections = _trainer_sections(setup["training"]["precision"], p["zero_stage"])
+    ds = ds_core(setup, auto=True)
+    ds.update(sections)
+    for half in ("bf16", "fp16"):
+        if half in sections and sections[half]["enabled"] == "auto":
+            args[half] = True
+    ds["gradient_clipping"] = "auto"
+    notes.append(f"the deepspeed section's train_batch_size counts {p['data']} data-parallel GPUs: the Trainer "
+                 f"checks it against the world size, so launch on {p['data'] * p['tensor']} GPUs")
+    return ds
+
+
+def _trainer_sections(precision: Any, zero: int) -> dict[str, Any]:
+    """The deepspeed section's precision: "auto" switches the Trainer fills, torch_autocast with the Trainer's
+    bf16 off, or bf16 "auto" for the nearest form."""
+    sections = ds_precision(precision, zero, auto=True)
+    if sections is None and precision in ("autocast-bf16", "autocast-fp16"):
+        sections = ds_precision(precision, zero, auto=False)  # torch_autocast, Trainer bf16 off
+    if sections is None:
+        sections = {"bf16": {"enabled": "auto"}} if half_dtype(precision) == "bf16" else {}
+    return sections

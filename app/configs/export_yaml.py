@@ -8,7 +8,7 @@ from typing import Any, Final
 
 from app.configs import yaml as yaml_reader
 from app.configs.common import preset_repo
-from app.configs.export_json import ds_core, ds_precision, half_dtype, trainer_optim
+from app.configs.export_json import ds_core, ds_precision, half_dtype, needs_engine, trainer_optim
 
 # --- YAML writing ------------------------------------------------------------------------------------------
 
@@ -23,15 +23,20 @@ def _scalar(value: Any) -> str:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float):
-        text = repr(value)
-        if "e" in text and "." not in text.split("e")[0]:
-            mantissa, exponent = text.split("e")
-            text = f"{mantissa}.0e{exponent if exponent.startswith(('-', '+')) else '+' + exponent}"
-        return text
+        return _float(value)
     text = str(value)
     if _SAFE_PLAIN.match(text) and yaml_reader.resolve_plain(text) == text:
         return text
     return "'" + text.replace("'", "''") + "'"
+
+
+def _float(value: float) -> str:
+    """A float as YAML 1.1 reads back as a float: an exponent needs a dot in the mantissa and a sign."""
+    text = repr(value)
+    if "e" in text and "." not in text.split("e")[0]:
+        mantissa, exponent = text.split("e")
+        text = f"{mantissa}.0e{exponent if exponent.startswith(('-', '+')) else '+' + exponent}"
+    return text
 
 
 def _emit(lines: list[str], data: dict[str, Any], indent: int = 0, comments: dict[str, str] | None = None) -> None:
@@ -49,17 +54,22 @@ def _emit(lines: list[str], data: dict[str, Any], indent: int = 0, comments: dic
                 lines.append(f"{pad}{key}: []{comment}")
                 continue
             lines.append(f"{pad}{key}:{comment}")
-            for item in value:
-                if isinstance(item, dict):
-                    first = True
-                    for k, v in item.items():
-                        prefix = f"{pad}  - " if first else f"{pad}    "
-                        lines.append(f"{prefix}{k}: {_scalar(v)}")
-                        first = False
-                else:
-                    lines.append(f"{pad}  - {_scalar(item)}")
+            _emit_items(lines, value, pad)
         else:
             lines.append(f"{pad}{key}: {_scalar(value)}{comment}")
+
+
+def _emit_items(lines: list[str], items: list[Any], pad: str) -> None:
+    """A list's items, a mapping item's keys under its dash."""
+    for item in items:
+        if isinstance(item, dict):
+            first = True
+            for k, v in item.items():
+                prefix = f"{pad}  - " if first else f"{pad}    "
+                lines.append(f"{prefix}{k}: {_scalar(v)}")
+                first = False
+        else:
+            lines.append(f"{pad}  - {_scalar(item)}")
 
 
 # --- accelerate --------------------------------------------------------------------------------------------
@@ -72,28 +82,7 @@ def write_accelerate(setup: dict[str, Any], notes: list[str]) -> str:
     mixed = half or "no"
     config: dict[str, Any] = {"compute_environment": "LOCAL_MACHINE", "debug": False}
     comments: dict[str, str] = {}
-    if t["implementation"] == "megatron":
-        config["distributed_type"] = "MEGATRON_LM"
-        config["megatron_lm_config"] = {
-            "megatron_lm_tp_degree": p["tensor"], "megatron_lm_pp_degree": p["pipeline"],
-            "megatron_lm_num_micro_batches": t["gradient_accumulation_steps"],
-            "megatron_lm_sequence_parallelism": p["sequence_parallel"],
-            "megatron_lm_recompute_activations": t["activation_checkpointing"] == "selective",
-            "megatron_lm_use_distributed_optimizer": p["zero_stage"] == 1,
-            "megatron_lm_gradient_clipping": 1.0,
-        }
-    elif p["zero_stage"] > 0 or p["offload"] != "none" or precision in ("bf16-fp32-master", "fp16-fp32-master"):
-        config["distributed_type"] = "DEEPSPEED"
-        config["deepspeed_config"] = {
-            "gradient_accumulation_steps": t["gradient_accumulation_steps"], "gradient_clipping": 1.0,
-            "offload_optimizer_device": "cpu" if p["offload"] != "none" else "none",
-            "offload_param_device": "cpu" if p["offload"] == "optimizer+parameters" else "none",
-            "zero3_init_flag": p["zero_stage"] == 3, "zero_stage": p["zero_stage"],
-        }
-        if p["zero_stage"] == 3:
-            config["deepspeed_config"]["zero3_save_16bit_model"] = True
-    else:
-        config["distributed_type"] = "MULTI_GPU" if world > 1 else "NO"
+    config.update(_accelerate_engine(t, p, world))
     config["downcast_bf16"] = "no"
     config["enable_cpu_affinity"] = False
     config["machine_rank"] = 0
@@ -120,6 +109,30 @@ def write_accelerate(setup: dict[str, Any], notes: list[str]) -> str:
     _emit(lines, config, comments=comments)
     notes.append("the batch size, sequence length and optimizer are the training script's")
     return "\n".join(lines) + "\n"
+
+
+def _accelerate_engine(t: dict[str, Any], p: dict[str, Any], world: int) -> dict[str, Any]:
+    """distributed_type and its section: Megatron-LM, DeepSpeed, or plain data parallelism."""
+    if t["implementation"] == "megatron":
+        return {"distributed_type": "MEGATRON_LM", "megatron_lm_config": {
+            "megatron_lm_tp_degree": p["tensor"], "megatron_lm_pp_degree": p["pipeline"],
+            "megatron_lm_num_micro_batches": t["gradient_accumulation_steps"],
+            "megatron_lm_sequence_parallelism": p["sequence_parallel"],
+            "megatron_lm_recompute_activations": t["activation_checkpointing"] == "selective",
+            "megatron_lm_use_distributed_optimizer": p["zero_stage"] == 1,
+            "megatron_lm_gradient_clipping": 1.0,
+        }}
+    if p["zero_stage"] > 0 or p["offload"] != "none" or t["precision"] in ("bf16-fp32-master", "fp16-fp32-master"):
+        deepspeed_config = {
+            "gradient_accumulation_steps": t["gradient_accumulation_steps"], "gradient_clipping": 1.0,
+            "offload_optimizer_device": "cpu" if p["offload"] != "none" else "none",
+            "offload_param_device": "cpu" if p["offload"] == "optimizer+parameters" else "none",
+            "zero3_init_flag": p["zero_stage"] == 3, "zero_stage": p["zero_stage"],
+        }
+        if p["zero_stage"] == 3:
+            deepspeed_config["zero3_save_16bit_model"] = True
+        return {"distributed_type": "DEEPSPEED", "deepspeed_config": deepspeed_config}
+    return {"distributed_type": "MULTI_GPU" if world > 1 else "NO"}
 
 
 # --- axolotl -----------------------------------------------------------------------------------------------
@@ -176,8 +189,6 @@ def _axolotl_precision(setup: dict[str, Any], config: dict[str, Any], comments: 
     """The half dtype, recomputation, the attention kernel, and the DeepSpeed section when an engine is needed."""
     t, p = setup["training"], setup["parallelism"]
     precision = t["precision"]
-    engine = p["zero_stage"] > 0 or p["tensor"] > 1 or p["offload"] != "none" or precision in (
-        "bf16-fp32-master", "fp16-fp32-master", "megatron-bf16") or isinstance(precision, dict)
     half = half_dtype(precision)
     config["bf16"] = half == "bf16"
     config["fp16"] = half == "fp16"
@@ -188,18 +199,23 @@ def _axolotl_precision(setup: dict[str, Any], config: dict[str, Any], comments: 
     if p["tensor"] > 1:
         config["tensor_parallel_size"] = p["tensor"]
         comments["tensor_parallel_size"] = "DeepSpeed AutoTP"
-    if engine:
-        ds = ds_core(setup, auto=True)
-        ds.pop("tensor_parallel", None)  # axolotl passes tensor_parallel_size to AutoTP itself
-        sections = ds_precision(precision, p["zero_stage"], auto=True)
-        if sections is None:
-            sections = {"bf16": {"enabled": "auto"}} if half == "bf16" else {"fp16": {"enabled": "auto"}} \
-                if half == "fp16" else {}
-        ds.update(sections)
-        ds["gradient_clipping"] = "auto"
-        config["deepspeed"] = ds
+    if needs_engine(precision, p):
+        config["deepspeed"] = _axolotl_deepspeed(setup, half)
         comments["deepspeed"] = (f"train_batch_size counts {p['data']} data-parallel GPUs: launch on "
                                  f"{p['data'] * p['tensor']}")
+
+
+def _axolotl_deepspeed(setup: dict[str, Any], half: str | None) -> dict[str, Any]:
+    """axolotl's deepspeed section: bf16/fp16 "auto" where axolotl fills them, no AutoTP (axolotl sets it)."""
+    p = setup["parallelism"]
+    ds = ds_core(setup, auto=True)
+    ds.pop("tensor_parallel", None)  # axolotl passes tensor_parallel_size to AutoTP itself
+    sections = ds_precision(setup["training"]["precision"], p["zero_stage"], auto=True)
+    if sections is None:
+        sections = {half: {"enabled": "auto"}} if half in ("bf16", "fp16") else {}
+    ds.update(sections)
+    ds["gradient_clipping"] = "auto"
+    return ds
 
 
 def _axolotl_adapter(finetuning: dict[str, Any] | None, config: dict[str, Any], comments: dict[str, str]) -> None:
@@ -216,6 +232,11 @@ def _axolotl_adapter(finetuning: dict[str, Any] | None, config: dict[str, Any], 
     config["lora_alpha"] = 2 * finetuning["rank"]
     comments["lora_alpha"] = "the adapters' scale: a placeholder, trainmem does not model it"
     config["lora_dropout"] = finetuning["dropout"]
+    _axolotl_modules(finetuning, config)
+
+
+def _axolotl_modules(finetuning: dict[str, Any], config: dict[str, Any]) -> None:
+    """The adapters' target modules (all-linear as lora_target_linear) and the modules saved whole."""
     if finetuning["target_modules"] == ["all-linear"] or "all-linear" in finetuning["target_modules"]:
         config["lora_target_linear"] = True
     else:
