@@ -124,16 +124,26 @@ def _sections(data: dict[str, Any], kind: str, r: Reading) -> None:
         if key == "deepspeed_config":
             _deepspeed(value, r, active=kind == "DEEPSPEED")
         elif key == "fsdp_config":
-            if kind == "FSDP":
-                fsdp.read_config(r, key, value, strategy=None, version=fsdp.find_version(r, key, value))
-            else:
-                r.ignore_all(value, key, f"distributed_type is {kind}, not FSDP")
+            _fsdp(value, r, kind)
         elif key == "megatron_lm_config":
             _megatron(value, r, active=kind == "MEGATRON_LM")
         elif key == "parallelism_config":
             _parallelism(value, r)
         else:
             r.ignore_all(value, key, COMPILE)
+    _plugin_defaults(data, kind, r)
+
+
+def _fsdp(config: dict[str, Any], r: Reading, kind: str) -> None:
+    key = "fsdp_config"
+    if kind == "FSDP":
+        fsdp.read_config(r, key, config, strategy=None, version=fsdp.find_version(r, key, config))
+    else:
+        r.ignore_all(config, key, f"distributed_type is {kind}, not FSDP")
+
+
+def _plugin_defaults(data: dict[str, Any], kind: str, r: Reading) -> None:
+    """FSDP's or DeepSpeed's plugin defaults, where distributed_type runs it without its section."""
     if kind == "FSDP" and data.get("fsdp_config") in (None, {}):
         fsdp.default_strategy(r, "fsdp_config")
         fsdp.convention(r, fsdp.Version(), 3, "fsdp_config")
@@ -171,29 +181,46 @@ def _deepspeed(config: dict[str, Any], r: Reading, *, active: bool) -> None:
         deepspeed_convention(r, 2, "distributed_type", "DEEPSPEED")
     devices: dict[str, tuple[str, str]] = {}
     for name, value in config.items():
-        key = f"{prefix}.{name}"
-        if name == "zero_stage":
-            stage = r.integer(key, value, low=0, high=3)
-            r.said("parallelism.zero_stage", stage, key)
-            deepspeed_convention(r, stage, key, value)
-        elif name == "gradient_accumulation_steps":
-            r.said("training.gradient_accumulation_steps", r.integer(key, value), key)
-        elif name == "deepspeed_config_file":
-            if value:
-                r.ignore(key, f"{PATH}: add the DeepSpeed config as another file to read it")
-        elif name in ("offload_optimizer_device", "offload_param_device"):
-            device = "none" if value is None else r.choice(key, value, ("none", "cpu", "nvme"))
-            if device == "none":
-                r.ignore(key, "none: not offloaded")
-            else:
-                devices["optimizer" if name == "offload_optimizer_device" else "parameters"] = (device, key)
-        elif name in ("offload_optimizer_nvme_path", "offload_param_nvme_path"):
-            r.ignore(key, PATH)
-        elif name == "gradient_clipping":
-            r.ignore(key, NO_MEMORY)
-        else:
-            r.ignore_all(value, key, "how DeepSpeed is launched or saves; no memory of its own")
+        _deepspeed_setting(r, name, value, f"{prefix}.{name}", devices)
     offload_facts(r, devices)
+
+
+def _deepspeed_setting(r: Reading, name: str, value: Any, key: str, devices: dict[str, tuple[str, str]]) -> None:
+    """One deepspeed_config key: the stage, the accumulation, an offload device (into `devices`), or a reason."""
+    if name == "zero_stage":
+        stage = r.integer(key, value, low=0, high=3)
+        r.said("parallelism.zero_stage", stage, key)
+        deepspeed_convention(r, stage, key, value)
+    elif name == "gradient_accumulation_steps":
+        r.said("training.gradient_accumulation_steps", r.integer(key, value), key)
+    elif name == "deepspeed_config_file":
+        if value:
+            r.ignore(key, f"{PATH}: add the DeepSpeed config as another file to read it")
+    elif name in ("offload_optimizer_device", "offload_param_device"):
+        _offload_device(r, "optimizer" if name == "offload_optimizer_device" else "parameters", value, key, devices)
+    elif name in ("offload_optimizer_nvme_path", "offload_param_nvme_path"):
+        r.ignore(key, PATH)
+    elif name == "gradient_clipping":
+        r.ignore(key, NO_MEMORY)
+    else:
+        r.ignore_all(value, key, "how DeepSpeed is launched or saves; no memory of its own")
+
+
+def _offload_device(r: Reading, what: str, value: Any, key: str, devices: dict[str, tuple[str, str]]) -> None:
+    device = "none" if value is None else r.choice(key, value, ("none", "cpu", "nvme"))
+    if device == "none":
+        r.ignore(key, "none: not offloaded")
+    else:
+        devices[what] = (device, key)
+
+
+# megatron_lm_config's integers: the field each sets, and a note.
+MEGATRON_INTS: Final = {
+    "megatron_lm_tp_degree": ("parallelism.tensor", ""),
+    "megatron_lm_pp_degree": ("parallelism.pipeline", ""),
+    "megatron_lm_num_micro_batches": ("training.gradient_accumulation_steps",
+                                      "micro-batches per step per data-parallel rank"),
+}
 
 
 def _megatron(config: dict[str, Any], r: Reading, *, active: bool) -> None:
@@ -203,13 +230,9 @@ def _megatron(config: dict[str, Any], r: Reading, *, active: bool) -> None:
         return
     for name, value in config.items():
         key = f"{prefix}.{name}"
-        if name == "megatron_lm_tp_degree":
-            r.said("parallelism.tensor", r.integer(key, value), key)
-        elif name == "megatron_lm_pp_degree":
-            r.said("parallelism.pipeline", r.integer(key, value), key)
-        elif name == "megatron_lm_num_micro_batches":
-            r.said("training.gradient_accumulation_steps", r.integer(key, value), key,
-                   note="micro-batches per step per data-parallel rank")
+        if name in MEGATRON_INTS:
+            field, note = MEGATRON_INTS[name]
+            r.said(field, r.integer(key, value), key, note=note)
         elif name == "megatron_lm_sequence_parallelism":
             r.said("parallelism.sequence_parallel", r.boolean(key, value), key)
         elif name == "megatron_lm_recompute_activations":

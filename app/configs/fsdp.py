@@ -123,28 +123,8 @@ def read_config(r: Reading, key: str, config: Any, *, strategy: str | None, vers
             found = strategy_of(r, sub, value)
             set_strategy(r, sub, value, found)
             stage = STRATEGY_STAGES[found]
-        elif bare == "activation_checkpointing":
-            if _truthy(r, sub, value):
-                r.said("training.activation_checkpointing", "full", sub, value,
-                       note="FSDP's activation checkpointing wraps each decoder layer: its input is kept")
-            else:
-                r.said("training.activation_checkpointing", "none", sub, value)
-        elif bare in ("offload_params", "cpu_offload"):
-            if _truthy(r, sub, value):
-                r.said("parallelism.offload", "optimizer+parameters", sub, value,
-                       note="FSDP's CPUOffload(offload_params=True): parameters, gradients and the optimizer step "
-                            "on the CPU")
-            else:
-                r.said("parallelism.offload", "none", sub, value)
-        elif bare in ("activation_checkpointing_offload", "offload_policy"):
-            r.ignore(sub, OFFLOAD if _truthy(r, sub, value, strict=False) else "no offload")
-        elif bare == "version":
-            if sub != version.key:
-                r.ignore(sub, f"the version is read from {version.key}")
-        elif bare in ("mixed_precision_policy", "mixed_precision"):
-            r.ignore(sub, "the precision comes from the mixed-precision setting (bf16/fp16): " + FSDP_PRECISION_NOTE)
         else:
-            r.ignore_all(value, sub)
+            _setting(r, sub, bare, value, version)
     if stage is None and version.number == 2 and trainer:
         r.default("parallelism.zero_stage", 2, key, TRAINER_RESHARD_WHY)
         stage = 2
@@ -152,6 +132,32 @@ def read_config(r: Reading, key: str, config: Any, *, strategy: str | None, vers
         default_strategy(r, key)
         stage = 3
     convention(r, version, stage, key)
+
+
+def _setting(r: Reading, sub: str, bare: str, value: Any, version: Version) -> None:
+    """One FSDP configuration key besides the sharding: recomputation, offload, or a reason to leave it aside."""
+    if bare == "activation_checkpointing":
+        if _truthy(r, sub, value):
+            r.said("training.activation_checkpointing", "full", sub, value,
+                   note="FSDP's activation checkpointing wraps each decoder layer: its input is kept")
+        else:
+            r.said("training.activation_checkpointing", "none", sub, value)
+    elif bare in ("offload_params", "cpu_offload"):
+        if _truthy(r, sub, value):
+            r.said("parallelism.offload", "optimizer+parameters", sub, value,
+                   note="FSDP's CPUOffload(offload_params=True): parameters, gradients and the optimizer step "
+                        "on the CPU")
+        else:
+            r.said("parallelism.offload", "none", sub, value)
+    elif bare in ("activation_checkpointing_offload", "offload_policy"):
+        r.ignore(sub, OFFLOAD if _truthy(r, sub, value, strict=False) else "no offload")
+    elif bare == "version":
+        if sub != version.key:
+            r.ignore(sub, f"the version is read from {version.key}")
+    elif bare in ("mixed_precision_policy", "mixed_precision"):
+        r.ignore(sub, "the precision comes from the mixed-precision setting (bf16/fp16): " + FSDP_PRECISION_NOTE)
+    else:
+        r.ignore_all(value, sub)
 
 
 def default_strategy(r: Reading, key: str) -> None:
