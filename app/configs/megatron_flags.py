@@ -80,20 +80,10 @@ def words(text: str, field: str) -> tuple[list[str], dict[str, str]]:
 
     for line in joined.splitlines():
         match = ASSIGNMENT.match(line)
-        if not match:
-            continue
-        raw = match.group(2).strip()
-        if "$(" in raw or "`" in raw or raw.startswith("("):
-            continue  # command substitution, arithmetic or an array: not a literal
-        if raw[:1] in "\"'":
-            end = raw.find(raw[0], 1)
-            if end < 0:
-                continue
-            value = raw[1:end]
-            variables[match.group(1)] = value if raw[0] == "'" else expand(value)
-        else:
-            value = re.split(r"[\s;#]", raw, maxsplit=1)[0]
-            variables[match.group(1)] = expand(value)
+        literal = _literal(match.group(2).strip()) if match else None
+        if match and literal is not None:
+            value, single_quoted = literal
+            variables[match.group(1)] = value if single_quoted else expand(value)
     lexer = shlex.shlex(expand(joined), posix=True)
     lexer.whitespace_split = True
     lexer.commenters = "#"
@@ -102,6 +92,19 @@ def words(text: str, field: str) -> tuple[list[str], dict[str, str]]:
     except ValueError as error:
         raise DomainError(field, f"cannot be read as a command line: {error}") from None
     return tokens, variables
+
+
+def _literal(raw: str) -> tuple[str, bool] | None:
+    """An assigned value as written, and whether single quotes keep it from expansion; None for what is not a
+    literal (a command substitution, arithmetic, an array, an unclosed quote)."""
+    if "$(" in raw or "`" in raw or raw.startswith("("):
+        return None
+    if raw[:1] in "\"'":
+        end = raw.find(raw[0], 1)
+        if end < 0:
+            return None
+        return raw[1:end], raw[0] == "'"
+    return re.split(r"[\s;#]", raw, maxsplit=1)[0], False
 
 
 def flags(tokens: list[str]) -> list[tuple[str, str | None]]:
@@ -120,17 +123,23 @@ def flags(tokens: list[str]) -> list[tuple[str, str | None]]:
         if name in SWITCHES:
             found.append((name, None))
             continue
-        value = None
-        if i < len(tokens) and not tokens[i].startswith("--") and (name in VALUE_FLAGS or not
-                                                                    tokens[i].endswith((".py", ".sh"))):
-            value = tokens[i]
-            i += 1
-            if name not in VALUE_FLAGS:  # an unknown flag may take several values (--rampup-batch-size 16 16 5859375)
-                while i < len(tokens) and not tokens[i].startswith("-") and re.fullmatch(r"[\d.eE+-]+", tokens[i]):
-                    value += " " + tokens[i]
-                    i += 1
+        value, i = _value(tokens, i, name)
         found.append((name, value))
     return found
+
+
+def _value(tokens: list[str], i: int, name: str) -> tuple[str | None, int]:
+    """The value of the flag `name` starting at tokens[i] (None: it has none), and the index after it."""
+    if not (i < len(tokens) and not tokens[i].startswith("--") and (name in VALUE_FLAGS or not
+                                                                    tokens[i].endswith((".py", ".sh")))):
+        return None, i
+    value = tokens[i]
+    i += 1
+    if name not in VALUE_FLAGS:  # an unknown flag may take several values (--rampup-batch-size 16 16 5859375)
+        while i < len(tokens) and not tokens[i].startswith("-") and re.fullmatch(r"[\d.eE+-]+", tokens[i]):
+            value += " " + tokens[i]
+            i += 1
+    return value, i
 
 
 class Flags:

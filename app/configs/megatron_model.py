@@ -43,14 +43,19 @@ def architecture(f: Flags, r: Reading, tensor: int) -> int | None:
     _dropouts(f, r, arch, keys)
     _lengths(f, r, arch, keys)
     arch["vocab_size"] = _vocab(f, r, tensor, keys)
+    _flags_read(f, r, arch, keys)
+    r.said("model", arch, "--num-layers", layers, field="",
+           note="the architecture from the flags; Megatron-LM's defaults where a flag is absent")
+    return layers
+
+
+def _flags_read(f: Flags, r: Reading, arch: Arch, keys: Keys) -> None:
+    """Each flag an architecture field came from, as read alongside the model (a switch as true)."""
     for field in arch:
         key = keys.get(field)
         if key:
             raw = f.values.get(key[2:])
             r.also(key, True if raw is None else raw, f"model.{field}")
-    r.said("model", arch, "--num-layers", layers, field="",
-           note="the architecture from the flags; Megatron-LM's defaults where a flag is absent")
-    return layers
 
 
 def _no_architecture(f: Flags, r: Reading) -> None:

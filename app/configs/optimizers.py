@@ -99,21 +99,11 @@ def read_trainer_optimizer(r: Reading, key: str, value: Any, optim_args: dict[st
     name = r.string(key, value)
     lookup = name.lower()
     if lookup in NOT_MODELLED or lookup not in TRAINER_OPTIMIZERS:
-        what = NOT_MODELLED.get(lookup)
-        r.ignore(key, f"not modelled: {what}" if what else f"{name!r} is not an optimizer trainmem knows")
-        r.default("training.optimizer", "adamw", key, f"the config's optimizer ({name}) is not modelled: AdamW, "
-                                                      "the Trainer's usual one, assumed")
-        r.default("training.optimizer_implementation", "foreach", key, "with AdamW assumed: torch's default")
+        _not_modelled(r, key, name)
         return
     sure, optimizer, implementation, note = TRAINER_OPTIMIZERS[lookup]
-    if lookup == "sgd" and optim_args.get("momentum") not in (None, "0", "0.0"):
-        try:
-            momentum = float(optim_args["momentum"])
-        except ValueError:
-            raise r.error(args_key, f"momentum must be a number, got {optim_args['momentum']!r}") from None
-        if momentum:
-            optimizer = "sgd-momentum"
-            r.also(args_key, f"momentum={optim_args['momentum']}", "training.optimizer")
+    if lookup == "sgd" and _sgd_momentum(r, optim_args, args_key):
+        optimizer = "sgd-momentum"
     if lookup == "rmsprop" and (optim_args.get("momentum") not in (None, "0", "0.0") or
                                 optim_args.get("centered", "").lower() in ("true", "1", "yes")):
         r.ignore(key, "RMSprop with momentum or centred keeps two or three buffers per parameter: not modelled")
@@ -125,3 +115,25 @@ def read_trainer_optimizer(r: Reading, key: str, value: Any, optim_args: dict[st
     r.said("training.optimizer_implementation", implementation, key, name, note=note)
     if optimizer == "adafactor":
         r.said("training.adafactor_momentum", False, key, name, note="transformers' Adafactor gets no beta1")
+
+
+def _not_modelled(r: Reading, key: str, name: str) -> None:
+    """An optimizer trainmem does not count, or does not know: AdamW assumed in its place."""
+    what = NOT_MODELLED.get(name.lower())
+    r.ignore(key, f"not modelled: {what}" if what else f"{name!r} is not an optimizer trainmem knows")
+    r.default("training.optimizer", "adamw", key, f"the config's optimizer ({name}) is not modelled: AdamW, "
+                                                  "the Trainer's usual one, assumed")
+    r.default("training.optimizer_implementation", "foreach", key, "with AdamW assumed: torch's default")
+
+
+def _sgd_momentum(r: Reading, optim_args: dict[str, str], args_key: str) -> bool:
+    """Whether optim_args give SGD a momentum (a number not zero), read along when they do."""
+    if optim_args.get("momentum") in (None, "0", "0.0"):
+        return False
+    try:
+        momentum = float(optim_args["momentum"])
+    except ValueError:
+        raise r.error(args_key, f"momentum must be a number, got {optim_args['momentum']!r}") from None
+    if momentum:
+        r.also(args_key, f"momentum={optim_args['momentum']}", "training.optimizer")
+    return bool(momentum)

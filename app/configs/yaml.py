@@ -100,14 +100,9 @@ class _Guard:
         while True:
             event = self.get_event()
             _refuse_indicators(event)
-            top = stack[-1] if stack else None
-            keyless = top.value if top is not None and isinstance(top.value, dict) and top.key is None else None
+            keyless = _keyless(stack)
             if isinstance(event, yaml.SequenceStartEvent | yaml.MappingStartEvent):
-                if keyless is not None:
-                    raise YamlError(_line(event), "a key must be a name, not a list or a mapping")
-                if len(stack) >= MAX_DEPTH:
-                    raise YamlError(_line(event), f"nests deeper than {MAX_DEPTH} levels")
-                stack.append(_Frame([] if isinstance(event, yaml.SequenceStartEvent) else {}))
+                stack.append(_opened(event, keyless, len(stack)))
                 continue
             if isinstance(event, yaml.CollectionEndEvent):
                 value = stack.pop().value
@@ -123,6 +118,21 @@ class _Guard:
 
 class _Loader(_Guard, _Base):  # type: ignore[misc, valid-type]
     pass
+
+
+def _keyless(stack: list[_Frame]) -> dict[str, Any] | None:
+    """The innermost mapping when it waits for a key, else None."""
+    top = stack[-1] if stack else None
+    return top.value if top is not None and isinstance(top.value, dict) and top.key is None else None
+
+
+def _opened(event: yaml.Event, keyless: dict[str, Any] | None, depth: int) -> _Frame:
+    """A list or mapping begun at `depth`: never a key, never deeper than MAX_DEPTH."""
+    if keyless is not None:
+        raise YamlError(_line(event), "a key must be a name, not a list or a mapping")
+    if depth >= MAX_DEPTH:
+        raise YamlError(_line(event), f"nests deeper than {MAX_DEPTH} levels")
+    return _Frame([] if isinstance(event, yaml.SequenceStartEvent) else {})
 
 
 def _place(frame: _Frame, value: Any) -> None:
