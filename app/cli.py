@@ -97,16 +97,7 @@ def request_body(args: argparse.Namespace, base: Mapping[str, Any] | None = None
     """The API's request body for parsed flags: only the flags given, so the API's defaults apply to the rest.
     With `base` (an imported config's body), the flags given override it field by field."""
     given = {path: value for path, value in vars(args).items() if path in FLAGS and value is not None}
-    sources = [FLAGS[path].option for path in SOURCE_OPTIONS if path in given]
-    architecture = [FLAGS[path].option for path in given
-                    if path.startswith("model.") and path not in SOURCE_OPTIONS]
-    if len(sources) > 1:
-        raise UsageError(sources[1], f"give only one of --model, --config and --num-params (got {', '.join(sources)})")
-    if not sources and not architecture and base is None:
-        raise UsageError("--model", "no model given: use --model ID (a preset), --config PATH, --num-params N, or "
-                                    "the architecture flags (--num-hidden-layers, --hidden-size, ...), or --from FILE")
-    if architecture and sources and sources[0] != "--model":
-        raise UsageError(architecture[0], f"cannot be combined with {sources[0]}")
+    sources = _model_sources(given, base)
     body: dict[str, Any] = {"model": {}}
     if base is not None:
         body = {key: dict(value) if isinstance(value, dict) else value for key, value in base.items()}
@@ -118,13 +109,38 @@ def request_body(args: argparse.Namespace, base: Mapping[str, Any] | None = None
             body.setdefault(section, {})[name] = value
         else:
             body[section] = value
+    _command_fields(args, body)
+    return body
+
+
+def _model_sources(given: Mapping[str, Any], base: Mapping[str, Any] | None) -> list[str]:
+    """The model flags given (--model, --config, --num-params), checked: at most one, architecture flags only
+    beside --model, and some model unless a file gives one."""
+    sources = [FLAGS[path].option for path in SOURCE_OPTIONS if path in given]
+    architecture = [FLAGS[path].option for path in given
+                    if path.startswith("model.") and path not in SOURCE_OPTIONS]
+    _check_model_flags(sources, architecture, base)
+    return sources
+
+
+def _check_model_flags(sources: list[str], architecture: list[str], base: Mapping[str, Any] | None) -> None:
+    if len(sources) > 1:
+        raise UsageError(sources[1], f"give only one of --model, --config and --num-params (got {', '.join(sources)})")
+    if not sources and not architecture and base is None:
+        raise UsageError("--model", "no model given: use --model ID (a preset), --config PATH, --num-params N, or "
+                                    "the architecture flags (--num-hidden-layers, --hidden-size, ...), or --from FILE")
+    if architecture and sources and sources[0] != "--model":
+        raise UsageError(architecture[0], f"cannot be combined with {sources[0]}")
+
+
+def _command_fields(args: argparse.Namespace, body: dict[str, Any]) -> None:
+    """The fields a command adds to the body: solve's target, export's kind, sweep's vary."""
     if args.command == "solve":
         body["target"] = args.target
     elif args.command == "export":
         body["kind"] = args.kind_out
     elif args.command == "sweep":
         body["vary"] = {"field": args.vary, "values": sweep_values(args.vary, args.values)}
-    return body
 
 
 # --- answers ----------------------------------------------------------------------------------------------
@@ -233,17 +249,27 @@ def check_body(body: object) -> None:
             continue
         if not isinstance(fields, dict):
             raise core.DomainError(section, "must be a JSON object")
-        for name, value in fields.items():
-            path = f"{section}.{name}" if section else name
-            if name not in names:
-                raise core.DomainError(path, "extra inputs are not permitted")
-            flag = FLAGS.get(path)
-            if value is None or flag is None or (path == "training.precision" and isinstance(value, dict)):
-                continue
-            if flag.kind == "float" and (isinstance(value, bool) or not isinstance(value, int | float)):
-                raise core.DomainError(path, f"must be a number, got {value!r}")
-            if flag.kind in ("int", "bool") and flag.field is not None:  # the core names bad choices itself
-                check_value(flag.field, value, where=path)
+        _check_fields(section, names, fields)
+
+
+def _check_fields(section: str, names: tuple[str, ...], fields: dict[str, object]) -> None:
+    """A section's fields: each one the schema knows, with a value of its kind."""
+    for name, value in fields.items():
+        path = f"{section}.{name}" if section else name
+        if name not in names:
+            raise core.DomainError(path, "extra inputs are not permitted")
+        _check_field(path, value)
+
+
+def _check_field(path: str, value: object) -> None:
+    """A field's value kind, as its flag declares it (the precision's dtypes and choices are the core's to check)."""
+    flag = FLAGS.get(path)
+    if value is None or flag is None or (path == "training.precision" and isinstance(value, dict)):
+        return
+    if flag.kind == "float" and (isinstance(value, bool) or not isinstance(value, int | float)):
+        raise core.DomainError(path, f"must be a number, got {value!r}")
+    if flag.kind in ("int", "bool") and flag.field is not None:  # the core names bad choices itself
+        check_value(flag.field, value, where=path)
 
 
 def error_detail(field: str, message: str, kind: str = "value_error") -> dict[str, list[dict[str, object]]]:
@@ -269,11 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(args[0] if args else None)
     try:
         if not args:
-            text = "" if sys.stdin is None or sys.stdin.isatty() else sys.stdin.read()
-            if not text.strip():
-                parser.print_help(sys.stderr)
-                return 2
-            return run_body(text)
+            return _run_stdin(parser)
         if args[0].lstrip()[:1] in ("{", "["):
             if len(args) > 1:
                 parser.error(f"a JSON request body is the only argument; got {len(args) - 1} more")
@@ -286,6 +308,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # piped into `head`, say: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+
+
+def _run_stdin(parser: argparse.ArgumentParser) -> int:
+    """No arguments: a request body on standard input, else the help."""
+    text = "" if sys.stdin is None or sys.stdin.isatty() else sys.stdin.read()
+    if not text.strip():
+        parser.print_help(sys.stderr)
+        return 2
+    return run_body(text)
 
 
 if __name__ == "__main__":

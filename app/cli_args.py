@@ -134,10 +134,7 @@ class Parser(argparse.ArgumentParser):
 
     def format_brief(self) -> str:
         """The flags of `brief` under its headings, one short line each, and how many more --help-all shows."""
-        actions = {option: action for action in self._actions for option in action.option_strings}
-        defaults = Job()
-        shown = {heading: [_brief_action(actions[option], line, defaults) for option, line in flags.items()
-                           if option in actions] for heading, flags in self.brief.items()}
+        shown = self._brief_actions()
         required = [f"{action.option_strings[0]} {action.metavar}" for listed in shown.values() for action in listed
                     if action.required]
         formatter = Formatter(self.prog, max_help_position=BRIEF_HELP_POSITION)
@@ -148,12 +145,18 @@ class Parser(argparse.ArgumentParser):
                 formatter.start_section(heading)
                 formatter.add_arguments(listed)
                 formatter.end_section()
-        hidden = len({action.dest for action in self._actions} - {action.dest for listed in shown.values()
-                                                                   for action in listed})
+        hidden = len({action.dest for action in self._actions} - _dests(shown))
         formatter.add_text(f"--help-all shows {hidden} more flags: the architecture's fields, fine-tuning, "
                            "kernels, the framework, the allocator and others.")
         formatter.add_text(self.epilog)
         return formatter.format_help()
+
+    def _brief_actions(self) -> dict[str, list[argparse.Action]]:
+        """The actions `brief` names, as the short help shows them, under its headings."""
+        actions = {option: action for action in self._actions for option in action.option_strings}
+        defaults = Job()
+        return {heading: [_brief_action(actions[option], line, defaults) for option, line in flags.items()
+                          if option in actions] for heading, flags in self.brief.items()}
 
     def error(self, message: str) -> NoReturn:
         message = " ".join(message.split())
@@ -174,6 +177,10 @@ class Parser(argparse.ArgumentParser):
                 for parser in action.choices.values():
                     found += parser._options() if isinstance(parser, Parser) else []
         return sorted(set(found))
+
+
+def _dests(shown: dict[str, list[argparse.Action]]) -> set[str]:
+    return {action.dest for listed in shown.values() for action in listed}
 
 
 class BriefHelp(argparse.Action):
@@ -212,15 +219,24 @@ def _brief_action(action: argparse.Action, line: str | None, defaults: Job) -> a
     text = line or action.help or ""
     flag = FLAGS.get(action.dest)
     default = _default(flag, defaults) if flag else None
-    choices = tuple(action.choices or ()) or (flag.field.choices if flag and flag.field else ())
+    choices = _choices(action, flag)
     if choices:
         brief.metavar = action.metavar or "ID"
-        if len(choices) <= BRIEF_CHOICES:
-            text += ": " + ", ".join(choices)
-        elif default is None:
-            text += f", e.g. {choices[0]}"
+        text += _choices_text(choices, default)
     brief.help = text if default is None else f"{text} (default: {default})"
     return brief
+
+
+def _choices(action: argparse.Action, flag: Flag | None) -> tuple[str, ...]:
+    """A flag's choices: argparse's, else its core field's."""
+    return tuple(action.choices or ()) or (flag.field.choices if flag and flag.field else ())
+
+
+def _choices_text(choices: Sequence[str], default: object) -> str:
+    """A few choices listed; of many, one named when no default shows."""
+    if len(choices) <= BRIEF_CHOICES:
+        return ": " + ", ".join(choices)
+    return f", e.g. {choices[0]}" if default is None else ""
 
 
 def _int(flag: Flag, text: str) -> int:
