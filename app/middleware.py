@@ -165,33 +165,44 @@ class Guard:
         if declared is not None and (not declared.isdigit() or int(declared) > self.max_body_bytes):
             await reply.refuse(413, ["body"], too_large if declared.isdigit() else "has an invalid length")
             return None
-        chunks, size = [], 0
         try:
             # One deadline for the whole body (asyncio.timeout makes no task around each receive()).
             async with asyncio.timeout(self.body_timeout_s):
-                while True:
-                    message = await receive()
-                    if message["type"] == "http.disconnect":
-                        return None  # the client left: nothing to compute
-                    chunk = message.get("body", b"")
-                    size += len(chunk)
-                    if size > self.max_body_bytes:
-                        await reply.refuse(413, ["body"], too_large)
-                        return None
-                    chunks.append(chunk)
-                    if not message.get("more_body"):
-                        break
+                body = await self._receive_body(receive, reply, too_large)
         except TimeoutError:
             await reply.refuse(408, ["body"], f"did not arrive in full within {self.body_timeout_s:g} s")
             return None
-        body = b"".join(chunks)
-        if scope["path"].startswith("/api/") and body and b"json" in headers.get(b"content-type", b"json"):
-            try:
-                loads_bounded(body, "body")
-            except DomainError as error:
-                await reply.refuse(422, ["body"], error.message)
-                return None
+        if body is None or await _refused_json(scope, headers, body, reply):
+            return None
         return body
+
+
+    async def _receive_body(self, receive: Receive, reply: _Reply, too_large: str) -> bytes | None:
+        """The body's chunks joined; None when the client leaves or the body passes its bound (refused)."""
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None  # the client left: nothing to compute
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                await reply.refuse(413, ["body"], too_large)
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body"):
+                return b"".join(chunks)
+
+
+async def _refused_json(scope: Scope, headers: dict[bytes, bytes], body: bytes, reply: _Reply) -> bool:
+    """Whether an API body sent as JSON was refused (422) for JSON the bounded reader will not read."""
+    if scope["path"].startswith("/api/") and body and b"json" in headers.get(b"content-type", b"json"):
+        try:
+            loads_bounded(body, "body")
+        except DomainError as error:
+            await reply.refuse(422, ["body"], error.message)
+            return True
+    return False
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

@@ -116,24 +116,11 @@ def loads_bounded(text: str | bytes, field: str) -> Any:
 def architecture_from(model: Mapping[str, Any]) -> core.Architecture | None:
     """The Architecture a request's `model` describes, or None for a bare parameter count."""
     overrides = {name: model[name] for name in ARCHITECTURE_FIELDS if model.get(name) is not None}
-    sources = [name for name in ("preset", "num_params", "hf_config") if model.get(name) is not None]
-    if len(sources) > 1:
-        raise core.DomainError("model", f"give only one of preset, num_params and hf_config (got {', '.join(sources)})")
-    if not sources and not overrides:
-        raise core.DomainError("model", "give a preset, num_params, hf_config or the architecture fields")
+    _check_sources(model, overrides)
     if model.get("num_params") is not None:
-        if overrides:
-            raise core.DomainError("model", "num_params cannot be combined with architecture fields")
         return None
     if model.get("hf_config") is not None:
-        if overrides:
-            raise core.DomainError("model", "hf_config cannot be combined with architecture fields")
-        config = model["hf_config"]
-        if isinstance(config, str):
-            config = loads_bounded(config, "model.hf_config")
-        if not isinstance(config, dict):
-            raise core.DomainError("model.hf_config", "must be a JSON object (the contents of config.json)")
-        return core.architecture_from_hf_config(config)
+        return _from_hf_config(model["hf_config"])
     if model.get("preset") is not None:
         preset = core.get_preset(model["preset"]).architecture
         return dataclasses.replace(preset, **overrides) if overrides else preset
@@ -143,6 +130,27 @@ def architecture_from(model: Mapping[str, Any]) -> core.Architecture | None:
         raise core.DomainError(f"model.{missing[0]}",
                                f"is required for a custom architecture (missing: {', '.join(missing)})")
     return core.Architecture(**overrides)
+
+
+def _check_sources(model: Mapping[str, Any], overrides: Mapping[str, Any]) -> None:
+    """One model source at most (preset, num_params, hf_config), or the architecture fields; fields beside a
+    preset only."""
+    sources = [name for name in ("preset", "num_params", "hf_config") if model.get(name) is not None]
+    if len(sources) > 1:
+        raise core.DomainError("model", f"give only one of preset, num_params and hf_config (got {', '.join(sources)})")
+    if not sources and not overrides:
+        raise core.DomainError("model", "give a preset, num_params, hf_config or the architecture fields")
+    if overrides and sources and sources[0] != "preset":
+        raise core.DomainError("model", f"{sources[0]} cannot be combined with architecture fields")
+
+
+def _from_hf_config(config: Any) -> core.Architecture:
+    """A config.json, given as its text or as the object it holds."""
+    if isinstance(config, str):
+        config = loads_bounded(config, "model.hf_config")
+    if not isinstance(config, dict):
+        raise core.DomainError("model.hf_config", "must be a JSON object (the contents of config.json)")
+    return core.architecture_from_hf_config(config)
 
 
 def finetuning_from(finetuning: Mapping[str, Any]) -> Finetuning:
