@@ -62,43 +62,58 @@ def to_html(text: str, *, url: Callable[[str], str] = lambda target: target) -> 
     out: list[str] = []
     index = 0
     while index < len(lines):
-        line = lines[index]
-        if not line.strip():
+        if not lines[index].strip():
             index += 1
             continue
-        heading = _HEADING.match(line)
-        if heading:
-            level, title = len(heading.group(1)), heading.group(2).strip()
-            out.append(f'<h{level} id="{_slug(title)}">{inline(title, url)}</h{level}>')
-            index += 1
-            continue
-        if line.lstrip().startswith("|"):
-            block = []
-            while index < len(lines) and lines[index].lstrip().startswith("|"):
-                block.append(lines[index])
-                index += 1
-            out.append(_table(block, url))
-            continue
-        if _ITEM.match(line):
-            items = []
-            ordered = line.lstrip()[0].isdigit()
-            while index < len(lines) and lines[index].strip():
-                item = _ITEM.match(lines[index])
-                if item:
-                    items.append(item.group(2))
-                elif items:
-                    items[-1] += " " + lines[index].strip()
-                index += 1
-            tag = "ol" if ordered else "ul"
-            out.append(f"<{tag}>" + "".join(f"<li>{inline(item, url)}</li>" for item in items) + f"</{tag}>")
-            continue
-        paragraph: list[str] = []
-        while (index < len(lines) and lines[index].strip() and not _HEADING.match(lines[index])
-               and not lines[index].lstrip().startswith("|") and not (paragraph and _ITEM.match(lines[index]))):
-            paragraph.append(lines[index].strip())
-            index += 1
-        out.append(f"<p>{inline(' '.join(paragraph), url)}</p>")
+        block, index = _block(lines, index, url)
+        out.append(block)
     return "\n".join(out)
+
+
+Block = tuple[str, int]  # a block's HTML, and the index of the line after it
+
+
+def _block(lines: list[str], index: int, url: Callable[[str], str]) -> Block:
+    """The block that starts at lines[index]: a heading, a table, a list or a paragraph."""
+    line = lines[index]
+    heading = _HEADING.match(line)
+    if heading:
+        level, title = len(heading.group(1)), heading.group(2).strip()
+        return f'<h{level} id="{_slug(title)}">{inline(title, url)}</h{level}>', index + 1
+    if line.lstrip().startswith("|"):
+        block = []
+        while index < len(lines) and lines[index].lstrip().startswith("|"):
+            block.append(lines[index])
+            index += 1
+        return _table(block, url), index
+    if _ITEM.match(line):
+        return _list(lines, index, url)
+    return _paragraph(lines, index, url)
+
+
+def _list(lines: list[str], index: int, url: Callable[[str], str]) -> Block:
+    """A list up to the next blank line; a line that is not an item continues the item before it."""
+    items: list[str] = []
+    ordered = lines[index].lstrip()[0].isdigit()
+    while index < len(lines) and lines[index].strip():
+        item = _ITEM.match(lines[index])
+        if item:
+            items.append(item.group(2))
+        elif items:
+            items[-1] += " " + lines[index].strip()
+        index += 1
+    tag = "ol" if ordered else "ul"
+    return f"<{tag}>" + "".join(f"<li>{inline(item, url)}</li>" for item in items) + f"</{tag}>", index
+
+
+def _paragraph(lines: list[str], index: int, url: Callable[[str], str]) -> Block:
+    """Lines up to a blank line, a heading, a table or a list item."""
+    paragraph: list[str] = []
+    while (index < len(lines) and lines[index].strip() and not _HEADING.match(lines[index])
+           and not lines[index].lstrip().startswith("|") and not (paragraph and _ITEM.match(lines[index]))):
+        paragraph.append(lines[index].strip())
+        index += 1
+    return f"<p>{inline(' '.join(paragraph), url)}</p>", index
 
 
 def _table(block: list[str], url: Callable[[str], str]) -> str:
