@@ -258,9 +258,7 @@ def timeline_chart(
     def y_of(value: int) -> float:
         return rounded(bottom - (bottom - top) * value / axis.scale_bytes)
 
-    n = len(points)
-    span = right - left
-    xs = tuple(rounded(left + span * index / (n - 1)) if n > 1 else rounded(left + span / 2) for index in range(n))
+    xs = _spaced(len(points), left, right)
     ys = tuple(y_of(total) for total in totals)
 
     ticks = axis.ticks(y_of)
@@ -272,9 +270,7 @@ def timeline_chart(
                              left=left, right=right, over=totals[top_index] > capacity_bytes if over is None else over)
     taken = [peak.box] + ([capacity.box] if capacity else [])
     bands = _bands(points, xs, y_of, bottom=bottom, left=left, right=right, avoid=top_index, taken=taken)
-    rows = tuple(Row(point.event, point.step, size(point.bytes), f"{point.bytes:,} bytes", index == top_index,
-                     size(reserved[index]) if reserved else None)
-                 for index, point in enumerate(points))
+    rows = _rows(points, top_index, size, reserved)
     return Chart(
         width=WIDTH, height=HEIGHT, left=left, top=top, right=right, bottom=bottom, tick_label_x=rounded(left - PAD),
         step_label_y=bottom + BOTTOM_GAP - PAD - 1, divider_bottom=bottom + BOTTOM_GAP - PAD, line_gap=LINE, xs=xs, ys=ys,
@@ -286,6 +282,25 @@ def timeline_chart(
     )
 
 
+def _spaced(n: int, left: float, right: float) -> tuple[float, ...]:
+    """`n` columns evenly from `left` to `right`; one alone in the middle."""
+    span = right - left
+    return tuple(rounded(left + span * index / (n - 1)) if n > 1 else rounded(left + span / 2) for index in range(n))
+
+
+def _rows(points: Sequence[core.Point], top_index: int, size: Callable[[int], str],
+          reserved: Sequence[int]) -> tuple[Row, ...]:
+    """The table beside the chart: each point's bytes, the peak marked, and the allocator's reserve when given."""
+    return tuple(Row(point.event, point.step, size(point.bytes), f"{point.bytes:,} bytes", index == top_index,
+                     size(reserved[index]) if reserved else None)
+                 for index, point in enumerate(points))
+
+
+def _columns_but(n: int, avoid: int) -> list[int]:
+    """The columns a letter may take: all but `avoid`, unless it is the only one."""
+    return [index for index in range(n) if index != avoid] or [avoid]
+
+
 def _bands(points: Sequence[core.Point], xs: tuple[float, ...], y_of: Callable[[int], float], *,
            bottom: float, left: float, right: float, avoid: int, taken: list[Box]) -> tuple[Band, ...]:
     """The stack by category: each band is the area under its cumulative top, painted from the top down.
@@ -295,6 +310,7 @@ def _bands(points: Sequence[core.Point], xs: tuple[float, ...], y_of: Callable[[
     """
     below = [0] * len(points)
     bands = []
+    columns = _columns_but(len(points), avoid)
     for category in core.CATEGORIES:
         values = [point.breakdown[category] or 0 for point in points]
         if not any(values):
@@ -302,7 +318,6 @@ def _bands(points: Sequence[core.Point], xs: tuple[float, ...], y_of: Callable[[
         above = [low + value for low, value in zip(below, values, strict=True)]
         tops = [y_of(value) for value in above]
         outline = points_attr(xs, tops) + f" {num(xs[-1])},{num(bottom)} {num(xs[0])},{num(bottom)}"
-        columns = [index for index in range(len(points)) if index != avoid] or [avoid]
         spot = letter_spot(columns, xs, [y_of(low) for low in below], tops, left=left, right=right, taken=taken)
         entry = core.CATEGORY_TABLE[category]
         bands.append(Band(category, outline, entry.short, entry.label, *spot))

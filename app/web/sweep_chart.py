@@ -205,7 +205,7 @@ def stacked_chart(
     """
     if len(values) < 2 or len(values) != len(breakdowns):
         raise ValueError("a sweep has at least two values and one breakdown per value")
-    totals = [sum(b[c] or 0 for c in core.CATEGORIES) for b in breakdowns]
+    totals = [_total(b) for b in breakdowns]
     highest = max(totals)
     shown = min(highest, clip_at) if clip_at else highest
     axis = value_axis(max(shown, capacity_bytes or 0), unit=unit, unit_bytes=unit_bytes)
@@ -218,10 +218,8 @@ def stacked_chart(
     xs = tuple(x_of(value) for value in values)
     current_total = totals[values.index(current)]
     current_y = y_of(current_total)
-    capacity = None
-    if capacity_bytes:
-        capacity = _capacity(y_of(capacity_bytes), f"capacity {size(capacity_bytes)}", left=left, right=right,
-                             over=current_total > capacity_bytes, on_right=x_of(current) < (left + right) / 2)
+    capacity = _capacity_line(capacity_bytes, y_of, size, left=left, right=right, current_bytes=current_total,
+                              current_x=x_of(current))
     taken = [capacity.box] if capacity else []
     bands = _stack(breakdowns, xs, y_of, top=top, bottom=bottom, left=left, right=right, taken=taken)
     return SweepChart(
@@ -235,10 +233,29 @@ def stacked_chart(
         lines=(),
         capacity=capacity,
         now=_now(x_of(current), now_label, current_y if current_y >= top else None, left=left),
-        shade_x=x_of(shade_from) if shade_from is not None and values[0] < shade_from < values[-1] else None,
+        shade_x=_shade_x(shade_from, values, x_of),
         clipped=highest > axis.scale_bytes,
         title=text.title, desc=text.desc, head=text.head, rows=text.rows,
     )
+
+
+def _total(breakdown: Mapping[str, int | None]) -> int:
+    return sum(breakdown[c] or 0 for c in core.CATEGORIES)
+
+
+def _shade_x(shade_from: int | None, values: Sequence[int], x_of: Callable[[int], float]) -> float | None:
+    """Where the shading starts, when it starts inside the swept range."""
+    return x_of(shade_from) if shade_from is not None and values[0] < shade_from < values[-1] else None
+
+
+def _capacity_line(capacity_bytes: int | None, y_of: Callable[[int], float], size: Callable[[int], str], *,
+                   left: float, right: float, current_bytes: int, current_x: float) -> CapacityMark | None:
+    """The capacity's line, red when the current setup passes it, its label away from the current value; None
+    without a capacity."""
+    if not capacity_bytes:
+        return None
+    return _capacity(y_of(capacity_bytes), f"capacity {size(capacity_bytes)}", left=left, right=right,
+                     over=current_bytes > capacity_bytes, on_right=current_x < (left + right) / 2)
 
 
 def _stack(breakdowns: Sequence[Mapping[str, int | None]], xs: tuple[float, ...], y_of: Callable[[int], float], *,
@@ -282,8 +299,7 @@ def lines_chart(
 
     The current setup is the point (`current`, `current_bytes`); `current` need not be one of `values`.
     """
-    if len(values) < 2 or not lines or any(len(series) != len(values) for _, _, series in lines):
-        raise ValueError("a sweep has at least two values, and each line one number per value")
+    _check_lines(values, lines)
     highest = max(max(series) for _, _, series in lines)
     axis = value_axis(max(highest, capacity_bytes or 0), unit=unit, unit_bytes=unit_bytes)
     label_room = max(text_width(label) for _, label, _ in lines) * BOLD_CAPITALS + 2 * PAD
@@ -297,10 +313,8 @@ def lines_chart(
     label_ys = spread([y_of(series[-1]) + FONT / 3 for _, _, series in lines], low=top + FONT, high=bottom + FONT / 3)
     drawn = tuple(Line(key, label, points_attr(xs, [y_of(v) for v in series]), y)
                   for (key, label, series), y in zip(lines, label_ys, strict=True))
-    capacity = None
-    if capacity_bytes:
-        capacity = _capacity(y_of(capacity_bytes), f"capacity {size(capacity_bytes)}", left=left, right=right,
-                             over=current_bytes > capacity_bytes, on_right=x_of(current) < (left + right) / 2)
+    capacity = _capacity_line(capacity_bytes, y_of, size, left=left, right=right, current_bytes=current_bytes,
+                              current_x=x_of(current))
     notes = tuple(_coincide(group) for group in coinciding(lines))
     return SweepChart(
         id=chart_id, width=WIDTH, height=HEIGHT, left=left, top=top, right=right, bottom=bottom,
@@ -317,6 +331,11 @@ def lines_chart(
         clipped=False,
         title=text.title, desc=" ".join((text.desc, *notes)), head=text.head, rows=text.rows, notes=notes,
     )
+
+
+def _check_lines(values: Sequence[int], lines: Sequence[tuple[str, str, Sequence[int]]]) -> None:
+    if len(values) < 2 or not lines or any(len(series) != len(values) for _, _, series in lines):
+        raise ValueError("a sweep has at least two values, and each line one number per value")
 
 
 def coinciding(lines: Sequence[tuple[str, str, Sequence[int]]]) -> tuple[tuple[str, ...], ...]:
