@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final, Literal, get_args, get_origin
 
+from pydantic import BaseModel
+
 from app import core
 from app.api.schemas import ARCHITECTURE_FIELDS, FinetuningIn, ModelIn, ParallelismIn, PrecisionIn, TrainingIn
 from app.core.units import DTYPE_BITS
@@ -171,37 +173,48 @@ def _labelled(name: str, values: tuple[str, ...]) -> tuple[Option, ...]:
     return tuple(Option(value, labels.get(value, value)) for value in values)
 
 
+# The selects whose options are a schema field's allowed values, with the schema model that declares them.
+LITERAL_CHOICES: Final[tuple[tuple[type[BaseModel], tuple[str, ...]], ...]] = (
+    (TrainingIn, ("activation_checkpointing", "attention", "implementation", "loop", "optimizer_implementation",
+                  "allocator")),
+    (ModelIn, ("mlp", "norm", "position_embedding")),
+    (TrainingIn, ("loss",)),
+    (ParallelismIn, ("offload",)),
+    (TrainingIn, ("framework", "fp8")),
+    (FinetuningIn, ("method", "quantization")),
+)
+
+
 def options() -> dict[str, tuple[Option, ...]]:
     """Every select and radio group's options, in the order the page lists them."""
     dtypes = tuple(DTYPE_BITS)
     result = {
         "source": _labelled("source", SOURCES),
         "unit": tuple(Option(unit, unit) for unit in UNITS),
-        "preset": tuple(Option(p.id, p.name) for p in core.model_presets().values()),
-        "gpu": (Option(NO_GPU, "None (no fit check)"),) + tuple(Option(g.id, g.name) for g in core.gpu_catalogue().values())
-        + (Option(CUSTOM_GPU, "Custom capacity…"),),
-        GPU_LIKE: tuple(Option(g.id, g.name) for g in core.gpu_catalogue().values()),
-        "precision": tuple(Option(p.id, p.name) for p in core.PRECISION_PRESETS.values())
-        + (Option(CUSTOM_PRECISION, "Custom (per-tensor dtypes below)"),),
-        "optimizer": tuple(Option(o.id, o.name) for o in core.OPTIMIZER_INFO.values()),
+        **_catalogue_options(),
         "zero_stage": _labelled("zero_stage", tuple(str(stage) for stage in range(4))),
         "master_weights": (Option(NO_MASTER, "none (no copy)"),) + tuple(Option(d, d) for d in dtypes),
         "qkv_bias": _labelled("qkv_bias", ("", "true", "false")),
     }
     for name in ("weights", "gradients", "optimizer_states", "activations"):
         result[name] = tuple(Option(d, d) for d in dtypes)
-    for name in ("activation_checkpointing", "attention", "implementation", "loop", "optimizer_implementation",
-                 "allocator"):
-        result[name] = _labelled(name, _literal_values(TrainingIn.model_fields[name].annotation))
-    for name in ("mlp", "norm", "position_embedding"):
-        result[name] = _labelled(name, _literal_values(ModelIn.model_fields[name].annotation))
-    result["loss"] = _labelled("loss", _literal_values(TrainingIn.model_fields["loss"].annotation))
-    result["offload"] = _labelled("offload", _literal_values(ParallelismIn.model_fields["offload"].annotation))
-    result["framework"] = _labelled("framework", _literal_values(TrainingIn.model_fields["framework"].annotation))
-    result["fp8"] = _labelled("fp8", _literal_values(TrainingIn.model_fields["fp8"].annotation))
-    for name in ("method", "quantization"):
-        result[name] = _labelled(name, _literal_values(FinetuningIn.model_fields[name].annotation))
+    for model, names in LITERAL_CHOICES:
+        for name in names:
+            result[name] = _labelled(name, _literal_values(model.model_fields[name].annotation))
     return result
+
+
+def _catalogue_options() -> dict[str, tuple[Option, ...]]:
+    """The options from the core's catalogues: model presets, GPUs, precision presets and optimizers."""
+    gpus = tuple(Option(g.id, g.name) for g in core.gpu_catalogue().values())
+    return {
+        "preset": tuple(Option(p.id, p.name) for p in core.model_presets().values()),
+        "gpu": (Option(NO_GPU, "None (no fit check)"),) + gpus + (Option(CUSTOM_GPU, "Custom capacity…"),),
+        GPU_LIKE: gpus,
+        "precision": tuple(Option(p.id, p.name) for p in core.PRECISION_PRESETS.values())
+        + (Option(CUSTOM_PRECISION, "Custom (per-tensor dtypes below)"),),
+        "optimizer": tuple(Option(o.id, o.name) for o in core.OPTIMIZER_INFO.values()),
+    }
 
 
 ARCH_MAIN: Final = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",

@@ -102,11 +102,7 @@ def page_context(form: ParsedForm, params: Mapping[str, str], *, later_answers: 
     With `later_answers` (htmx's update) the make-it-fit panel is left to a request of its own (GET /answers, which
     the panel's placeholder sends when it lands): the solver and its fixes replay the allocator a dozen times, and
     the verdict should not wait for them. A whole page (without JavaScript too) has the panel filled in."""
-    values = dict(form.values)
-    if not form.errors.get("framework_overhead_bytes") and form.request is not None:
-        values["framework_overhead_bytes"] = format_size_input(form.request.training.framework_overhead_bytes)
-    if not form.errors.get(HOST_RAM) and form.host_ram_bytes is not None:
-        values[HOST_RAM] = format_size_input(form.host_ram_bytes)
+    values = _shown_values(form)
     view = answers = charts = recompute = None
     job = _job(form)
     if form.ok and form.request is not None and form.estimate is not None:
@@ -126,8 +122,7 @@ def page_context(form: ParsedForm, params: Mapping[str, str], *, later_answers: 
         "waiting": form.waiting,
         "view": view,
         "answers": answers,
-        "answers_later": f"/answers?{urlencode(list(params.items()))}"
-        if later_answers and job is not None and job.gpu is not None and view is not None else None,
+        "answers_later": _answers_later(params) if later_answers and view is not None and _has_gpu(job) else None,
         "sweeps": charts,
         "recompute": recompute,
         "pinned": pin(params, form, form.unit),
@@ -147,6 +142,25 @@ def page_context(form: ParsedForm, params: Mapping[str, str], *, later_answers: 
         "imported": None,
         "marks": None,
     }
+
+
+def _shown_values(form: ParsedForm) -> dict[str, str]:
+    """The controls' values, the sizes the estimate read written back in the page's own form (unless in error)."""
+    values = dict(form.values)
+    if not form.errors.get("framework_overhead_bytes") and form.request is not None:
+        values["framework_overhead_bytes"] = format_size_input(form.request.training.framework_overhead_bytes)
+    if not form.errors.get(HOST_RAM) and form.host_ram_bytes is not None:
+        values[HOST_RAM] = format_size_input(form.host_ram_bytes)
+    return values
+
+
+def _has_gpu(job: Job | None) -> bool:
+    return job is not None and job.gpu is not None
+
+
+def _answers_later(params: Mapping[str, str]) -> str:
+    """Where the make-it-fit panel asks for its answers once it lands."""
+    return f"/answers?{urlencode(list(params.items()))}"
 
 
 def paste_box(params: Mapping[str, str], *, text: str = "", kind: str = imports.AUTO,
