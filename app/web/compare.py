@@ -117,14 +117,7 @@ def comparison(pinned: ParsedForm, current: ParsedForm, unit: Unit) -> Compariso
     """Both peaks by category, the differences (this setup minus the pinned one) and what was changed."""
     a, b = pinned.estimate, current.estimate
     assert a is not None and b is not None
-    rows = []
-    for category in core.CATEGORIES:
-        # A category the estimate does not compute (activations of a bare parameter count) is None in its sums.
-        before = None if a.per_gpu[category] is None else a.peak.breakdown[category] or 0
-        after = None if b.per_gpu[category] is None else b.peak.breakdown[category] or 0
-        if before is None and after is None:
-            continue
-        rows.append(_row(category, CATEGORY_LABELS[category], CATEGORY_SHORT[category], before, after, unit))
+    rows = _rows(a, b, unit)
     total = _row("total", "Total", "", a.peak.bytes, b.peak.bytes, unit)
     capacities = [e.gpu.gpu.capacity_bytes for e in (a, b) if e.gpu is not None]
     scale = max(a.peak.bytes, b.peak.bytes, *capacities)
@@ -138,6 +131,22 @@ def comparison(pinned: ParsedForm, current: ParsedForm, unit: Unit) -> Compariso
         changes=changes,
         same=not changes and total.sign == "same",
     )
+
+
+def _rows(a: core.Estimate, b: core.Estimate, unit: Unit) -> list[Row]:
+    """A row per category either estimate computes."""
+    rows = []
+    for category in core.CATEGORIES:
+        before, after = _at_peak(a, category), _at_peak(b, category)
+        if before is None and after is None:
+            continue
+        rows.append(_row(category, CATEGORY_LABELS[category], CATEGORY_SHORT[category], before, after, unit))
+    return rows
+
+
+def _at_peak(result: core.Estimate, category: str) -> int | None:
+    # A category the estimate does not compute (activations of a bare parameter count) is None in its sums.
+    return None if result.per_gpu[category] is None else result.peak.breakdown[category] or 0
 
 
 def _row(category: str, label: str, short: str, before: int | None, after: int | None, unit: Unit) -> Row:
@@ -229,14 +238,21 @@ def _shown(name: str, value: object, options: Mapping[str, tuple[controls.Option
         return "(a config.json)"
     if isinstance(value, bool):
         return "on" if value else "off"
-    if isinstance(value, dict):  # a custom precision: each tensor's dtype
-        dtypes = ", ".join(f"{controls.LABELS.get(str(k), str(k)).lower()} {v or 'none'}" for k, v in value.items())
-        return f"custom ({dtypes})"
+    if isinstance(value, dict):
+        return _custom_precision(value)
     if name == "framework_overhead_bytes" and isinstance(value, int):
         return format_size_input(value)
     if isinstance(value, int):
         return f"{value:,}"
-    for option in options.get(name, ()):
-        if option.value == str(value):
-            return option.label
-    return str(value)
+    return _option_label(options.get(name, ()), str(value))
+
+
+def _custom_precision(dtypes: Mapping[object, object]) -> str:
+    """A custom precision in words: each tensor's dtype."""
+    words = ", ".join(f"{controls.LABELS.get(str(k), str(k)).lower()} {v or 'none'}" for k, v in dtypes.items())
+    return f"custom ({words})"
+
+
+def _option_label(options: tuple[controls.Option, ...], value: str) -> str:
+    """The label of the option with `value`; the value itself when no option has it."""
+    return next((option.label for option in options if option.value == value), value)

@@ -211,19 +211,29 @@ def config_state(request: Mapping[str, Any], said: set[str], state: Mapping[str,
         new = model_state(request) | {name: value for name, value in new.items() if name not in MODEL_CONTROLS}
     change: dict[str, object] = {}
     for path, value in _flat(request).items():
-        if path not in said and not (path.startswith("training.precision.") and "training.precision" in said):
-            continue
-        if path == "finetuning.modules_to_save":
-            for name, module in SAVABLE.items():
-                change[f"finetuning.{name}"] = module in (value or ())
-            continue
-        try:
-            links.control_for(path)
-        except ValueError:
-            not_carried.append(f"{path} = {_shown(value)}: the page has no control for it (the JSON API reads it)")
-            continue
-        change[path] = _control_value(path, value)
+        if _is_said(path, said):
+            _carry(path, value, change, not_carried)
     return _with(new, change), not_carried
+
+
+def _carry(path: str, value: Any, change: dict[str, object], not_carried: list[str]) -> None:
+    """A field into `change` as its control's value (the modules to save as one box each), or into `not_carried`
+    when the page has no control for it."""
+    if path == "finetuning.modules_to_save":
+        for name, module in SAVABLE.items():
+            change[f"finetuning.{name}"] = module in (value or ())
+        return
+    try:
+        links.control_for(path)
+    except ValueError:
+        not_carried.append(f"{path} = {_shown(value)}: the page has no control for it (the JSON API reads it)")
+        return
+    change[path] = _control_value(path, value)
+
+
+def _is_said(path: str, said: set[str]) -> bool:
+    """Whether the config speaks to a field: itself, or a custom precision's dtype through the precision."""
+    return path in said or (path.startswith("training.precision.") and "training.precision" in said)
 
 
 def _with(state: Mapping[str, str], change: Mapping[str, object]) -> links.State:
@@ -249,11 +259,16 @@ def model_state(request: Mapping[str, Any]) -> links.State:
     if model.get("num_params") is not None:
         return {"source": "params", "num_params": str(model["num_params"])}
     if any(model.get(name) is not None for name in ARCHITECTURE_FIELDS):
-        architecture = wire.job_from(request).architecture
-        assert architecture is not None
-        out = {"source": "custom"} | ({"preset": str(model["preset"])} if model.get("preset") else {})
-        return out | {name: value for name, value in architecture_values(architecture).items() if value != ""}
+        return _custom_state(request, model)
     return {"source": "preset", "preset": str(model.get("preset"))}
+
+
+def _custom_state(request: Mapping[str, Any], model: Mapping[str, Any]) -> links.State:
+    """A custom architecture's controls, each with its resolved value, and the preset it started from."""
+    architecture = wire.job_from(request).architecture
+    assert architecture is not None
+    out = {"source": "custom"} | ({"preset": str(model["preset"])} if model.get("preset") else {})
+    return out | {name: value for name, value in architecture_values(architecture).items() if value != ""}
 
 
 def _flat(request: Mapping[str, Any]) -> dict[str, Any]:
@@ -266,13 +281,15 @@ def _flat(request: Mapping[str, Any]) -> dict[str, Any]:
                 out |= {f"training.{dtype}": value.get(dtype) for dtype in DTYPE_FIELDS}
                 continue
             out[f"{section}.{name}"] = value
-    gpu = request.get("gpu")
-    if isinstance(gpu, Mapping):  # a custom GPU: the select's custom choice and its fields' controls
-        out["gpu"] = CUSTOM_GPU
-        out |= {f"gpu.{name}": value for name, value in gpu.items() if name in GPU_FIELDS and value is not None}
-    elif gpu:
-        out["gpu"] = gpu
-    return out
+    return out | _gpu_fields(request.get("gpu"))
+
+
+def _gpu_fields(gpu: Any) -> dict[str, Any]:
+    """A catalogue GPU's id; a custom GPU as the select's custom choice and its fields' controls; none."""
+    if isinstance(gpu, Mapping):
+        return {"gpu": CUSTOM_GPU} | {f"gpu.{name}": value for name, value in gpu.items()
+                                      if name in GPU_FIELDS and value is not None}
+    return {"gpu": gpu} if gpu else {}
 
 
 def _control_value(path: str, value: Any) -> object:

@@ -65,19 +65,22 @@ def _parse_scaled(control: str, raw: str, suffixes: Mapping[str, int], example: 
     if not match or match.group(2).lower() not in suffixes:
         raise FormError(control, f"Enter a number, e.g. {example} (got {_quoted(raw)}).")
     try:
-        number = Decimal(match.group(1))
-        # Refuse by magnitude before any arithmetic: 1e999999 would otherwise become a million-digit integer,
-        # and 1e-999999999 would underflow to a zero that passes for a whole number.
-        if number and number.adjusted() + len(str(suffixes[match.group(2).lower()])) > MAX_DIGITS:
-            raise FormError(control, f"{raw.strip()[:40]} is far larger than any value this field takes.")
-        if number and number.adjusted() < -MAX_DIGITS:
-            raise FormError(control, f"{raw.strip()[:40]} is less than one, not a whole number.")
-        value = number * suffixes[match.group(2).lower()]
+        value = _scaled(control, raw, Decimal(match.group(1)), suffixes[match.group(2).lower()])
     except (InvalidOperation, ArithmeticError):
         raise FormError(control, f"Enter a number, e.g. {example}.") from None
     if value != value.to_integral_value():
         raise FormError(control, f"{raw.strip()} is not a whole number.")
     return int(value)
+
+
+def _scaled(control: str, raw: str, number: Decimal, factor: int) -> Decimal:
+    """`number` × `factor`, refused by magnitude before any arithmetic: 1e999999 would otherwise become a
+    million-digit integer, and 1e-999999999 would underflow to a zero that passes for a whole number."""
+    if number and number.adjusted() + len(str(factor)) > MAX_DIGITS:
+        raise FormError(control, f"{raw.strip()[:40]} is far larger than any value this field takes.")
+    if number and number.adjusted() < -MAX_DIGITS:
+        raise FormError(control, f"{raw.strip()[:40]} is less than one, not a whole number.")
+    return number * factor
 
 
 def parse_count(control: str, raw: str) -> int:

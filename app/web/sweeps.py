@@ -162,19 +162,9 @@ def _sequence_text(values: Sequence[int], points: Sequence[SeriesPoint], *, curr
             f"{values[-1]:,} tokens (log scale), micro-batch {micro_batch:,} and the rest as set: "
             f"{size(first.peak.bytes)} at {values[0]:,} tokens, {size(now.peak.bytes)} at {current:,} (now) and "
             f"{size(last.peak.bytes)} at {values[-1]:,}.")
-    half = values[-1] // 2
-    if half in values and _activations(points[values.index(half)]):
-        ratio = _activations(last) / _activations(points[values.index(half)])
-        desc += (f" Doubling the length from {half:,} to {values[-1]:,} tokens multiplies the activations at the "
-                 f"peak by {ratio:.2f}.")
+    desc += _doubling(values, points)
     if gpu is not None:
-        fitting = [value for value, point in zip(values, points, strict=True) if point.fits]
-        if not fitting:
-            desc += f" None of these lengths fits the {gpu.name}."
-        elif fitting[-1] == values[-1]:
-            desc += f" Every one of these lengths fits the {gpu.name}."
-        else:
-            desc += f" Up to {fitting[-1]:,} tokens, of these lengths, fits the {gpu.name}."
+        desc += _lengths_fitting(values, points, gpu)
     if values[0] < max_positions < values[-1]:
         desc += f" Beyond {max_positions:,} tokens (shaded) is longer than the model's max_position_embeddings."
     head = ("Tokens", "Peak per GPU", "Activations at the peak") + (("Fits",) if gpu is not None else ())
@@ -185,6 +175,25 @@ def _sequence_text(values: Sequence[int], points: Sequence[SeriesPoint], *, curr
         for value, point in zip(values, points, strict=True)
     )
     return Text("Peak memory per GPU against sequence length", desc, head, rows)
+
+
+def _doubling(values: Sequence[int], points: Sequence[SeriesPoint]) -> str:
+    """What doubling the sequence to the longest one does to the activations, when half of it is swept."""
+    half = values[-1] // 2
+    if half in values and _activations(points[values.index(half)]):
+        ratio = _activations(points[-1]) / _activations(points[values.index(half)])
+        return (f" Doubling the length from {half:,} to {values[-1]:,} tokens multiplies the activations at the "
+                f"peak by {ratio:.2f}.")
+    return ""
+
+
+def _lengths_fitting(values: Sequence[int], points: Sequence[SeriesPoint], gpu: core.Gpu) -> str:
+    fitting = [value for value, point in zip(values, points, strict=True) if point.fits]
+    if not fitting:
+        return f" None of these lengths fits the {gpu.name}."
+    if fitting[-1] == values[-1]:
+        return f" Every one of these lengths fits the {gpu.name}."
+    return f" Up to {fitting[-1]:,} tokens, of these lengths, fits the {gpu.name}."
 
 
 def _fits(point: SeriesPoint, gpu: core.Gpu) -> tuple[str]:
@@ -224,12 +233,15 @@ def _data_text(values: Sequence[int], peaks: dict[int, tuple[int, ...]], *, job:
             f"as set. With {most:,} GPUs: {at_most}. Now ({p.data:,} GPU{'s' if p.data > 1 else ''}, ZeRO-"
             f"{p.zero_stage}): {size(now_bytes)}.")
     if capacity is not None and job.gpu is not None:
-        where = []
-        for stage in ZERO_STAGES:
-            fewest = next((value for value, peak in zip(values, peaks[stage], strict=True) if peak <= capacity), None)
-            where.append(f"ZeRO-{stage} " + (f"from {fewest:,} GPU{'s' if fewest > 1 else ''}" if fewest else "not at all"))
+        where = [_fewest_words(stage, values, peaks[stage], capacity) for stage in ZERO_STAGES]
         desc += f" On the {job.gpu.name} ({size(capacity)}), of these counts it fits with " + "; ".join(where) + "."
     head = ("GPUs",) + tuple(f"ZeRO-{stage}" for stage in ZERO_STAGES)
     rows = tuple(TableRow((f"{value:,}",) + tuple(size(peaks[stage][index]) for stage in ZERO_STAGES), value == p.data)
                  for index, value in enumerate(values))
     return Text("Peak memory per GPU against data-parallel GPUs, per ZeRO stage", desc, head, rows)
+
+
+def _fewest_words(stage: int, values: Sequence[int], peaks: Sequence[int], capacity: int) -> str:
+    """``ZeRO-2 from 4 GPUs``: the fewest data-parallel GPUs at which a stage fits, or ``not at all``."""
+    fewest = next((value for value, peak in zip(values, peaks, strict=True) if peak <= capacity), None)
+    return f"ZeRO-{stage} " + (f"from {fewest:,} GPU{'s' if fewest > 1 else ''}" if fewest else "not at all")

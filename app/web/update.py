@@ -104,14 +104,17 @@ def changes(current: Update, shown: Update | None) -> str:
     before = {fragment.id: fragment for fragment in shown.fragments}
     out = [current.main]
     for fragment in current.fragments:
-        old = before.get(fragment.id)
-        if old is not None and old.html == fragment.html:
-            continue
-        if old is not None and fragment.parts and old.frame == fragment.frame:
-            out.extend(html for part_id, html in fragment.parts.items() if old.parts[part_id] != html)
-        else:
-            out.append(fragment.html)
+        out.extend(_to_send(fragment, before.get(fragment.id)))
     return "".join(out)
+
+
+def _to_send(fragment: Fragment, old: Fragment | None) -> list[str]:
+    """Nothing where the page holds the same markup; the changed parts where only they differ; else the whole."""
+    if old is not None and old.html == fragment.html:
+        return []
+    if old is not None and fragment.parts and old.frame == fragment.frame:
+        return [html for part_id, html in fragment.parts.items() if old.parts[part_id] != html]
+    return [fragment.html]
 
 
 def shown_query(current_url: str | None, *, path: str, host: str | None) -> str | None:
