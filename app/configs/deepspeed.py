@@ -54,6 +54,24 @@ ACTIVATION_CHECKPOINTING_WHY: Final = (
     "model recomputes with the Trainer's gradient_checkpointing")
 
 
+# Top-level keys left aside with one reason; and those left aside whole (each leaf of a section).
+_IGNORED: Final = {
+    "sequence_parallel_size": "DeepSpeed-Ulysses sequence parallelism is not modelled: each GPU is counted with the "
+                              "whole sequence",
+    **dict.fromkeys(("zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer"),
+                    "a check DeepSpeed makes before it starts; no memory of its own"),
+    **dict.fromkeys(("communication_data_type", "seq_parallel_communication_data_type", "sparse_gradients"), COMMS),
+}
+_IGNORED_WHOLE: Final = {
+    "activation_checkpointing": ACTIVATION_CHECKPOINTING_WHY,
+    "pipeline": "DeepSpeed's pipeline stages are set in code (PipelineModule(num_stages=...)): "
+                "set parallelism.pipeline",
+    **dict.fromkeys(("scheduler", "gradient_clipping", "prescale_gradients", "gradient_predivide_factor",
+                     "steps_per_print", "wall_clock_breakdown", "dump_state", "memory_breakdown"), NO_MEMORY),
+    **dict.fromkeys(("aio", "nvme_path"), OFFLOAD_DETAIL),
+}
+
+
 def read(data: Any, r: Reading, prefix: str = "") -> None:
     """Facts from a DeepSpeed config (a dict); `prefix` is its key path when nested in another file."""
     data = r.mapping(prefix.rstrip("."), data) if prefix else data
@@ -77,24 +95,6 @@ def read(data: Any, r: Reading, prefix: str = "") -> None:
             r.ignore(f"{p}{key}", _IGNORED[key])
         else:
             r.ignore_all(value, f"{p}{key}", _IGNORED_WHOLE.get(key))
-
-
-# Top-level keys left aside with one reason; and those left aside whole (each leaf of a section).
-_IGNORED: Final = {
-    "sequence_parallel_size": "DeepSpeed-Ulysses sequence parallelism is not modelled: each GPU is counted with the "
-                              "whole sequence",
-    **dict.fromkeys(("zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer"),
-                    "a check DeepSpeed makes before it starts; no memory of its own"),
-    **dict.fromkeys(("communication_data_type", "seq_parallel_communication_data_type", "sparse_gradients"), COMMS),
-}
-_IGNORED_WHOLE: Final = {
-    "activation_checkpointing": ACTIVATION_CHECKPOINTING_WHY,
-    "pipeline": "DeepSpeed's pipeline stages are set in code (PipelineModule(num_stages=...)): "
-                "set parallelism.pipeline",
-    **dict.fromkeys(("scheduler", "gradient_clipping", "prescale_gradients", "gradient_predivide_factor",
-                     "steps_per_print", "wall_clock_breakdown", "dump_state", "memory_breakdown"), NO_MEMORY),
-    **dict.fromkeys(("aio", "nvme_path"), OFFLOAD_DETAIL),
-}
 
 
 def _auto_or_int(r: Reading, key: str, value: Any, *, low: int = 1) -> int | str:
@@ -143,6 +143,19 @@ def _zero(data: dict[str, Any], r: Reading, p: str) -> bool:
     return "optimizer" in devices
 
 
+# zero_optimization keys left aside with one reason.
+_ZERO_IGNORED: Final = {
+    **dict.fromkeys(("zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_gradients",
+                     "zero_quantized_nontrainable_weights", "mics_shard_size", "mics_hierarchical_params_gather"),
+                    "ZeRO++ and MiCS partitioning variants are not modelled: the estimate shards over every "
+                    "data-parallel GPU"),
+    **dict.fromkeys(("stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save",
+                     "stage3_gather_fp16_weights_on_model_save", "elastic_checkpoint", "load_from_fp32_weights",
+                     "ignore_unused_parameters", "legacy_stage1", "round_robin_gradients", "log_trace_cache_warnings"),
+                    NO_MEMORY),
+}
+
+
 def _zero_setting(r: Reading, name: str, value: Any, sub: str, devices: dict[str, tuple[str, str]]) -> None:
     """One zero_optimization key besides the stage: an offload (into `devices`), the reduce bucket, or a reason."""
     if name in ("offload_optimizer", "offload_param"):
@@ -185,19 +198,6 @@ def _reduce_bucket(r: Reading, value: Any, sub: str) -> None:
                "default, 500,000,000 elements, is counted here")
     else:
         r.said("parallelism.reduce_bucket_size", r.integer(sub, value, low=1, high=10**12), sub)
-
-
-# zero_optimization keys left aside with one reason.
-_ZERO_IGNORED: Final = {
-    **dict.fromkeys(("zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_gradients",
-                     "zero_quantized_nontrainable_weights", "mics_shard_size", "mics_hierarchical_params_gather"),
-                    "ZeRO++ and MiCS partitioning variants are not modelled: the estimate shards over every "
-                    "data-parallel GPU"),
-    **dict.fromkeys(("stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save",
-                     "stage3_gather_fp16_weights_on_model_save", "elastic_checkpoint", "load_from_fp32_weights",
-                     "ignore_unused_parameters", "legacy_stage1", "round_robin_gradients", "log_trace_cache_warnings"),
-                    NO_MEMORY),
-}
 
 
 # zero_optimization keys that change memory the estimate does not follow, each with what it counts instead

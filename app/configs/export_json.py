@@ -10,6 +10,10 @@ from typing import Any, Final
 from app import core
 
 LR_NOTE: Final = "learning rate, schedule and weight decay are placeholders: trainmem does not model them"
+# Every tensor in bf16, master weights and optimizer state too: DeepSpeed's bf16 section with both bf16 switches.
+ALL_BF16: Final = {"weights": "bf16", "gradients": "bf16", "master_weights": "bf16", "optimizer_states": "bf16",
+                   "activations": "bf16"}
+AUTOCAST_DTYPES: Final = {"autocast-bf16": "bfloat16", "autocast-fp16": "float16"}
 
 
 def ds_precision(precision: Any, zero: int, *, auto: bool) -> dict[str, Any] | None:
@@ -26,11 +30,6 @@ def ds_precision(precision: Any, zero: int, *, auto: bool) -> dict[str, Any] | N
     if zero == 1:
         sections["megatron-bf16"] = {"bf16": {"enabled": on}, "data_types": {"grad_accum_dtype": "fp32"}}
     return sections.get(precision)
-
-
-ALL_BF16: Final = {"weights": "bf16", "gradients": "bf16", "master_weights": "bf16", "optimizer_states": "bf16",
-                   "activations": "bf16"}
-AUTOCAST_DTYPES: Final = {"autocast-bf16": "bfloat16", "autocast-fp16": "float16"}
 
 
 def needs_engine(precision: Any, p: dict[str, Any]) -> bool:

@@ -369,6 +369,17 @@ def _parallelism_reason(name: str) -> str | None:
     return None
 
 
+# [training] keys that change no count, each with its reason; and those left aside whole for no memory.
+TRAINING_IGNORED: Final = {
+    "compile": COMPILE,
+    **dict.fromkeys(("tensor_parallel_degree", "data_parallel_shard_degree", "data_parallel_replicate_degree",
+                     "pipeline_parallel_degree", "context_parallel_degree"),
+                    "torchtitan reads the degrees from [parallelism]"),
+}
+TRAINING_NO_MEMORY: Final = frozenset({"dataset", "dataset_path", "steps", "max_norm", "gc_freq", "gc_debug", "seed",
+                                       "deterministic", "warmup_steps", "dataloader"})
+
+
 def _training(training: dict[str, Any], r: Reading, data: int) -> None:
     local_key = "training.local_batch_size" if "local_batch_size" in training else "training.batch_size"
     local = 8
@@ -392,17 +403,6 @@ def _training(training: dict[str, Any], r: Reading, data: int) -> None:
             r.ignore(f"training.{name}", TRAINING_IGNORED[name])
         else:
             r.ignore_all(value, f"training.{name}", NO_MEMORY if name in TRAINING_NO_MEMORY else None)
-
-
-# [training] keys that change no count, each with its reason; and those left aside whole for no memory.
-TRAINING_IGNORED: Final = {
-    "compile": COMPILE,
-    **dict.fromkeys(("tensor_parallel_degree", "data_parallel_shard_degree", "data_parallel_replicate_degree",
-                     "pipeline_parallel_degree", "context_parallel_degree"),
-                    "torchtitan reads the degrees from [parallelism]"),
-}
-TRAINING_NO_MEMORY: Final = frozenset({"dataset", "dataset_path", "steps", "max_norm", "gc_freq", "gc_debug", "seed",
-                                       "deterministic", "warmup_steps", "dataloader"})
 
 
 def _accumulation(training: dict[str, Any], r: Reading, local: int, data: int) -> None:
