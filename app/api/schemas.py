@@ -172,8 +172,19 @@ class TrainingIn(BaseModel):
     )
     adafactor_momentum: bool = Field(default=False, description="Adafactor keeps a first moment (beta1) as well.")
     activation_checkpointing: CheckpointingName = Field(
-        default="none", description="none; selective: recompute the attention core; full: keep only each layer's input."
+        default="none", description="none; selective: recompute the attention core; full: keep only each layer's input "
+        "(of every layer, or of those recompute_every or recompute_first_layers choose)."
     )
+    recompute_every: int = Field(
+        default=1, ge=1, le=arch_limits.MAX_LAYERS,
+        description="With full recomputation, recompute every k-th layer of each stage (counted from 1: layer i when "
+        "i % k == 0) and keep everything of the others, as torchtitan's selective_ac_option \"k\" does (its default "
+        "is 2). 1: every layer.")
+    recompute_first_layers: int | None = Field(
+        default=None, ge=1, le=arch_limits.MAX_LAYERS,
+        description="With full recomputation, recompute only the first N layers of each pipeline stage and keep "
+        "everything of the rest, as Megatron-LM's --recompute-method block --recompute-num-layers N does. null: every "
+        "layer. Not with recompute_every.")
     attention: AttentionName = Field(
         default="sdpa",
         description="eager stores the s × s score matrix; flash is a fused kernel that does not; sdpa is the kernel "

@@ -107,8 +107,9 @@ def differences(setup: dict[str, Any], back: dict[str, Any]) -> list[tuple[str, 
     if setup["model"] != back["model"]:
         out.append(("model", setup["model"]))
     training, returned = setup["training"], back["training"]
+    fallback = defaults()
     for name in TRAINING_FIELDS:
-        mine, theirs = training[name], returned[name]
+        mine, theirs = (values.get(name, fallback[f"training.{name}"]) for values in (training, returned))
         if name == "optimizer_implementation" and (training["optimizer"] != returned["optimizer"] or
                                                    same_implementation(training["optimizer"], mine, theirs)):
             continue  # moot with another optimizer (listed itself), or the same step either way

@@ -258,12 +258,18 @@ def _recompute(f: Flags, r: Reading, per_stage: int | None) -> None:
         value = granularity
         if granularity == "full" and method == "block" and count is not None and (per_stage is None or
                                                                                    count < per_stage):
-            r.said("training.activation_checkpointing", "none", "--recompute-method", method)
-            r.assume("training.activation_checkpointing", "none", f"--recompute-method block recomputes only the "
-                     f"first {count} layers of each pipeline stage; the others keep their activations. Counted as "
-                     "no recomputation: an upper bound")
-            r.also("--recompute-granularity", granularity, "training.activation_checkpointing")
-            r.also("--recompute-num-layers", count, "training.activation_checkpointing")
+            if count == 0:  # Megatron-LM recomputes no layer then
+                r.said("training.activation_checkpointing", "none", "--recompute-num-layers", count,
+                       note="block recomputation of 0 layers recomputes none")
+                r.also("--recompute-granularity", granularity, "training.activation_checkpointing")
+                r.also("--recompute-method", method, "training.activation_checkpointing")
+                return
+            r.said("training.activation_checkpointing", "full", "--recompute-granularity", granularity,
+                   note="full: a recomputed layer keeps only its input")
+            r.said("training.recompute_first_layers", count, "--recompute-num-layers", count,
+                   note=f"--recompute-method block: the first {count} layers of each pipeline stage are recomputed, "
+                        "the others keep their activations")
+            r.also("--recompute-method", method, "training.recompute_first_layers")
             return
         r.said("training.activation_checkpointing", value, "--recompute-granularity", granularity,
                note="full: each layer keeps only its input" if value == "full" else

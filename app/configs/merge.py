@@ -35,7 +35,11 @@ ARGUMENTS: Final = ("training-arguments", "axolotl")
 MUST_MATCH: Final = ("training.micro_batch_size", "training.gradient_accumulation_steps")
 TRAINING_FIELDS: Final = ("micro_batch_size", "seq_len", "precision", "optimizer", "optimizer_implementation",
                           "adafactor_momentum", "activation_checkpointing", "attention", "implementation", "loop",
-                          "gradient_accumulation_steps", "loss", "framework", "fp8")
+                          "gradient_accumulation_steps", "loss", "framework", "fp8", "recompute_every",
+                          "recompute_first_layers")
+# Fields that mean something only where a file states them (which layers recomputation applies to): in the request
+# then, left out (the API's default) otherwise.
+STATED_ONLY: Final = ("training.recompute_every", "training.recompute_first_layers")
 PARALLELISM_FIELDS: Final = ("data", "tensor", "pipeline", "sequence_parallel", "zero_stage", "offload", "gpus_per_node",
                               "context", "virtual_stages", "reduce_bucket_size", "expert", "expert_tensor", "expert_load",
                               "first_stage_layers", "last_stage_layers")
@@ -145,7 +149,7 @@ class _Merge:
         fallback = defaults()
         explained = {entry["field"] for entry in self.assumed}
         for field, value in fallback.items():
-            if field not in self.values:
+            if field not in self.values and field not in STATED_ONLY:
                 self.values[field] = value
                 if field == "training.adafactor_momentum" and self.values.get("training.optimizer") != "adafactor":
                     continue  # it means nothing for another optimizer
@@ -159,7 +163,8 @@ class _Merge:
                     self.sources.setdefault(entry["field"], (entry["file"], entry["key"]))
         request = {
             "model": model,
-            "training": {name: self.values[f"training.{name}"] for name in TRAINING_FIELDS},
+            "training": {name: self.values[f"training.{name}"] for name in TRAINING_FIELDS
+                         if f"training.{name}" in self.values},
             "parallelism": {name: self.values[f"parallelism.{name}"] for name in PARALLELISM_FIELDS},
         }
         finetuning = self.finetuning()

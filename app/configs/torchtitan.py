@@ -8,7 +8,8 @@ by FSDP when data_parallel_shard_degree > 1, by torch.autocast under DDP or one 
 data_parallel_replicate_degree (1), data_parallel_shard_degree (-1: the GPUs left over), tensor_parallel_degree,
 pipeline_parallel_degree, context_parallel_degree, fsdp_reshard_after_forward ("default" reshards after forward
 unless pipeline parallelism runs: torchtitan/models/llama3/infra/parallelize.py, apply_fsdp); [activation_checkpoint]
-mode (selective by default, every second layer) and selective_ac_option ('op' or a layer interval);
+mode (selective by default, every second layer: training.recompute_every) and selective_ac_option ('op' or a
+layer interval);
 [optimizer] name (AdamW) and implementation (fused by default).
 
 The llama3 flavours 8B, 70B and 405B are the Llama 3 8B, 70B and Llama 3.1 405B shapes
@@ -428,9 +429,10 @@ def _precision(training: dict[str, Any], r: Reading, *, shard: int, tensor: int,
 
 def _checkpointing(section: dict[str, Any] | None, r: Reading) -> None:
     if section is None:
-        r.default("training.activation_checkpointing", "none", "activation_checkpoint.mode",
-                  "torchtitan's default, selective with option 2, recomputes every second layer in full; the "
-                  "others keep their activations. Counted as no recomputation: an upper bound")
+        r.default("training.activation_checkpointing", "full", "activation_checkpoint.mode",
+                  "torchtitan's default, selective with option 2, recomputes every second layer in full")
+        r.default("training.recompute_every", 2, "activation_checkpoint.selective_ac_option",
+                  "torchtitan's default, 2: every second layer recomputed, the others keep their activations")
         return
     mode = section.get("mode", "selective")
     if "mode" in section:
@@ -455,12 +457,12 @@ def _checkpointing(section: dict[str, Any] | None, r: Reading) -> None:
         if "mode" in section:
             r.also("activation_checkpoint.mode", mode, "training.activation_checkpointing")
     elif option.isdigit() and int(option) > 1:
-        r.said("training.activation_checkpointing", "none", "activation_checkpoint.selective_ac_option", option)
+        r.said("training.activation_checkpointing", "full", "activation_checkpoint.selective_ac_option", option,
+               note=f"every layer i (from 1) with i % {int(option)} == 0 recomputed in full")
+        r.said("training.recompute_every", int(option), "activation_checkpoint.selective_ac_option", option,
+               note="the others keep their activations")
         if "mode" in section:
             r.also("activation_checkpoint.mode", mode, "training.activation_checkpointing")
-        r.assume("training.activation_checkpointing", "none", f"selective_ac_option {option} recomputes every "
-                 f"{option}th layer in full; the others keep their activations. Counted as no recomputation: an "
-                 "upper bound")
     else:
         raise r.error("activation_checkpoint.selective_ac_option", f"must be 'op' or a positive integer, got {option!r}")
     for name, value in section.items():

@@ -80,6 +80,7 @@ class JobField:
     low: int = 0
     high: int = 0
     choices: tuple[str, ...] = ()
+    nullable: bool = False  # None stands for "not set" (e.g. recompute_first_layers: every layer)
 
 
 def _ints(section: str, limits: dict[str, tuple[int, int]]) -> list[JobField]:
@@ -110,6 +111,8 @@ def _job_fields() -> dict[str, JobField]:
         JobField("training.allocator", "choice", choices=ALLOCATORS),
         JobField("training.loss", "choice", choices=tuple(LOSSES)),
         JobField("training.loss_chunks", "int", 1, MAX_LOSS_CHUNKS),
+        JobField("training.recompute_every", "int", 1, MAX_LAYERS),
+        JobField("training.recompute_first_layers", "int", 1, MAX_LAYERS, nullable=True),
         JobField("training.framework", "choice", choices=tuple(FRAMEWORKS)),
         JobField("training.fp8", "choice", choices=tuple(FP8_RECIPES)),
         JobField("training.adafactor_momentum", "bool"),
@@ -151,6 +154,8 @@ def job_field(path: str, *, where: str = "vary.field") -> JobField:
 
 def check_value(item: JobField, value: object, *, where: str) -> None:
     """Refuse a value of the wrong kind or out of range, naming `where` (e.g. ``vary.values.3``)."""
+    if value is None and item.nullable:
+        return
     if item.kind == "bool":
         if not isinstance(value, bool):
             raise DomainError(where, f"{item.path} takes true or false, got {value!r}")

@@ -63,6 +63,10 @@ PAGE_HELP: Final[dict[str, str]] = {
     "virtual_stages": "Interleaved pipeline schedule (Megatron's virtual stages): model chunks per GPU; the first "
     "GPU then holds (p - 1) chunks of activations more. Needs 2 or more pipeline stages, pipeline × virtual stages "
     "dividing the layers, and gradient accumulation a multiple of the pipeline stages.",
+    "recompute_every": "1: every layer. k: every k-th layer of each stage is recomputed (layer i, from 1, when "
+    "i % k == 0) and the others keep all they save, as torchtitan's selective_ac_option does (its default is 2).",
+    "recompute_first_layers": "Blank: every layer. N: only the first N layers of each stage are recomputed, the "
+    "rest keep all they save (Megatron-LM's --recompute-method block --recompute-num-layers N).",
     "first_stage_layers": "Blank: an even split. Decoder layers on the first stage; fewer where the embedding sits "
     "balance the stages (Megatron-LM's --decoder-first-pipeline-num-layers). The other stages share the rest "
     "evenly, at least one each; with two stages, first and last add up to the layers.",

@@ -72,6 +72,7 @@ TRAINING_CHOICES: Final = ("optimizer", "optimizer_implementation", "activation_
                            "implementation", "loop", "loss", "framework", "fp8", "allocator")
 # Controls read only when shown (the rest of the time the API's default stands): name -> (control, values shown for).
 LOSS_CHUNKS: Final = "loss_chunks"
+RECOMPUTED_LAYERS: Final = ("recompute_every", "recompute_first_layers")  # shown under full recomputation
 PARALLEL_SHOWN: Final = ("offload", "gpus_per_node", "virtual_stages", "reduce_bucket_size", "expert", "expert_tensor",
                          "expert_load", "first_stage_layers", "last_stage_layers")
 # Fine-tuning: the API's finetuning fields; the page's names where one would clash with an architecture field.
@@ -103,7 +104,7 @@ MAIN_CONTROL: Final[dict[str, str]] = {"preset": "preset", "custom": "num_hidden
 COMMON_CONTROLS: Final = (
     "source", "unit", "gpu", GPU_CAPACITY, GPU_LIKE, "precision", *DTYPE_FIELDS, *TRAINING_INTS, *TRAINING_CHOICES,
     "adafactor_momentum", "framework_overhead_bytes", *PARALLEL_INTS, "sequence_parallel",
-    LOSS_CHUNKS, *PARALLEL_SHOWN, HOST_RAM, *FINETUNING_CONTROLS,
+    LOSS_CHUNKS, *RECOMPUTED_LAYERS, *PARALLEL_SHOWN, HOST_RAM, *FINETUNING_CONTROLS,
 )
 ALL_CONTROLS: Final = frozenset(COMMON_CONTROLS) | {c for controls in SOURCE_CONTROLS.values() for c in controls}
 
@@ -173,6 +174,8 @@ def default_values() -> dict[str, str]:
         "adafactor_momentum": _flag(_field_default(TrainingIn, "adafactor_momentum")),
         "sequence_parallel": _flag(_field_default(ParallelismIn, "sequence_parallel")),
         LOSS_CHUNKS: str(_field_default(TrainingIn, LOSS_CHUNKS)),
+        "recompute_every": str(_field_default(TrainingIn, "recompute_every")),
+        "recompute_first_layers": "",  # blank: every layer (the API's null)
         "offload": str(_field_default(ParallelismIn, "offload")),
         "gpus_per_node": str(_field_default(ParallelismIn, "gpus_per_node")),
         "virtual_stages": str(_field_default(ParallelismIn, "virtual_stages")),
@@ -268,6 +271,8 @@ def parse_form(params: Mapping[str, str]) -> ParsedForm:
         training["precision"] = values["precision"]
     if values["loss"] == "chunked":
         training[LOSS_CHUNKS] = read(LOSS_CHUNKS, parse_int)
+    if values["activation_checkpointing"] == "full":
+        training |= {name: read(name, parse_int) for name in RECOMPUTED_LAYERS if values[name].strip()}
     parallelism: dict[str, Any] = {name: read(name, parse_int) for name in PARALLEL_INTS}
     parallelism["sequence_parallel"] = values["sequence_parallel"] == TRUE
     # Each control counts only while the page shows it (see templates/page.html), so a value left

@@ -63,6 +63,8 @@ LABELS: Final[dict[str, str]] = {
     "qk_norm": "Query/key norms",
     "loss": "Loss",
     "loss_chunks": "Loss chunks",
+    "recompute_every": "Recompute every k-th layer",
+    "recompute_first_layers": "Recompute only the first N layers",
     "context": "Context parallel",
     "virtual_stages": "Virtual stages per GPU",
     "first_stage_layers": "Layers on the first stage",
