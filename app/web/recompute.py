@@ -14,7 +14,7 @@ from typing import Final
 from app import core
 from app.core.flops import step_flops
 from app.core.job import Job, with_field
-from app.core.recompute import recomputed_share
+from app.core.recompute import describe, recomputed_share
 from app.web.form import Unit
 from app.web.view import format_bytes
 
@@ -67,4 +67,7 @@ def recompute_choices(job: Job, given: core.Estimate, unit: Unit) -> tuple[Choic
             f"{'+' if delta > 0 else MINUS}{format_bytes(abs(delta), unit)} at the peak"
         compute = "" if current else f"{signed_percent(flops.recompute_fraction(choice) - now_fraction)} compute"
         out.append(Choice(choice, info.label, current, compute, memory, format_bytes(peak, unit)))
+    if partial:  # the policy chosen, some layers recomputed: first, as chosen
+        label = f"Full, {describe(training.recompute_every, training.recompute_first_layers)}"
+        out.insert(0, Choice("partial", label, True, "", "the same peak", format_bytes(given.peak.bytes, unit)))
     return tuple(out)

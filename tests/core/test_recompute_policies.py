@@ -161,3 +161,15 @@ def test_the_saved_tensors_formula_multiplies_out_to_its_bytes(preset, changes, 
     for buffer in result.ledger:
         checked = value(buffer.formula)
         assert checked is None or checked == buffer.bytes, (buffer.key, buffer.formula)
+
+
+@pytest.mark.parametrize(("field", "values"), [("training.recompute_first_layers", [1, 8, 16, 31]),
+                                                 ("training.recompute_every", [4, 3, 2, 1])])
+def test_a_sweep_varies_the_recomputed_layers(field, values):
+    body = {"model": {"preset": "llama-3-8b"}, "gpu": "h100-80gb", "parallelism": {"data": 8, "zero_stage": 3},
+            "training": {"seq_len": 8192, "activation_checkpointing": "full"}, "vary": {"field": field, "values": values}}
+    response = client.post("/api/v1/sweep", json=body)
+    assert response.status_code == 200, response.text
+    peaks = [point["peak"]["bytes"] for point in response.json()["points"]]
+    assert [point["value"] for point in response.json()["points"]] == values
+    assert peaks == sorted(peaks, reverse=True) and len(set(peaks)) == len(peaks)  # more recomputed, lower peak
