@@ -289,13 +289,14 @@ def _recomputation(job: Job) -> list[Candidate]:
         return []
     order = tuple(act.CHECKPOINTING_CHOICES)
     flops = step_flops(arch, micro_batch_size=training.micro_batch_size, seq_len=training.seq_len)
-    now = flops.recompute_fraction(training.activation_checkpointing, _share(job, training.recompute_every,
-                                                                               training.recompute_first_layers))
+    now = flops.recompute_fraction(training.activation_checkpointing,
+                                   _share(job, training.activation_checkpointing, training.recompute_every,
+                                          training.recompute_first_layers))
     partial = training.recompute_every != 1 or training.recompute_first_layers is not None
     out: list[Candidate] = []
     fewest = _fewest_recomputed(job)
     if fewest is not None:
-        extra = flops.recompute_fraction("full", _share(job, 1, fewest)) - now
+        extra = flops.recompute_fraction("full", _share(job, "full", 1, fewest)) - now
         out.append(({"training.activation_checkpointing": "full", "training.recompute_every": 1,
                      "training.recompute_first_layers": fewest},
                     f"Recompute the first {fewest} layers of each stage in full",
@@ -314,12 +315,12 @@ def _recomputation(job: Job) -> list[Candidate]:
     return out
 
 
-def _share(job: Job, every: int, first_layers: int | None) -> float:
+def _share(job: Job, checkpointing: str, every: int, first_layers: int | None) -> float:
+    """The share of the job's layers that full recomputation applies to under the policy."""
     arch = job.architecture
     assert arch is not None  # asked for jobs with an architecture only
-    return recomputed_share(job.training.activation_checkpointing if (every, first_layers) == (
-        job.training.recompute_every, job.training.recompute_first_layers) else "full", arch.num_hidden_layers,
-        every=every, first_layers=first_layers, stages=job.parallelism.pipeline)
+    return recomputed_share(checkpointing, arch.num_hidden_layers, every=every, first_layers=first_layers,
+                            stages=job.parallelism.pipeline)
 
 
 def _fewest_recomputed(job: Job) -> int | None:
