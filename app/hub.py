@@ -109,7 +109,7 @@ def server_fetch(repo_id: str, revision: str | None = None) -> HubModel:
     """`fetch` as the server may: only with TRAINMEM_HUB=1, within TRAINMEM_HUB_TIMEOUT_S (default 5 s)."""
     if not _is_true(os.environ.get(SETTING)):
         raise DomainError(FIELD, f"this server does not fetch from the Hugging Face Hub: its operator allows it "
-                                 f"with {SETTING}=1. Paste the model's config.json as model.hf_config instead",
+                                 f"with {SETTING}=1. Give the model's config.json instead",
                           kind="hub_disabled")
     return fetch(repo_id, revision, timeout_s=server_timeout_s())
 

@@ -48,10 +48,10 @@ from app.web.parse import (  # noqa: F401  (read from here by the page's other r
     parse_tokens,
 )
 
-Source = Literal["preset", "custom", "params", "config"]
+Source = Literal["preset", "custom", "params", "config", "hub"]
 Unit = Literal["GB", "GiB"]
 
-SOURCES: Final[tuple[Source, ...]] = ("preset", "custom", "params", "config")
+SOURCES: Final[tuple[Source, ...]] = ("preset", "custom", "params", "config", "hub")
 UNITS: Final[tuple[Unit, ...]] = ("GiB", "GB")
 DEFAULT_SOURCE: Final[Source] = "preset"
 DEFAULT_UNIT: Final[Unit] = "GiB"
@@ -97,8 +97,12 @@ SOURCE_CONTROLS: Final[dict[str, tuple[str, ...]]] = {
     "custom": ("preset", *ARCHITECTURE_FIELDS),
     "params": ("num_params",),
     "config": ("hf_config",),
+    "hub": ("hub",),
 }
-MAIN_CONTROL: Final[dict[str, str]] = {"preset": "preset", "custom": "num_hidden_layers", "params": "num_params", "config": "hf_config"}
+MAIN_CONTROL: Final[dict[str, str]] = {"preset": "preset", "custom": "num_hidden_layers", "params": "num_params",
+                                       "config": "hf_config", "hub": "hub"}
+# Controls whose messages quote a config.json's own keys, which stay as the file writes them.
+FILE_CONTROLS: Final = ("hf_config", "hub")
 
 COMMON_CONTROLS: Final = (
     "source", "unit", "gpu", GPU_CAPACITY, GPU_LIKE, "precision", *DTYPE_FIELDS, *TRAINING_INTS, *TRAINING_CHOICES,
@@ -146,6 +150,12 @@ def _pasted(control: str, raw: str) -> str:
     return raw
 
 
+def _hub_id(control: str, raw: str) -> str:
+    if not raw.strip():
+        raise Waiting(control, "Enter a model's Hub id, e.g. Qwen/Qwen2.5-7B-Instruct.")
+    return raw.strip()
+
+
 def _refuse(control: str, message: str) -> None:
     raise FormError(control, message)
 
@@ -168,6 +178,7 @@ def default_values() -> dict[str, str]:
         GPU_LIKE: DEFAULT_LIKE,
         "num_params": "",
         "hf_config": "",
+        "hub": "",
         "precision": str(_field_default(TrainingIn, "precision")),
         "framework_overhead_bytes": str(_field_default(TrainingIn, "framework_overhead_bytes")),
         "adafactor_momentum": _flag(_field_default(TrainingIn, "adafactor_momentum")),
@@ -378,6 +389,8 @@ def _model_dict(values: Mapping[str, str], source: Source, read: Any) -> dict[st
         return {"num_params": read("num_params", parse_count)}
     if source == "config":
         return {"hf_config": read("hf_config", _pasted)}
+    if source == "hub":
+        return {"hub": read("hub", _hub_id)}
     model: dict[str, Any] = {}
     if values["preset"] in core.model_presets():
         model["preset"] = values["preset"]
@@ -410,7 +423,7 @@ def control_for(path: Sequence[str | int], message: str, source: Source) -> tupl
     config.json's messages, whose keys are the file's own words.
     """
     control, text = _control_for(path, message, source)
-    return control, text if control == "hf_config" else in_page_words(text)
+    return control, text if control in FILE_CONTROLS else in_page_words(text)
 
 
 def _control_for(path: Sequence[str | int], message: str, source: Source) -> tuple[str, str]:
