@@ -1,4 +1,5 @@
-"""Fixtures every test folder may use: a stand-in for the Hugging Face Hub (tests/hub_stand_in.py)."""
+"""Fixtures every test folder may use: a stand-in for the Hugging Face Hub (tests/hub_stand_in.py), and no test
+reaching the real one."""
 
 from __future__ import annotations
 
@@ -8,6 +9,14 @@ from pathlib import Path
 import pytest
 
 from tests.hub_stand_in import StandInHub
+
+
+@pytest.fixture(autouse=True)
+def _no_real_hub(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server does not fetch, and a fetch that is made anyway finds nothing listening (port 9, discard), whatever
+    the environment the tests run in says; `stand_in_hub` sets both for its own Hub."""
+    monkeypatch.delenv("TRAINMEM_HUB", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
 
 
 @pytest.fixture
