@@ -27,9 +27,10 @@ from app.api.schemas import (
     ParallelismIn,
     PrecisionIn,
     TrainingIn,
-    run_estimate,
+    to_job,
 )
 from app.core.gpus import CUSTOM_ID, DEFAULT_LIKE
+from app.core.job import Job
 from app.web.labels import LABELS
 from app.web.parse import (  # noqa: F401  (read from here by the page's other rooms and the tests)
     _SEPARATORS,
@@ -119,6 +120,7 @@ class ParsedForm:
     unit: Unit
     values: dict[str, str]
     request: EstimateRequest | None = None
+    job: Job | None = None  # the request's job, built once (a model by Hub id is fetched for it)
     estimate: core.Estimate | None = None
     errors: dict[str, str] = field(default_factory=dict)
     waiting: frozenset[str] = frozenset()  # controls among `errors` whose message asks for input, not an error
@@ -151,8 +153,9 @@ def _pasted(control: str, raw: str) -> str:
 
 
 def _hub_id(control: str, raw: str) -> str:
-    if not raw.strip():
-        raise Waiting(control, "Enter a model's Hub id, e.g. Qwen/Qwen2.5-7B-Instruct.")
+    """A Hub id once it is whole (org/name): each update sent while it is typed would ask the Hub for a part of it."""
+    if "/" not in raw.strip("/ "):
+        raise Waiting(control, "Enter a model's Hub id as org/name, e.g. Qwen/Qwen2.5-7B-Instruct.")
     return raw.strip()
 
 
@@ -314,12 +317,15 @@ def parse_form(params: Mapping[str, str]) -> ParsedForm:
         custom_precision = values["precision"] == CUSTOM_PRECISION
         errors = validation_errors(error, source, precision_is_custom=custom_precision)
         return ParsedForm(source, unit, values, refilled=refill, errors=errors)
+    job = None
     try:
-        result = run_estimate(request)
+        job = to_job(request)
+        result = job.estimate()
     except core.DomainError as error:
         control, message = control_for(error.field.split("."), error.message, source)
-        return ParsedForm(source, unit, values, refilled=refill, request=request, errors={control: message})
-    return ParsedForm(source, unit, values, refilled=refill, request=request, estimate=result, host_ram_bytes=host_ram)
+        return ParsedForm(source, unit, values, refilled=refill, request=request, job=job, errors={control: message})
+    return ParsedForm(source, unit, values, refilled=refill, request=request, job=job, estimate=result,
+                      host_ram_bytes=host_ram)
 
 
 def _above(raw: str, threshold: int) -> bool:

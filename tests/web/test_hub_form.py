@@ -24,10 +24,12 @@ def test_a_hub_id_estimates_as_its_config_does(stand_in_hub: StandInHub):
     assert page.status_code == 200
     assert 'id="f-hub" name="hub" type="text" value="org/small"' in page.text
     assert f"{PARAMS:,}" in page.text
+    assert "/export/" not in page.text  # an export does not fetch: no link that would be refused
 
 
-def test_an_empty_box_is_waited_for(stand_in_hub: StandInHub):
-    form = parse_form({"source": "hub", "hub": ""})
+@pytest.mark.parametrize("typed", ["", "  ", "Qwen", "Qwen/", "/Qwen"])
+def test_a_box_not_yet_holding_org_slash_name_is_waited_for(stand_in_hub: StandInHub, typed: str):
+    form = parse_form({"source": "hub", "hub": typed})
     assert form.waiting == frozenset({"hub"}) and "Qwen/Qwen2.5-7B-Instruct" in form.errors["hub"]
     assert stand_in_hub.requests == []
 
@@ -35,7 +37,7 @@ def test_an_empty_box_is_waited_for(stand_in_hub: StandInHub):
 @pytest.mark.parametrize(("hub_id", "said"), [
     ("org/no-such-model", "No model org/no-such-model on the Hugging Face Hub"),
     ("org/bert", "org/bert's config.json, model_type: model_type 'bert'"),
-    ("not an id", "String should match pattern"),
+    ("not an/id", "String should match pattern"),
 ])
 def test_a_failure_shows_at_the_box(stand_in_hub: StandInHub, hub_id: str, said: str):
     stand_in_hub.add("org/bert", {"model_type": "bert", "type_vocab_size": 2, "hidden_size": 768})
