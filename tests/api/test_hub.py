@@ -83,6 +83,14 @@ def test_a_gated_model_needs_a_granted_token(stand_in_hub: StandInHub, monkeypat
     assert status == 200 and answer["param_count"] == PARAMS
 
 
+def test_the_token_of_hf_auth_login_is_read_too(stand_in_hub: StandInHub, tmp_path):
+    stand_in_hub.add("org/gated", SMALL, gated=True)
+    (tmp_path / "hf-home" / "token").parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "hf-home" / "token").write_text(GRANTED_TOKEN)  # where `hf auth login` saves it, under HF_HOME
+    status, answer = estimate({"hub": "org/gated"})
+    assert status == 200, answer
+
+
 def test_a_missing_model_is_named(stand_in_hub: StandInHub):
     loc, kind, message = refusal({"hub": "org/no-such-model"})
     assert (loc, kind) == (["body", "model", "hub"], "hub_not_found")
