@@ -114,13 +114,15 @@ def loads_bounded(text: str | bytes, field: str) -> Any:
 
 
 
-def architecture_from(model: Mapping[str, Any], hub_config: Mapping[str, Any] | None = None) -> core.Architecture | None:
+def architecture_from(model: Mapping[str, Any],
+                      hub_config: Mapping[str, Any] | None = None) -> core.Architecture | None:
     """The Architecture a request's `model` describes (`hub_config`: the config.json fetched for its `hub`), or None
     for a bare parameter count."""
     overrides = {name: model[name] for name in ARCHITECTURE_FIELDS if model.get(name) is not None}
     sources = [name for name in MODEL_SOURCES if model.get(name) is not None]
     if len(sources) > 1:
-        raise core.DomainError("model", f"give only one of preset, num_params, hf_config and hub (got {', '.join(sources)})")
+        raise core.DomainError("model", f"give only one of preset, num_params, hf_config and hub "
+                                        f"(got {', '.join(sources)})")
     if not sources and not overrides:
         raise core.DomainError("model", "give a preset, num_params, hf_config, hub or the architecture fields")
     if model.get("revision") is not None and model.get("hub") is None:
@@ -154,6 +156,13 @@ def architecture_from(model: Mapping[str, Any], hub_config: Mapping[str, Any] | 
         raise core.DomainError(f"model.{missing[0]}",
                                f"is required for a custom architecture (missing: {', '.join(missing)})")
     return core.Architecture(**overrides)
+
+
+def _fetched(model: Mapping[str, Any], fetch: hub.Fetch | None) -> hub.HubModel | None:
+    """The Hub's model for a `model` given by Hub id alone; otherwise None, and architecture_from says what is
+    wrong with it before anything is fetched."""
+    given = [name for name in (*MODEL_SOURCES, *ARCHITECTURE_FIELDS) if model.get(name) is not None]
+    return fetch(model["hub"], model.get("revision")) if fetch is not None and given == ["hub"] else None
 
 
 def hub_config(found: hub.HubModel) -> dict[str, Any]:
@@ -201,10 +210,12 @@ def job_from(body: Mapping[str, Any], *, fetch: hub.Fetch | None = None) -> Job:
     """The job an estimate body describes (`model`, `training`, `parallelism`, `gpu`); a model by Hub id is fetched
     with `fetch` (the command line's `hub.fetch`, the server's `hub.server_fetch`), and refused without it."""
     model = body.get("model") or {}
-    found = fetch(model["hub"], model.get("revision")) if fetch is not None and model.get("hub") is not None else None
+    found = _fetched(model, fetch)
     config = hub_config(found) if found else None
     architecture = architecture_from(model, config)
-    warning = hub.weights_warning(found, config, core.param_count(architecture)) if found and config and architecture else None
+    warning = None
+    if found and config and architecture:
+        warning = hub.weights_warning(found, config, core.param_count(architecture))
     return Job(
         architecture=architecture,
         num_params=model.get("num_params") if architecture is None else None,

@@ -77,6 +77,15 @@ def test_a_request_body_takes_a_hub_id(stand_in_hub: StandInHub, capsys: pytest.
     assert status == 0 and json.loads(out)["param_count"] == PARAMS
 
 
+@pytest.mark.parametrize("model", [{"hub": "org/small", "preset": "gpt2"}, {"hub": "org/small", "hidden_size": 64}])
+def test_a_body_that_is_refused_anyway_fetches_nothing(stand_in_hub: StandInHub, capsys: pytest.CaptureFixture[str],
+                                                       model: dict):
+    stand_in_hub.add("org/small", SMALL)
+    status, _, err = run(capsys, json.dumps({"model": model}))
+    assert status == 2 and '"model"' in err
+    assert stand_in_hub.requests == []
+
+
 def test_a_malformed_hub_id_is_refused_before_any_request():
     with pytest.raises(core.DomainError) as refused:
         hub.fetch("org/../x")

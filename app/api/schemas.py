@@ -98,7 +98,7 @@ class ModelIn(BaseModel):
         "as hf_config is (a gated model needs the server's token). The server fetches only where its operator "
         f"allows it ({hf_hub.SETTING}=1), within {hf_hub.SERVER_TIMEOUT_S:g} s; otherwise a 422 whose type says why "
         "(hub_disabled, hub_not_found, hub_gated, hub_token_refused, hub_offline, hub_unreachable, hub_timeout, "
-        "hub_too_large, hub_not_a_model).",
+        "hub_too_large, hub_not_a_model, hub_invalid_id).",
         json_schema_extra={"examples": ["Qwen/Qwen2.5-7B-Instruct"]})
     revision: str | None = Field(
         default=None, min_length=1, max_length=hf_hub.MAX_REVISION_CHARS, pattern=hf_hub.REVISION_PATTERN,
