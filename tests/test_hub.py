@@ -5,6 +5,7 @@ Hub id is asked for."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +33,19 @@ def test_the_command_line_answers_a_hub_id_as_the_api_does(stand_in_hub: StandIn
     assert json.loads(out) == answer
     status, out, _ = run(capsys, "estimate", "--model", "org/small")
     assert status == 0 and f"{PARAMS:,}" in out
+
+
+def test_the_command_line_reads_huggingface_hubs_settings_from_its_environment(stand_in_hub: StandInHub,
+                                                                                tmp_path: Path):
+    """As a person runs it: a process of its own, whose huggingface_hub reads HF_ENDPOINT and HF_HOME at import."""
+    stand_in_hub.add("org/small", SMALL)
+    home = tmp_path / "own-home"
+    env = {**os.environ, "HF_ENDPOINT": stand_in_hub.url, "HF_HOME": str(home), "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+    done = subprocess.run([sys.executable, "-m", "app.cli", "estimate", "--model", "org/small", "--json"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["param_count"] == PARAMS
+    assert list((home / "hub").glob("models--org--small/snapshots/*/config.json"))  # huggingface_hub's own cache
 
 
 def test_the_command_line_fetches_without_the_servers_setting(stand_in_hub: StandInHub, capsys: pytest.CaptureFixture[str],
