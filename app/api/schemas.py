@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, TypeAlias
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictBool, StrictInt, Tag, model_validator
 
 from app import core, wire
+from app import hub as hf_hub
 from app.api.answers import (
     BreakdownOut,
     EstimateResponse,
@@ -75,7 +76,7 @@ def _count(description: str, high: int, low: int = 1) -> Any:
 
 class ModelIn(BaseModel):
     """The model: a preset id (optionally with architecture fields overriding it), a parameter count,
-    the architecture fields alone, or a Hugging Face config.json."""
+    the architecture fields alone, a Hugging Face config.json, or a Hub id whose config.json is fetched."""
 
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={
         "examples": [{"preset": "llama-3-8b"}], "allOf": _model_rules()})
@@ -91,6 +92,17 @@ class ModelIn(BaseModel):
         description="The contents of a Hugging Face config.json (an object, or its text). Supported model_type: "
         + ", ".join(core.SUPPORTED_MODEL_TYPES) + ".",
     )
+    hub: str | None = Field(
+        default=None, min_length=1, max_length=hf_hub.MAX_ID_CHARS, pattern=hf_hub.ID_PATTERN,
+        description="A Hugging Face Hub model id, e.g. 'Qwen/Qwen2.5-7B-Instruct': its config.json is fetched and read "
+        "as hf_config is (a gated model needs the server's token). The server fetches only where its operator "
+        f"allows it ({hf_hub.SETTING}=1), within {hf_hub.SERVER_TIMEOUT_S:g} s; otherwise a 422 whose type says why "
+        "(hub_disabled, hub_not_found, hub_gated, hub_token_refused, hub_offline, hub_unreachable, hub_timeout, "
+        "hub_too_large, hub_not_a_model, hub_invalid_id).",
+        json_schema_extra={"examples": ["Qwen/Qwen2.5-7B-Instruct"]})
+    revision: str | None = Field(
+        default=None, min_length=1, max_length=hf_hub.MAX_REVISION_CHARS, pattern=hf_hub.REVISION_PATTERN,
+        description="With hub: a branch, tag or commit of the repository; absent or null: main.")
     num_hidden_layers: int | None = _count("Number of decoder layers (L).", arch_limits.MAX_LAYERS)
     hidden_size: int | None = _count("Hidden size h, in elements.", arch_limits.MAX_HIDDEN_SIZE)
     num_attention_heads: int | None = _count("Query heads a.", arch_limits.MAX_HEADS)
@@ -130,16 +142,17 @@ class ModelIn(BaseModel):
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelIn:
-        sources = [name for name in ("preset", "num_params", "hf_config") if getattr(self, name) is not None]
+        sources = [name for name in wire.MODEL_SOURCES if getattr(self, name) is not None]
         if len(sources) > 1:
-            raise ValueError(f"give only one of preset, num_params and hf_config (got {', '.join(sources)})")
+            raise ValueError(f"give only one of preset, num_params, hf_config and hub (got {', '.join(sources)})")
         overrides = self.architecture_overrides()
-        if self.num_params is not None and overrides:
-            raise ValueError("num_params cannot be combined with architecture fields")
-        if self.hf_config is not None and overrides:
-            raise ValueError("hf_config cannot be combined with architecture fields")
+        for source in ("num_params", "hf_config", "hub"):
+            if getattr(self, source) is not None and overrides:
+                raise ValueError(f"{source} cannot be combined with architecture fields")
         if not sources and not overrides:
-            raise ValueError("give a preset, num_params, hf_config or the architecture fields")
+            raise ValueError("give a preset, num_params, hf_config, hub or the architecture fields")
+        if self.revision is not None and self.hub is None:
+            raise ValueError("revision is a revision of a Hub model: give it with hub")
         return self
 
 
@@ -473,8 +486,10 @@ class SweepResponse(BaseModel):
 
 
 def to_job(request: EstimateRequest) -> Job:
-    """The core's job for a validated request; raises core.DomainError for what the core rejects."""
-    return wire.job_from(request.model_dump(include={"model", "training", "parallelism", "finetuning", "gpu"}))
+    """The core's job for a validated request; raises core.DomainError for what the core rejects. A model by Hub id
+    is fetched here, as the server may (hub.server_fetch): blocking, so called from a worker thread only."""
+    return wire.job_from(request.model_dump(include={"model", "training", "parallelism", "finetuning", "gpu"}),
+                         fetch=hf_hub.server_fetch)
 
 
 def to_parallelism(parallelism: ParallelismIn) -> core.Parallelism:

@@ -27,9 +27,10 @@ from app.api.schemas import (
     ParallelismIn,
     PrecisionIn,
     TrainingIn,
-    run_estimate,
+    to_job,
 )
 from app.core.gpus import CUSTOM_ID, DEFAULT_LIKE
+from app.core.job import Job
 from app.web.labels import LABELS
 from app.web.parse import (  # noqa: F401  (read from here by the page's other rooms and the tests)
     _SEPARATORS,
@@ -48,10 +49,10 @@ from app.web.parse import (  # noqa: F401  (read from here by the page's other r
     parse_tokens,
 )
 
-Source = Literal["preset", "custom", "params", "config"]
+Source = Literal["preset", "custom", "params", "config", "hub"]
 Unit = Literal["GB", "GiB"]
 
-SOURCES: Final[tuple[Source, ...]] = ("preset", "custom", "params", "config")
+SOURCES: Final[tuple[Source, ...]] = ("preset", "custom", "params", "config", "hub")
 UNITS: Final[tuple[Unit, ...]] = ("GiB", "GB")
 DEFAULT_SOURCE: Final[Source] = "preset"
 DEFAULT_UNIT: Final[Unit] = "GiB"
@@ -98,8 +99,12 @@ SOURCE_CONTROLS: Final[dict[str, tuple[str, ...]]] = {
     "custom": ("preset", *ARCHITECTURE_FIELDS),
     "params": ("num_params",),
     "config": ("hf_config",),
+    "hub": ("hub",),
 }
-MAIN_CONTROL: Final[dict[str, str]] = {"preset": "preset", "custom": "num_hidden_layers", "params": "num_params", "config": "hf_config"}
+MAIN_CONTROL: Final[dict[str, str]] = {"preset": "preset", "custom": "num_hidden_layers", "params": "num_params",
+                                       "config": "hf_config", "hub": "hub"}
+# Controls whose messages quote a config.json's own keys, which stay as the file writes them.
+FILE_CONTROLS: Final = ("hf_config", "hub")
 
 COMMON_CONTROLS: Final = (
     "source", "unit", "gpu", GPU_CAPACITY, GPU_LIKE, "precision", *DTYPE_FIELDS, *TRAINING_INTS, *TRAINING_CHOICES,
@@ -116,6 +121,7 @@ class ParsedForm:
     unit: Unit
     values: dict[str, str]
     request: EstimateRequest | None = None
+    job: Job | None = None  # the request's job, built once (a model by Hub id is fetched for it)
     estimate: core.Estimate | None = None
     errors: dict[str, str] = field(default_factory=dict)
     waiting: frozenset[str] = frozenset()  # controls among `errors` whose message asks for input, not an error
@@ -147,6 +153,13 @@ def _pasted(control: str, raw: str) -> str:
     return raw
 
 
+def _hub_id(control: str, raw: str) -> str:
+    """A Hub id once it is whole (org/name): each update sent while it is typed would ask the Hub for a part of it."""
+    if "/" not in raw.strip("/ "):
+        raise Waiting(control, "Enter a model's Hub id as org/name, e.g. Qwen/Qwen2.5-7B-Instruct.")
+    return raw.strip()
+
+
 def _refuse(control: str, message: str) -> None:
     raise FormError(control, message)
 
@@ -169,6 +182,7 @@ def default_values() -> dict[str, str]:
         GPU_LIKE: DEFAULT_LIKE,
         "num_params": "",
         "hf_config": "",
+        "hub": "",
         "precision": str(_field_default(TrainingIn, "precision")),
         "framework_overhead_bytes": str(_field_default(TrainingIn, "framework_overhead_bytes")),
         "adafactor_momentum": _flag(_field_default(TrainingIn, "adafactor_momentum")),
@@ -308,12 +322,15 @@ def parse_form(params: Mapping[str, str]) -> ParsedForm:
         custom_precision = values["precision"] == CUSTOM_PRECISION
         errors = validation_errors(error, source, precision_is_custom=custom_precision)
         return ParsedForm(source, unit, values, refilled=refill, errors=errors)
+    job = None
     try:
-        result = run_estimate(request)
+        job = to_job(request)
+        result = job.estimate()
     except core.DomainError as error:
         control, message = control_for(error.field.split("."), error.message, source)
-        return ParsedForm(source, unit, values, refilled=refill, request=request, errors={control: message})
-    return ParsedForm(source, unit, values, refilled=refill, request=request, estimate=result, host_ram_bytes=host_ram)
+        return ParsedForm(source, unit, values, refilled=refill, request=request, job=job, errors={control: message})
+    return ParsedForm(source, unit, values, refilled=refill, request=request, job=job, estimate=result,
+                      host_ram_bytes=host_ram)
 
 
 def _above(raw: str, threshold: int) -> bool:
@@ -383,6 +400,8 @@ def _model_dict(values: Mapping[str, str], source: Source, read: Any) -> dict[st
         return {"num_params": read("num_params", parse_count)}
     if source == "config":
         return {"hf_config": read("hf_config", _pasted)}
+    if source == "hub":
+        return {"hub": read("hub", _hub_id)}
     model: dict[str, Any] = {}
     if values["preset"] in core.model_presets():
         model["preset"] = values["preset"]
@@ -415,7 +434,7 @@ def control_for(path: Sequence[str | int], message: str, source: Source) -> tupl
     config.json's messages, whose keys are the file's own words.
     """
     control, text = _control_for(path, message, source)
-    return control, text if control == "hf_config" else in_page_words(text)
+    return control, text if control in FILE_CONTROLS else in_page_words(text)
 
 
 def _control_for(path: Sequence[str | int], message: str, source: Source) -> tuple[str, str]:

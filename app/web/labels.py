@@ -9,6 +9,7 @@ LABELS: Final[dict[str, str]] = {
     "preset": "Model",
     "num_params": "Parameter count",
     "hf_config": "config.json",
+    "hub": "Hub id",
     "micro_batch_size": "Micro-batch size",
     "seq_len": "Sequence length",
     "precision": "Precision",
