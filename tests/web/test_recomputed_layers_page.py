@@ -10,7 +10,6 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from app.web.form import parse_form
-from app.web.pages import _job
 from app.web.recompute import recompute_choices
 
 
@@ -47,7 +46,7 @@ def test_a_bad_value_errs_on_its_control(params, control):
 
 def test_the_recomputation_table_compares_every_layer_policies_with_a_partial_one():
     form = parse_form({"activation_checkpointing": "full", "recompute_every": "2", "seq_len": "8192"})
-    job = _job(form)
+    job = form.job
     assert form.ok and form.estimate is not None and job is not None, form.errors
     choices = recompute_choices(job, form.estimate, form.unit)
     assert choices is not None
