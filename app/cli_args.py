@@ -30,6 +30,7 @@ SOURCE_OPTIONS: Final = {"model.preset": "--model", "model.hf_config": "--config
 # Flags whose plain name another field already takes.
 RENAMED_OPTIONS: Final = {"finetuning.dropout": "--lora-dropout"}
 LIST_FIELDS: Final = ("finetuning.target_modules", "finetuning.modules_to_save")
+VERSION_FIELDS: Final = ("finetuning.bitsandbytes_version",)
 _ARCHITECTURE_TYPES: Final = {f.name: str(f.type) for f in dataclasses.fields(core.Architecture)}
 
 
@@ -39,7 +40,7 @@ class Flag:
 
     path: str  # the field's path in the API's request, e.g. "training.seq_len"
     option: str  # "--seq-len"
-    kind: str  # "int", "float", "bool", "choice" or "config" (a config.json file)
+    kind: str  # "int", "float", "bool", "choice", "list", "version" or "config" (a config.json file)
     field: JobField | None  # its range or choices, where the core lists them
 
 
@@ -56,6 +57,8 @@ def _flag(path: str) -> Flag:
         return Flag(path, option, "config", None)
     if path in LIST_FIELDS:
         return Flag(path, option, "list", None)
+    if path in VERSION_FIELDS:
+        return Flag(path, option, "version", None)
     if path in ("finetuning.dropout", "parallelism.expert_load"):
         return Flag(path, option, "float", None)
     if path in JOB_FIELDS:
@@ -279,6 +282,8 @@ def _converter(flag: Flag) -> Any:
         return functools.partial(_choice, flag)
     if flag.kind == "list":
         return _names
+    if flag.kind == "version":
+        return str
     return _float if flag.kind == "float" else _config
 
 
@@ -291,6 +296,9 @@ def _names(text: str) -> list[str]:
 
 def _help(flag: Flag, defaults: Job) -> str:
     item = flag.field
+    if flag.kind == "version":
+        return (f"{flag.path}: a version such as 0.41.1 (QLoRA before 0.43.2 keeps each 4-bit layer's input; "
+                "default: 0.43.2 or later)")
     if flag.kind == "config":
         text = f"a Hugging Face config.json (model types: {', '.join(core.SUPPORTED_MODEL_TYPES)})"
     elif flag.kind == "choice" and item is not None:
@@ -329,7 +337,7 @@ def _add_request_flags(parser: argparse.ArgumentParser) -> None:
     groups = {section: parser.add_argument_group(title) for section, title in SECTIONS.items()}
     for flag in FLAGS.values():
         group = groups.get(flag.path.partition(".")[0], parser)
-        metavar = {"config": "PATH", "float": "P", "list": "NAMES"}.get(flag.kind, "ID" if flag.kind == "choice" else "N")
+        metavar = {"config": "PATH", "float": "P", "list": "NAMES", "version": "VERSION"}.get(flag.kind, "ID" if flag.kind == "choice" else "N")
         if flag.kind == "bool":
             group.add_argument(flag.option, dest=flag.path, action=argparse.BooleanOptionalAction, default=None,
                                help=_help(flag, defaults))

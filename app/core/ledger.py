@@ -70,6 +70,7 @@ class _Stage(ModelStates, Sharding, SavedTensors, Temporaries, Loss, Backward, E
     def temporaries(self) -> None:
         self._context_chunks()
         self._dequantized()
+        self._kept_4bit_inputs()
         self._loss_buffers()
         self._attention_backward()
         self._mlp_backward()
