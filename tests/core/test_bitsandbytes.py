@@ -27,8 +27,12 @@ LITGPT_LORA = Finetuning(method="lora", rank=8, target_modules=("q_proj", "v_pro
 
 def _peak(arch: core.Architecture, finetuning: Finetuning, *, seq_len: int, micro_batch_size: int = 1,
           attention: Any = "sdpa", checkpointing: Any = "none") -> int:
+    # LitGPT's finetune/lora.py (commit 8641822) steps with bitsandbytes' PagedAdamW when it quantizes, torch's AdamW
+    # otherwise; the adapters' tensors are under 100,000 elements, so nothing of its state is paged.
+    optimizer = "paged-adamw-32bit" if finetuning.method == "qlora" else "adamw"
     training = core.Training(micro_batch_size=micro_batch_size, seq_len=seq_len, precision=core.precision_preset("bf16"),
-                             attention=attention, activation_checkpointing=checkpointing, finetuning=finetuning)
+                             optimizer=optimizer, attention=attention, activation_checkpointing=checkpointing,
+                             finetuning=finetuning)
     return core.estimate(architecture=arch, training=training, gpu=core.get_gpu("a100-40gb")).peak.bytes
 
 

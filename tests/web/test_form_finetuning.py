@@ -135,6 +135,11 @@ def test_the_page_shows_host_memory_only_when_offloading(client):
     assert 'id="host-bar"' not in client.get("/", params={"data": "8", "zero_stage": "3"}).text
 
 
+def test_a_paged_optimizers_state_shows_as_host_memory_it_may_take(client):
+    page = client.get("/", params={"preset": "llama-2-7b", "precision": "bf16", "optimizer": "paged-adamw-8bit"}).text
+    assert 'id="host-bar"' in page and "Up to" in page and "a paged optimizer&#39;s state" in page
+
+
 def test_a_bad_new_field_is_an_inline_message_not_a_500(client):
     response = client.get("/", params={"method": "lora", "rank": "0"})
     assert response.status_code == 422
