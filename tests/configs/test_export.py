@@ -295,3 +295,14 @@ def test_a_gpu_and_an_overhead_are_reported_as_not_carried():
     unexpressed = {entry["field"]: entry["why"] for entry in out["unexpressed"]}
     assert {"gpu", "training.framework_overhead_bytes", "training.allocator"} <= set(unexpressed)
     assert "PYTORCH_CUDA_ALLOC_CONF" in unexpressed["training.allocator"]
+
+
+@pytest.mark.parametrize("kind", EXPORT_KINDS)
+def test_the_bitsandbytes_version_is_the_environments_not_a_files(kind):
+    body = {"model": {"preset": "llama-2-7b"}, "training": {"precision": "bf16"},
+            "finetuning": {"method": "qlora", "quantization": "nf4", "bitsandbytes_version": "0.41.1"}}
+    out = export_config(body, kind)
+    said = {entry["field"]: entry["why"] for entry in out["unexpressed"]}
+    assert "environment" in said["finetuning.bitsandbytes_version"]
+    plain = export_config(body | {"finetuning": {"method": "qlora", "quantization": "nf4"}}, kind)
+    assert ("finetuning" in said) == any(entry["field"] == "finetuning" for entry in plain["unexpressed"])
