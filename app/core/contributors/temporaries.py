@@ -57,19 +57,20 @@ class Temporaries(StageBase):
             return
         recomputed = self.training.activation_checkpointing == "full"
         roles = layer_roles(self.training.finetuning, self.kind.first_layer - 1, self.kind.layers)
-        per_role = {role: act.total_bytes(tuple(kept_4bit_inputs(self.arch, self.setup, role, recomputed=recomputed)))
-                    for role in roles}
+        kept = {role: tuple(kept_4bit_inputs(self.arch, self.setup, role, recomputed=recomputed)) for role in roles}
+        per_role = {role: act.total_bytes(tensors) for role, tensors in kept.items()}
         size = sum(count * per_role[role] for role, count in roles.items())
         if not size:
             return
-        formula = " + ".join(f"{count} × {per_role[role]:,} B" for role, count in roles.items() if per_role[role])
-        kept = ", ".join(x.name for x in kept_4bit_inputs(self.arch, self.setup, "full", recomputed=recomputed))
+        terms = " + ".join(f"{count} × {per_role[role]:,} B" for role, count in roles.items() if per_role[role])
+        names = ", ".join(dict.fromkeys(x.name for tensors in kept.values() for x in tensors))
+        formula = f"{terms} ({names})"
         label = "4-bit layers' inputs bitsandbytes before 0.43.2 keeps until the backward ends"
         ids = [phase.id for phase in self.phases]
         after_forward = ids[ids.index(self.fwd_end) + 1]
-        self.add("qlora.kept_inputs", "activations", f"{label} (forward)", f"{formula} ({kept})", size,
+        self.add("qlora.kept_inputs", "activations", f"{label} (forward)", formula, size,
                  self.per_stage(size), Life("micro-batch", FWD_LAYER_FIRST, self.fwd_end, ramp=FORWARDED))
-        self.add("qlora.kept_inputs.held", "activations", label, f"{formula} ({kept})", size, self.per_stage(size),
+        self.add("qlora.kept_inputs.held", "activations", label, formula, size, self.per_stage(size),
                  Life("micro-batch", after_forward, self.bwd_end))
 
     def _recomputation(self) -> None:

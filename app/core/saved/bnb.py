@@ -64,7 +64,7 @@ def kept_4bit_inputs(arch: Architecture, setup: ActivationSetup, role: Role, *,
         if not recomputed and _kept_anyway(group, element_bytes, group in groups_adapted, arch, setup):
             continue
         split: Split = "sequence" if wide else "tensor"
-        saved.add(f"qlora.{group} (kept by MatMul4Bit)", setup.tokens * tensor.shape[1], element_bytes, split)
+        saved.add(group, setup.tokens * tensor.shape[1], element_bytes, split)
     return saved.items
 
 
