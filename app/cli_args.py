@@ -32,6 +32,7 @@ RENAMED_OPTIONS: Final = {"finetuning.dropout": "--lora-dropout"}
 # A Hub model's revision: a flag of the model's, but no source of its own (--model names the Hub id).
 REVISION: Final = hub.REVISION_FIELD
 LIST_FIELDS: Final = ("finetuning.target_modules", "finetuning.modules_to_save")
+VERSION_FIELDS: Final = ("finetuning.bitsandbytes_version",)
 _ARCHITECTURE_TYPES: Final = {f.name: str(f.type) for f in dataclasses.fields(core.Architecture)}
 
 
@@ -41,7 +42,7 @@ class Flag:
 
     path: str  # the field's path in the API's request, e.g. "training.seq_len"
     option: str  # "--seq-len"
-    kind: str  # "int", "float", "bool", "choice" or "config" (a config.json file)
+    kind: str  # "int", "float", "bool", "choice", "list", "version" or "config" (a config.json file)
     field: JobField | None  # its range or choices, where the core lists them
 
 
@@ -60,6 +61,8 @@ def _flag(path: str) -> Flag:
         return Flag(path, option, "revision", None)
     if path in LIST_FIELDS:
         return Flag(path, option, "list", None)
+    if path in VERSION_FIELDS:
+        return Flag(path, option, "version", None)
     if path in ("finetuning.dropout", "parallelism.expert_load"):
         return Flag(path, option, "float", None)
     if path in JOB_FIELDS:
@@ -294,6 +297,8 @@ def _converter(flag: Flag) -> Any:
         return _names
     if flag.kind == "revision":
         return _revision
+    if flag.kind == "version":
+        return str
     return _float if flag.kind == "float" else _config
 
 
@@ -319,6 +324,9 @@ def _names(text: str) -> list[str]:
 
 def _help(flag: Flag, defaults: Job) -> str:
     item = flag.field
+    if flag.kind == "version":
+        return (f"{flag.path}: a version such as 0.41.1 (QLoRA before 0.43.2 keeps each 4-bit layer's input; "
+                "default: 0.43.2 or later)")
     if flag.kind == "config":
         text = f"a Hugging Face config.json (model types: {', '.join(core.SUPPORTED_MODEL_TYPES)})"
     elif flag.kind == "revision":
@@ -360,7 +368,7 @@ def _add_request_flags(parser: argparse.ArgumentParser) -> None:
     groups = {section: parser.add_argument_group(title) for section, title in SECTIONS.items()}
     for flag in FLAGS.values():
         group = groups.get(flag.path.partition(".")[0], parser)
-        metavar = {"config": "PATH", "float": "P", "list": "NAMES", "revision": "REV"}.get(
+        metavar = {"config": "PATH", "float": "P", "list": "NAMES", "revision": "REV", "version": "VERSION"}.get(
             flag.kind, "ID" if flag.kind == "choice" else "N")
         if flag.kind == "bool":
             group.add_argument(flag.option, dest=flag.path, action=argparse.BooleanOptionalAction, default=None,

@@ -338,6 +338,11 @@ class FinetuningIn(BaseModel):
     frozen_layers: int = Field(default=0, ge=0, le=arch_limits.MAX_LAYERS,
                                description="Full fine-tuning: keep the first k decoder layers frozen; fewer than "
                                "num_hidden_layers, and with pipeline stages at most the first stage's layers.")
+    bitsandbytes_version: str | None = Field(
+        default=None, min_length=1, max_length=finetuning_limits.MAX_VERSION_CHARS, examples=["0.41.1"],
+        description="QLoRA: the bitsandbytes version the run uses, as pip shows it. Before 0.43.2 the 4-bit matmul "
+        "keeps each 4-bit layer's input until the backward ends (fixed in bitsandbytes commit 9e75374), which "
+        "recomputation does not drop. Absent or null: 0.43.2 or later.")
 
 
 class CustomGpuIn(BaseModel):

@@ -88,6 +88,10 @@ def finetuning_of(section: dict[str, Any] | None) -> dict[str, Any] | None:
     return out
 
 
+def _without_version(finetuning: dict[str, Any] | None) -> dict[str, Any] | None:
+    return None if finetuning is None else finetuning | {"bitsandbytes_version": None}
+
+
 def _dtypes(precision: core.Precision) -> dict[str, str | None]:
     return {"weights": precision.weights, "gradients": precision.gradients,
             "master_weights": precision.master_weights, "optimizer_states": precision.optimizer_states,
@@ -127,7 +131,10 @@ def differences(setup: dict[str, Any], back: dict[str, Any]) -> list[tuple[str, 
             mine, theirs = min(mine, _world(setup)), min(theirs, _world(back))
         if mine != theirs:
             out.append((f"parallelism.{name}", setup["parallelism"][name]))
-    if setup["finetuning"] != finetuning_of(back.get("finetuning")):
+    version = (setup["finetuning"] or {}).get("bitsandbytes_version")
+    if version is not None:  # the environment's, which no config file states
+        out.append(("finetuning.bitsandbytes_version", version))
+    if _without_version(setup["finetuning"]) != _without_version(finetuning_of(back.get("finetuning"))):
         out.append(("finetuning", setup["finetuning"]))
     if setup.get("gpu"):
         out.append(("gpu", setup["gpu"]))

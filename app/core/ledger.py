@@ -44,6 +44,7 @@ from app.core.contributors.base import (
     moe_backward_modelled,
     stage_plan,
 )
+from app.core.contributors.bnb import Bitsandbytes
 from app.core.contributors.experts import Experts
 from app.core.contributors.fp8 import Fp8
 from app.core.contributors.loss import Loss
@@ -63,13 +64,14 @@ __all__ = ["ACTS", "DS_ZERO2", "FORWARDED", "GRADS", "GRADS_DONE", "Buffer", "St
            "fp8_layer_saved", "moe_backward_modelled", "stage_plan", "stage_ledger"]
 
 
-class _Stage(ModelStates, Sharding, SavedTensors, Temporaries, Loss, Backward, Experts, Fp8):
+class _Stage(ModelStates, Sharding, SavedTensors, Temporaries, Loss, Backward, Experts, Fp8, Bitsandbytes):
     """What one stage kind's buffers are computed from, and the ledger being written: every contributor's buffers,
     the temporaries in the order below."""
 
     def temporaries(self) -> None:
         self._context_chunks()
         self._dequantized()
+        self._kept_4bit_inputs()
         self._loss_buffers()
         self._attention_backward()
         self._mlp_backward()

@@ -499,8 +499,12 @@ def _numerics(job: Job) -> list[Candidate]:
     for info in OPTIMIZER_INFO.values():
         if info.id == current.id or info.id.startswith("sgd"):
             continue
-        out.append(({"training.optimizer": info.id}, f"Optimizer {info.name}",
-                    Cost("numerics", f"{info.name}: {info.numerics}")))
+        cost = Cost("numerics", f"{info.name}: {info.numerics}")
+        if info.paged:  # outside the verdict: what does not fit beside the peak pages over PCIe each step
+            cost = Cost("host", f"{info.name}: {info.numerics}; its large states move to host memory when the GPU "
+                                "runs short and back for each optimizer step, over PCIe (the estimate's warning "
+                                "says how much)")
+        out.append(({"training.optimizer": info.id}, f"Optimizer {info.name}", cost))
     current_precision = field_value(job, "training.precision")
     for preset in PRECISION_PRESETS.values():
         if preset.id == current_precision:

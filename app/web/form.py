@@ -47,6 +47,7 @@ from app.web.parse import (  # noqa: F401  (read from here by the page's other r
     parse_int,
     parse_probability,
     parse_tokens,
+    parse_version,
 )
 
 Source = Literal["preset", "custom", "params", "config", "hub"]
@@ -80,7 +81,8 @@ PARALLEL_SHOWN: Final = ("offload", "gpus_per_node", "virtual_stages", "reduce_b
 FINETUNING_METHOD: Final = "method"
 ADAPTER_CONTROLS: Final = ("rank", "target_modules", "lora_dropout", "save_embed_tokens", "save_lm_head")
 FULL_CONTROLS: Final = ("freeze_embeddings", "frozen_layers")
-FINETUNING_CONTROLS: Final = (FINETUNING_METHOD, *ADAPTER_CONTROLS, "quantization", *FULL_CONTROLS)
+QLORA_CONTROLS: Final = ("quantization", "bitsandbytes_version")
+FINETUNING_CONTROLS: Final = (FINETUNING_METHOD, *ADAPTER_CONTROLS, *QLORA_CONTROLS, *FULL_CONTROLS)
 FINETUNING_ALIASES: Final = {"dropout": "lora_dropout", "modules_to_save": "save_embed_tokens"}
 SAVABLE: Final = {"save_embed_tokens": "embed_tokens", "save_lm_head": "lm_head"}
 HOST_RAM: Final = "host_ram"  # the page's own: host memory per node, for the offloading bar
@@ -205,6 +207,7 @@ def default_values() -> dict[str, str]:
         "target_modules": ",".join(_field_default(FinetuningIn, "target_modules")),
         "lora_dropout": str(_field_default(FinetuningIn, "dropout")),
         "quantization": str(_field_default(FinetuningIn, "quantization")),
+        "bitsandbytes_version": "",  # blank: 0.43.2 or later (the API's null)
         "frozen_layers": str(_field_default(FinetuningIn, "frozen_layers")),
         "freeze_embeddings": _flag(_field_default(FinetuningIn, "freeze_embeddings")),
         **{name: "" for name in SAVABLE},
@@ -357,6 +360,8 @@ def _finetuning_dict(values: Mapping[str, str], read: Any) -> dict[str, Any]:
         finetuning["modules_to_save"] = [module for name, module in SAVABLE.items() if values[name] == TRUE]
         if method == "qlora":
             finetuning["quantization"] = values["quantization"]
+            if values["bitsandbytes_version"].strip():
+                finetuning["bitsandbytes_version"] = read("bitsandbytes_version", parse_version)
     elif method == "full":
         finetuning["freeze_embeddings"] = values["freeze_embeddings"] == TRUE
         finetuning["frozen_layers"] = read("frozen_layers", parse_int)

@@ -84,6 +84,7 @@ LABELS: Final[dict[str, str]] = {
     "save_embed_tokens": "Train the embeddings in full (embed_tokens)",
     "save_lm_head": "Train the output layer in full (lm_head)",
     "quantization": "Base quantization",
+    "bitsandbytes_version": "bitsandbytes version",
     "freeze_embeddings": "Freeze the embeddings",
     "frozen_layers": "Frozen layers",
 }
