@@ -43,6 +43,8 @@ DEGREES = {"parallelism.pipeline": (1, 2, 4), "parallelism.tensor": (1, 2, 4, 8)
 # and varied by setups of their own after those (`ADDED_SETUPS`).
 ADDED: Final = {"training.recompute_every": (2, 3, 4), "training.recompute_first_layers": (1, 4, 16)}
 ADDED_SETUPS = 400
+# Choices added after the corpus was first drawn: left out of the first SETUPS draws for the same reason.
+ADDED_CHOICES: Final = {"training.optimizer": ("paged-adamw-8bit", "paged-adamw-32bit")}
 VARIED = tuple(path for path in JOB_FIELDS if path.split(".")[0] in ("training", "parallelism", "finetuning", "gpu")
                and path != "parallelism.reduce_bucket_size" and path not in ADDED)
 
@@ -54,13 +56,14 @@ def _value(rng: random.Random, path: str) -> Any:
     if item.kind == "bool":
         return rng.random() < 0.5
     if item.kind == "choice":
-        return rng.choice(item.choices)
+        return rng.choice([choice for choice in item.choices if choice not in ADDED_CHOICES.get(path, ())])
     return rng.randint(item.low, min(item.high, 64))
 
 
 def setups(count: int = SETUPS + ADDED_SETUPS, seed: int = SEED) -> Iterator[tuple[str, Job | str]]:
     """(description, job) for each setup, or (description, refusal) where a field could not take its value: the
-    first SETUPS as first drawn, then each with one of the ADDED fields as well (under full recomputation)."""
+    first SETUPS as first drawn, then each with one of the ADDED fields as well (under full recomputation), and half
+    of those with one of the ADDED_CHOICES."""
     rng = random.Random(seed)
     added = random.Random(seed + 1)
     for number in range(count):
@@ -72,6 +75,11 @@ def setups(count: int = SETUPS + ADDED_SETUPS, seed: int = SEED) -> Iterator[tup
             value = added.choice(ADDED[path])
             described += f" training.activation_checkpointing=full {path}={value}"
             job = with_field(with_field(job, "training.activation_checkpointing", "full"), path, value)
+            for choice_path, choices in ADDED_CHOICES.items():
+                if added.random() < 0.5:
+                    choice = added.choice(choices)
+                    described += f" {choice_path}={choice}"
+                    job = with_field(job, choice_path, choice)
         yield described, job
 
 
