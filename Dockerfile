@@ -22,10 +22,14 @@ USER 10001
 
 # Settings (app/serve.py): listen on every interface in the container; trust X-Forwarded-* only from the
 # proxies named in FORWARDED_ALLOW_IPS (none unless `docker run -e` names them); one worker process per CPU the
-# container may use (TRAINMEM_WORKERS=auto), so that one slow request never holds up the rest.
+# container may use (TRAINMEM_WORKERS=auto), so that one slow request never holds up the rest. Models by Hub id
+# are not fetched unless the operator says so (`docker run -e TRAINMEM_HUB=1`); huggingface_hub's cache is then
+# under /tmp, the one place the unprivileged user may write (mount a volume there to keep it).
 ENV TRAINMEM_HOST=0.0.0.0 \
     PORT=8000 \
-    TRAINMEM_WORKERS=auto
+    TRAINMEM_WORKERS=auto \
+    TRAINMEM_HUB=0 \
+    HF_HOME=/tmp/huggingface
 
 EXPOSE 8000
 HEALTHCHECK --interval=30s --timeout=3s --start-period=5s --retries=3 \

@@ -10,7 +10,8 @@
 a usage error is 2.
 
 Every field of the API's request is a flag, its name with dashes (`--seq-len` for training.seq_len,
-`--tensor` for parallelism.tensor); the model is `--model ID` (a preset), `--config PATH` (a Hugging Face
+`--tensor` for parallelism.tensor); the model is `--model ID` (a preset, or a Hugging Face Hub id such as
+Qwen/Qwen2.5-7B-Instruct, whose config.json is fetched as `app.hub` says), `--config PATH` (a Hugging Face
 config.json), `--num-params N` or the architecture flags. The flags come from the core's own lists: the
 Training and Parallelism dataclasses, the API's architecture fields, and the kinds, ranges and choices
 of `app.core.job.JOB_FIELDS`. `--json` prints exactly what the API answers for the same request. A command's
@@ -36,8 +37,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from app import configs, core, wire
-from app.cli_args import FLAGS, PROG, SOURCE_OPTIONS, build_parser, domain_error_text
+from app import configs, core, hub, wire
+from app.cli_args import FLAGS, PROG, REVISION, SOURCE_OPTIONS, build_parser, domain_error_text, is_hub_id
 from app.cli_tables import TEXT, import_text
 from app.configs.export import export_config
 from app.core.job import JOB_FIELDS, check_value
@@ -97,13 +98,16 @@ def request_body(args: argparse.Namespace, base: Mapping[str, Any] | None = None
     """The API's request body for parsed flags: only the flags given, so the API's defaults apply to the rest.
     With `base` (an imported config's body), the flags given override it field by field."""
     given = {path: value for path, value in vars(args).items() if path in FLAGS and value is not None}
-    sources = _model_sources(given, base)
+    hub_id = is_hub_id(given.get("model.preset", ""))
+    sources = _model_sources(given, base, hub_id=hub_id)
     body: dict[str, Any] = {"model": {}}
     if base is not None:
         body = {key: dict(value) if isinstance(value, dict) else value for key, value in base.items()}
         if sources:
             body["model"] = {}  # the flag's model replaces the file's
     for path, value in given.items():
+        if path == "model.preset" and hub_id:
+            path = hub.FIELD
         section, _, name = path.partition(".")
         if name:
             body.setdefault(section, {})[name] = value
@@ -113,23 +117,26 @@ def request_body(args: argparse.Namespace, base: Mapping[str, Any] | None = None
     return body
 
 
-def _model_sources(given: Mapping[str, Any], base: Mapping[str, Any] | None) -> list[str]:
+def _model_sources(given: Mapping[str, Any], base: Mapping[str, Any] | None, *, hub_id: bool) -> list[str]:
     """The model flags given (--model, --config, --num-params), checked: at most one, architecture flags only
-    beside --model, and some model unless a file gives one."""
+    beside a preset's --model, some model unless a file gives one, and --revision only with a Hub id."""
     sources = [FLAGS[path].option for path in SOURCE_OPTIONS if path in given]
     architecture = [FLAGS[path].option for path in given
-                    if path.startswith("model.") and path not in SOURCE_OPTIONS]
-    _check_model_flags(sources, architecture, base)
+                    if path.startswith("model.") and path not in SOURCE_OPTIONS and path != REVISION]
+    _check_model_flags(sources, architecture, base, hub_id=hub_id)
+    if REVISION in given and not hub_id:
+        raise UsageError("--revision", "is a revision of a Hub model: give --model org/name with it")
     return sources
 
 
-def _check_model_flags(sources: list[str], architecture: list[str], base: Mapping[str, Any] | None) -> None:
+def _check_model_flags(sources: list[str], architecture: list[str], base: Mapping[str, Any] | None, *,
+                       hub_id: bool) -> None:
     if len(sources) > 1:
         raise UsageError(sources[1], f"give only one of --model, --config and --num-params (got {', '.join(sources)})")
     if not sources and not architecture and base is None:
         raise UsageError("--model", "no model given: use --model ID (a preset), --config PATH, --num-params N, or "
                                     "the architecture flags (--num-hidden-layers, --hidden-size, ...), or --from FILE")
-    if architecture and sources and sources[0] != "--model":
+    if architecture and sources and (sources[0] != "--model" or hub_id):
         raise UsageError(architecture[0], f"cannot be combined with {sources[0]}")
 
 
@@ -150,7 +157,7 @@ def answer(body: Mapping[str, Any], command: str) -> dict[str, Any]:
     """What POST /api/v1/<command> answers for `body`, as the API's JSON."""
     if command == "export":
         return export_config({key: value for key, value in body.items() if key != "kind"}, body["kind"])
-    job = wire.job_from(body)
+    job = wire.job_from(body, fetch=hub.fetch)  # the person's own machine: a Hub id is fetched
     if command == "solve":
         return wire.solution_json(solve(job, body["target"]))
     if command == "sweep":
@@ -230,7 +237,7 @@ def serve(args: argparse.Namespace) -> int:
 # The request body's fields, for the JSON form (the API's schema forbids any others too).
 BODY_FIELDS: Final = {
     "": ("model", "training", "parallelism", "finetuning", "gpu"),
-    "model": ("preset", "num_params", "hf_config", *wire.ARCHITECTURE_FIELDS),
+    "model": (*wire.MODEL_SOURCES, "revision", *wire.ARCHITECTURE_FIELDS),
     "training": wire.TRAINING_FIELDS,
     "parallelism": wire.PARALLELISM_FIELDS,
     "finetuning": wire.FINETUNING_FIELDS,

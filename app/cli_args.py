@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NoReturn
 
-from app import configs, core, wire
+from app import configs, core, hub, wire
 from app.core.job import JOB_FIELDS, Job, JobField, field_value
 from app.core.solver import TARGETS
 from app.web.parse import FormError, parse_gpu_capacity
@@ -29,7 +29,10 @@ PROG: Final = "trainmem"
 SOURCE_OPTIONS: Final = {"model.preset": "--model", "model.hf_config": "--config", "model.num_params": "--num-params"}
 # Flags whose plain name another field already takes.
 RENAMED_OPTIONS: Final = {"finetuning.dropout": "--lora-dropout"}
+# A Hub model's revision: a flag of the model's, but no source of its own (--model names the Hub id).
+REVISION: Final = hub.REVISION_FIELD
 LIST_FIELDS: Final = ("finetuning.target_modules", "finetuning.modules_to_save")
+VERSION_FIELDS: Final = ("finetuning.bitsandbytes_version",)
 _ARCHITECTURE_TYPES: Final = {f.name: str(f.type) for f in dataclasses.fields(core.Architecture)}
 
 
@@ -39,12 +42,12 @@ class Flag:
 
     path: str  # the field's path in the API's request, e.g. "training.seq_len"
     option: str  # "--seq-len"
-    kind: str  # "int", "float", "bool", "choice" or "config" (a config.json file)
+    kind: str  # "int", "float", "bool", "choice", "list", "version" or "config" (a config.json file)
     field: JobField | None  # its range or choices, where the core lists them
 
 
 def _request_paths() -> list[str]:
-    return [*SOURCE_OPTIONS, *(f"model.{name}" for name in wire.ARCHITECTURE_FIELDS),
+    return [*SOURCE_OPTIONS, REVISION, *(f"model.{name}" for name in wire.ARCHITECTURE_FIELDS),
             *(f"training.{name}" for name in wire.TRAINING_FIELDS),
             *(f"parallelism.{name}" for name in wire.PARALLELISM_FIELDS),
             *(f"finetuning.{name}" for name in wire.FINETUNING_FIELDS), "gpu"]
@@ -54,8 +57,12 @@ def _flag(path: str) -> Flag:
     option = SOURCE_OPTIONS.get(path) or RENAMED_OPTIONS.get(path) or "--" + path.rpartition(".")[2].replace("_", "-")
     if path == "model.hf_config":
         return Flag(path, option, "config", None)
+    if path == REVISION:
+        return Flag(path, option, "revision", None)
     if path in LIST_FIELDS:
         return Flag(path, option, "list", None)
+    if path in VERSION_FIELDS:
+        return Flag(path, option, "version", None)
     if path in ("finetuning.dropout", "parallelism.expert_load"):
         return Flag(path, option, "float", None)
     if path in JOB_FIELDS:
@@ -79,6 +86,8 @@ def option_for(field: str) -> str:
         return OTHER_OPTIONS[field]
     if field.startswith("model.hf_config"):
         return "--config"
+    if field == hub.FIELD:
+        return "--model"
     if field.startswith("vary.values."):
         return "--values"
     if field == "model":
@@ -197,7 +206,7 @@ class BriefHelp(argparse.Action):
 # What `COMMAND --help` shows, by heading: each flag and its line (None: its own help). A request flag's line
 # gets its choices (up to BRIEF_CHOICES of them) and its default from the core; --help-all shows every flag.
 BRIEF: Final[dict[str, dict[str, str | None]]] = {
-    "Model": {"--model": "a model preset", "--config": "a Hugging Face config.json",
+    "Model": {"--model": "a model preset, or a Hub id (org/name)", "--config": "a Hugging Face config.json",
               "--num-params": "a parameter count alone (no activations)",
               "--from": "a training config to start from"},
     "Training": {"--gpu": "the GPU to fit on, or its capacity (24GiB)", "--seq-len": "tokens per sequence",
@@ -259,6 +268,12 @@ def _float(text: str) -> float:
 
 def _choice(flag: Flag, text: str) -> str | dict[str, int]:
     choices = flag.field.choices if flag.field else ()
+    if flag.path == "model.preset" and is_hub_id(text):
+        try:
+            hub.check_id(text)
+        except core.DomainError as error:
+            raise argparse.ArgumentTypeError(error.message) from None
+        return text
     if text not in choices:
         if flag.path == "gpu":
             try:  # a GPU the catalogue lacks, by its capacity, read as the page reads it
@@ -268,7 +283,8 @@ def _choice(flag: Flag, text: str) -> str | dict[str, int]:
             raise argparse.ArgumentTypeError(f"{why}; choose from {', '.join(choices)}, or give a capacity such as "
                                              "24GiB or 96GB for a GPU not listed")
         noun = flag.path.rpartition(".")[2].replace("_", " ")
-        raise argparse.ArgumentTypeError(f"unknown {noun} {text!r}; choose from {', '.join(choices)}")
+        hub_id = ", or a Hugging Face Hub id such as Qwen/Qwen2.5-7B-Instruct" if flag.path == "model.preset" else ""
+        raise argparse.ArgumentTypeError(f"unknown {noun} {text!r}; choose from {', '.join(choices)}{hub_id}")
     return text
 
 
@@ -295,7 +311,24 @@ def _converter(flag: Flag) -> Any:
         return functools.partial(_choice, flag)
     if flag.kind == "list":
         return _names
+    if flag.kind == "revision":
+        return _revision
+    if flag.kind == "version":
+        return str
     return _float if flag.kind == "float" else _config
+
+
+def is_hub_id(text: str) -> bool:
+    """Whether --model names a Hub model (org/name) rather than a preset."""
+    return "/" in text
+
+
+def _revision(text: str) -> str:
+    try:
+        hub.check_id("org/name", text)
+    except core.DomainError as error:
+        raise argparse.ArgumentTypeError(error.message) from None
+    return text
 
 
 def _names(text: str) -> list[str]:
@@ -307,8 +340,13 @@ def _names(text: str) -> list[str]:
 
 def _help(flag: Flag, defaults: Job) -> str:
     item = flag.field
+    if flag.kind == "version":
+        return (f"{flag.path}: a version such as 0.41.1 (QLoRA before 0.43.2 keeps each 4-bit layer's input; "
+                "default: 0.43.2 or later)")
     if flag.kind == "config":
         text = f"a Hugging Face config.json (model types: {', '.join(core.SUPPORTED_MODEL_TYPES)})"
+    elif flag.kind == "revision":
+        text = "a branch, tag or commit of the --model Hub id (default: main)"
     elif flag.kind == "choice" and item is not None:
         text = "one of " + ", ".join(item.choices)
     elif flag.kind == "int" and item is not None and item.high:
@@ -317,7 +355,8 @@ def _help(flag: Flag, defaults: Job) -> str:
         text = {"int": "an integer", "float": "a number", "bool": "on or off",
                 "list": "names separated by commas"}[flag.kind]
     if flag.path == "model.preset":
-        text = "a model preset, " + text
+        text = ("a Hugging Face Hub id such as Qwen/Qwen2.5-7B-Instruct (its config.json fetched, or read from "
+                "huggingface_hub's cache with HF_HUB_OFFLINE=1; HF_TOKEN for gated models), or a model preset, " + text)
     default = _default(flag, defaults)
     return f"{flag.path}: {text}" + (f" (default: {default})" if default is not None else "")
 
@@ -345,7 +384,8 @@ def _add_request_flags(parser: argparse.ArgumentParser) -> None:
     groups = {section: parser.add_argument_group(title) for section, title in SECTIONS.items()}
     for flag in FLAGS.values():
         group = groups.get(flag.path.partition(".")[0], parser)
-        metavar = {"config": "PATH", "float": "P", "list": "NAMES"}.get(flag.kind, "ID" if flag.kind == "choice" else "N")
+        metavar = {"config": "PATH", "float": "P", "list": "NAMES", "revision": "REV", "version": "VERSION"}.get(
+            flag.kind, "ID" if flag.kind == "choice" else "N")
         if flag.kind == "bool":
             group.add_argument(flag.option, dest=flag.path, action=argparse.BooleanOptionalAction, default=None,
                                help=_help(flag, defaults))

@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from app import core
+from app import core, hub
 from app.core.finetuning import Finetuning
 from app.core.job import Job
 from app.core.series import SeriesPoint
@@ -32,6 +32,7 @@ ARCHITECTURE_FIELDS: Final = (
     "attention_dropout", "num_local_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob",
     "qk_norm",
 )
+MODEL_SOURCES: Final = ("preset", "num_params", "hf_config", "hub")
 TRAINING_FIELDS: Final = tuple(f.name for f in dataclasses.fields(core.Training) if f.name != "finetuning")
 FINETUNING_FIELDS: Final = tuple(f.name for f in dataclasses.fields(Finetuning))
 PARALLELISM_FIELDS: Final = tuple(f.name for f in dataclasses.fields(core.Parallelism))
@@ -113,10 +114,14 @@ def loads_bounded(text: str | bytes, field: str) -> Any:
 
 
 
-def architecture_from(model: Mapping[str, Any]) -> core.Architecture | None:
-    """The Architecture a request's `model` describes, or None for a bare parameter count."""
+def architecture_from(model: Mapping[str, Any],
+                      hub_config: Mapping[str, Any] | None = None) -> core.Architecture | None:
+    """The Architecture a request's `model` describes (`hub_config`: the config.json fetched for its `hub`), or None
+    for a bare parameter count."""
     overrides = {name: model[name] for name in ARCHITECTURE_FIELDS if model.get(name) is not None}
     _check_sources(model, overrides)
+    if model.get("hub") is not None:
+        return _from_hub(model["hub"], hub_config)
     if model.get("num_params") is not None:
         return None
     if model.get("hf_config") is not None:
@@ -133,15 +138,26 @@ def architecture_from(model: Mapping[str, Any]) -> core.Architecture | None:
 
 
 def _check_sources(model: Mapping[str, Any], overrides: Mapping[str, Any]) -> None:
-    """One model source at most (preset, num_params, hf_config), or the architecture fields; fields beside a
-    preset only."""
-    sources = [name for name in ("preset", "num_params", "hf_config") if model.get(name) is not None]
+    """One model source at most (preset, num_params, hf_config, hub), or the architecture fields; a revision only
+    with hub; fields beside a preset only."""
+    sources = [name for name in MODEL_SOURCES if model.get(name) is not None]
     if len(sources) > 1:
-        raise core.DomainError("model", f"give only one of preset, num_params and hf_config (got {', '.join(sources)})")
+        raise core.DomainError("model", f"give only one of preset, num_params, hf_config and hub "
+                                        f"(got {', '.join(sources)})")
     if not sources and not overrides:
-        raise core.DomainError("model", "give a preset, num_params, hf_config or the architecture fields")
+        raise core.DomainError("model", "give a preset, num_params, hf_config, hub or the architecture fields")
+    if model.get("revision") is not None and model.get("hub") is None:
+        raise core.DomainError(hub.REVISION_FIELD, "is a revision of a Hub model: give it with hub")
     if overrides and sources and sources[0] != "preset":
         raise core.DomainError("model", f"{sources[0]} cannot be combined with architecture fields")
+
+
+def _from_hub(repo_id: Any, config: Mapping[str, Any] | None) -> core.Architecture:
+    """A model by Hub id, from the config.json fetched for it; refused where nothing fetches it."""
+    if config is None:
+        raise core.DomainError(hub.FIELD, "is not fetched here: give the model as a preset, a config.json or its "
+                                          "architecture", kind="hub_unsupported")
+    return hub.checked(repo_id, config, core.architecture_from_hf_config)
 
 
 def _from_hf_config(config: Any) -> core.Architecture:
@@ -151,6 +167,26 @@ def _from_hf_config(config: Any) -> core.Architecture:
     if not isinstance(config, dict):
         raise core.DomainError("model.hf_config", "must be a JSON object (the contents of config.json)")
     return core.architecture_from_hf_config(config)
+
+
+def _fetched(model: Mapping[str, Any], fetch: hub.Fetch | None) -> hub.HubModel | None:
+    """The Hub's model for a `model` given by Hub id alone; otherwise None, and architecture_from says what is
+    wrong with it before anything is fetched."""
+    given = [name for name in (*MODEL_SOURCES, *ARCHITECTURE_FIELDS) if model.get(name) is not None]
+    return fetch(model["hub"], model.get("revision")) if fetch is not None and given == ["hub"] else None
+
+
+def hub_config(found: hub.HubModel) -> dict[str, Any]:
+    """The config.json fetched from the Hub, read within the bounds of a pasted one."""
+    try:
+        config = loads_bounded(found.config_text, hub.FIELD)
+    except core.DomainError as error:
+        raise core.DomainError(hub.FIELD, f"{found.repo_id}'s {hub.CONFIG_FILE} {error.message}",
+                               kind="hub_not_a_model") from None
+    if not isinstance(config, dict):
+        raise core.DomainError(hub.FIELD, f"{found.repo_id}'s {hub.CONFIG_FILE} is not a JSON object",
+                               kind="hub_not_a_model")
+    return config
 
 
 def finetuning_from(finetuning: Mapping[str, Any]) -> Finetuning:
@@ -181,16 +217,23 @@ def parallelism_from(parallelism: Mapping[str, Any]) -> core.Parallelism:
                                if parallelism.get(name) is not None})
 
 
-def job_from(body: Mapping[str, Any]) -> Job:
-    """The job an estimate body describes (`model`, `training`, `parallelism`, `gpu`)."""
+def job_from(body: Mapping[str, Any], *, fetch: hub.Fetch | None = None) -> Job:
+    """The job an estimate body describes (`model`, `training`, `parallelism`, `gpu`); a model by Hub id is fetched
+    with `fetch` (the command line's `hub.fetch`, the server's `hub.server_fetch`), and refused without it."""
     model = body.get("model") or {}
-    architecture = architecture_from(model)
+    found = _fetched(model, fetch)
+    config = hub_config(found) if found else None
+    architecture = architecture_from(model, config)
+    warning = None
+    if found and config and architecture:
+        warning = hub.weights_warning(found, config, core.param_count(architecture))
     return Job(
         architecture=architecture,
         num_params=model.get("num_params") if architecture is None else None,
         training=training_from(body.get("training") or {}, body.get("finetuning")),
         parallelism=parallelism_from(body.get("parallelism") or {}),
         gpu=gpu_from(body.get("gpu")),
+        notes=(warning,) if warning else (),
     )
 
 

@@ -20,7 +20,7 @@ import json
 import random
 import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Final
 
 from app import core, wire
 from app.core.finetuning import Finetuning
@@ -39,8 +39,14 @@ DEGREES = {"parallelism.pipeline": (1, 2, 4), "parallelism.tensor": (1, 2, 4, 8)
            "training.loss_chunks": (2, 8, 16), "finetuning.rank": (8, 16, 64), "finetuning.frozen_layers": (0, 2, 4),
            "parallelism.gpus_per_node": (4, 8), "parallelism.first_stage_layers": (2, 6),
            "parallelism.last_stage_layers": (2, 6), "training.framework_overhead_bytes": (0, 1 << 30)}
+# Fields added after the corpus was first drawn: left out of VARIED, so that the setups drawn before stay the same,
+# and varied by setups of their own after those (`ADDED_SETUPS`).
+ADDED: Final = {"training.recompute_every": (2, 3, 4), "training.recompute_first_layers": (1, 4, 16)}
+ADDED_SETUPS = 400
+# Choices added after the corpus was first drawn: left out of the first SETUPS draws for the same reason.
+ADDED_CHOICES: Final = {"training.optimizer": ("paged-adamw-8bit", "paged-adamw-32bit")}
 VARIED = tuple(path for path in JOB_FIELDS if path.split(".")[0] in ("training", "parallelism", "finetuning", "gpu")
-               and path != "parallelism.reduce_bucket_size")
+               and path != "parallelism.reduce_bucket_size" and path not in ADDED)
 
 
 def _value(rng: random.Random, path: str) -> Any:
@@ -50,33 +56,53 @@ def _value(rng: random.Random, path: str) -> Any:
     if item.kind == "bool":
         return rng.random() < 0.5
     if item.kind == "choice":
-        return rng.choice(item.choices)
+        return rng.choice([choice for choice in item.choices if choice not in ADDED_CHOICES.get(path, ())])
     return rng.randint(item.low, min(item.high, 64))
 
 
-def setups(count: int = SETUPS, seed: int = SEED) -> Iterator[tuple[str, Job | str]]:
-    """(description, job) for each setup, or (description, refusal) where a field could not take its value."""
+def setups(count: int = SETUPS + ADDED_SETUPS, seed: int = SEED) -> Iterator[tuple[str, Job | str]]:
+    """(description, job) for each setup, or (description, refusal) where a field could not take its value: the
+    first SETUPS as first drawn, then each with one of the ADDED fields as well (under full recomputation), and half
+    of those with one of the ADDED_CHOICES."""
     rng = random.Random(seed)
-    for _ in range(count):
-        preset = rng.choice(PRESETS)
-        custom, _, name = preset.rpartition(":")
-        arch = core.get_preset(name).architecture
-        if custom:
-            arch = dataclasses.replace(arch, model_type=None)
-        finetuning = Finetuning()
-        if rng.random() < 0.3:
-            finetuning = Finetuning(method=rng.choice(("lora", "qlora")),
-                                    target_modules=("q_proj", "v_proj") if arch.is_moe else ("all-linear",))
-        job = Job(architecture=arch, training=core.Training(finetuning=finetuning), gpu=core.get_gpu("h100-80gb"))
-        fields = [f"preset={preset}", f"finetuning={finetuning.method}"]
-        for path in rng.sample(VARIED, rng.randint(1, 6)):
-            value = _value(rng, path)
-            fields.append(f"{path}={value}")
-            try:
-                job = with_field(job, path, value)
-            except core.DomainError as error:
-                fields.append(f"refused:{error.field}")
-        yield " ".join(fields), job
+    added = random.Random(seed + 1)
+    for number in range(count):
+        if number == SETUPS:
+            rng = random.Random(seed + 2)
+        described, job = _setup(rng)
+        if number >= SETUPS and isinstance(job, Job):
+            path = added.choice(sorted(ADDED))
+            value = added.choice(ADDED[path])
+            described += f" training.activation_checkpointing=full {path}={value}"
+            job = with_field(with_field(job, "training.activation_checkpointing", "full"), path, value)
+            for choice_path, choices in ADDED_CHOICES.items():
+                if added.random() < 0.5:
+                    choice = added.choice(choices)
+                    described += f" {choice_path}={choice}"
+                    job = with_field(job, choice_path, choice)
+        yield described, job
+
+
+def _setup(rng: random.Random) -> tuple[str, Job]:
+    preset = rng.choice(PRESETS)
+    custom, _, name = preset.rpartition(":")
+    arch = core.get_preset(name).architecture
+    if custom:
+        arch = dataclasses.replace(arch, model_type=None)
+    finetuning = Finetuning()
+    if rng.random() < 0.3:
+        finetuning = Finetuning(method=rng.choice(("lora", "qlora")),
+                                target_modules=("q_proj", "v_proj") if arch.is_moe else ("all-linear",))
+    job = Job(architecture=arch, training=core.Training(finetuning=finetuning), gpu=core.get_gpu("h100-80gb"))
+    fields = [f"preset={preset}", f"finetuning={finetuning.method}"]
+    for path in rng.sample(VARIED, rng.randint(1, 6)):
+        value = _value(rng, path)
+        fields.append(f"{path}={value}")
+        try:
+            job = with_field(job, path, value)
+        except core.DomainError as error:
+            fields.append(f"refused:{error.field}")
+    return " ".join(fields), job
 
 
 def digest(job: Job) -> tuple[str, str]:
@@ -90,7 +116,7 @@ def digest(job: Job) -> tuple[str, str]:
     return outcome, hashlib.sha256(text.encode()).hexdigest()
 
 
-def lines(count: int = SETUPS) -> Iterator[str]:
+def lines(count: int = SETUPS + ADDED_SETUPS) -> Iterator[str]:
     for number, (described, job) in enumerate(setups(count)):
         outcome, sha = digest(job)  # type: ignore[arg-type]
         yield f"{number}\t{sha}\t{outcome}\t{described}"
@@ -99,7 +125,7 @@ def lines(count: int = SETUPS) -> Iterator[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", metavar="FILE", help="compare with an earlier run's output; exit 1 on a change")
-    parser.add_argument("--count", type=int, default=SETUPS)
+    parser.add_argument("--count", type=int, default=SETUPS + ADDED_SETUPS)
     args = parser.parse_args(argv)
     if not args.check:
         answered = 0

@@ -49,6 +49,9 @@ PARAMETER = "parameter"
 AUTOCAST_WEIGHT = "autocast_weight"
 SCALAR = "scalar"
 
+# Who noted a storage: autograd's pack hook, or a checkpoint's closure (its keyword arguments).
+CLOSURE = "checkpoint closure"
+
 
 @dataclass(frozen=True)
 class SavedStorage:
@@ -145,11 +148,11 @@ class SavedTensorRecorder:
         def checkpoint_func(function, *args, **kwargs):
             for value in getattr(function, "keywords", {}).values():
                 if isinstance(value, torch.Tensor):
-                    self._note(value, "checkpoint closure")
+                    self._note(value, CLOSURE)
                 elif isinstance(value, tuple | list):
                     for item in value:
                         if isinstance(item, torch.Tensor):
-                            self._note(item, "checkpoint closure")
+                            self._note(item, CLOSURE)
             return inner(function, *args, **kwargs)
 
         layer._gradient_checkpointing_func = checkpoint_func

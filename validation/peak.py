@@ -49,7 +49,8 @@ def training(case: tl.TimelineCase) -> Training:
     return Training(
         micro_batch_size=case.batch, seq_len=case.seq, precision=precision_preset(case.precision),
         optimizer=case.optimizer, optimizer_implementation=case.implementation,
-        activation_checkpointing=case.checkpointing, attention=case.attention, implementation="transformers",
+        activation_checkpointing=case.checkpointing, recompute_every=case.recompute_every,
+        recompute_first_layers=case.recompute_first_layers, attention=case.attention, implementation="transformers",
         loop=case.loop, gradient_accumulation_steps=case.accumulation, framework_overhead_bytes=0, fp8=case.fp8,
         finetuning=Finetuning(method="lora", rank=case.lora_rank, target_modules=case.lora_targets,
                               dropout=case.lora_dropout) if case.lora_rank else Finetuning(),

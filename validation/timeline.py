@@ -568,6 +568,8 @@ class TimelineCase:
     implementation: str = "foreach"  # "foreach", "fused" or "for-loop"
     attention: str = "sdpa"  # "eager" or "sdpa"
     checkpointing: str = "none"  # "none" or "full"
+    recompute_every: int = 1  # under "full": only every k-th layer of the stage, counted from 1 (`recomputed_layers`)
+    recompute_first_layers: int | None = None  # under "full": only the first N layers (None: all)
     accumulation: int = 1
     loop: str = "plain"  # "plain" or "hf-trainer"
     batch: int = 1
@@ -589,6 +591,10 @@ class TimelineCase:
                  self.precision, f"{self.optimizer}({self.implementation})", self.attention]
         if self.checkpointing == "full":
             parts.append("ckpt")
+            if self.recompute_every > 1:
+                parts.append(f"every {self.recompute_every}")
+            if self.recompute_first_layers is not None:
+                parts.append(f"first {self.recompute_first_layers}")
         if self.accumulation > 1:
             parts.append(f"ga{self.accumulation}")
         parts.append(self.loop)
@@ -601,6 +607,20 @@ class TimelineCase:
 
     def as_dict(self) -> dict:
         return asdict(self) | {"label": self.label, "fake": self.fake}
+
+    def recomputed_layers(self, layers: int) -> tuple[bool, ...]:
+        """Which of `layers` decoder layers (from the bottom) are recomputed in backward.
+
+        Every k-th: torchtitan's layer-level selective policy counts the blocks from 1 and wraps block i when
+        ``i % ac_freq == 0`` (torchtitan/distributed/activation_checkpoint.py, ``_apply_layer_sac``, at commit
+        1f029641b5caeb4df18ac094263e8bcc674b3686). The first N: Megatron-LM's ``--recompute-method block``
+        checkpoints layers 0 to N - 1 of the stage (megatron/core/transformer/transformer_block.py,
+        ``_checkpointed_forward``, at commit a7c9e8c44ae89bea013a085ef33ab52a9b7a19b4).
+        """
+        if self.checkpointing != "full":
+            return (False,) * layers
+        first = layers if self.recompute_first_layers is None else self.recompute_first_layers
+        return tuple(index < first and (index + 1) % self.recompute_every == 0 for index in range(layers))
 
     def config(self) -> transformers.PretrainedConfig:
         config = REAL_SIZE[self.family]() if self.family in REAL_SIZE else FAMILIES[self.family](self.size or Size())
@@ -687,6 +707,11 @@ def build_model(case: TimelineCase, *, in_dtype: bool = False) -> tuple[nn.Modul
     if case.checkpointing == "full":
         enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
         enable()
+        # Each decoder layer is a GradientCheckpointingLayer: it checkpoints its forward only while its own
+        # `gradient_checkpointing` flag is set (transformers/modeling_layers.py), so a layer left out keeps everything.
+        layers = decoder_layers(model)
+        for layer, recomputed in zip(layers, case.recomputed_layers(len(layers)), strict=True):
+            layer.gradient_checkpointing = recomputed
     return model, config.to_dict()
 
 

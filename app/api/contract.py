@@ -143,13 +143,15 @@ def request_rules(*, varied: bool = False) -> Clauses:
 
 
 def _model_rules() -> Clauses:
-    """One source of the model (a preset, a count, a config or the architecture fields); the architecture fields
-    only over a preset or alone, and then the four that size it."""
-    sources = ("preset", "num_params", "hf_config")
+    """One source of the model (a preset, a count, a config, a Hub id or the architecture fields); the architecture
+    fields only over a preset or alone, and then the four that size it; a revision only with a Hub id."""
+    sources = wire.MODEL_SOURCES
     no_architecture: Schema = {"properties": {name: {"type": "null"} for name in ARCHITECTURE_FIELDS}}
     return [
         {"not": {"anyOf": [_given(a, b) for a, b in itertools.combinations(sources, 2)]}},
         {"if": _given("num_params"), "then": no_architecture},
         {"if": _given("hf_config"), "then": no_architecture},
+        {"if": _given("hub"), "then": no_architecture},
+        {"if": _given("revision"), "then": _given("hub")},
         {"if": {"not": {"anyOf": [_given(name) for name in sources]}}, "then": _given(*CUSTOM_ARCHITECTURE)},
     ]

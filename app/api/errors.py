@@ -46,7 +46,7 @@ def _loc(parts: Iterable[object]) -> list[object]:
 
 def domain_error_detail(error: DomainError) -> list[dict[str, object]]:
     """The DomainError as a FastAPI-style detail list: loc is the body path of the field at fault."""
-    return [{"loc": _loc(["body", *error.field.split(".")]), "msg": cut(error.message), "type": "value_error"}]
+    return [{"loc": _loc(["body", *error.field.split(".")]), "msg": cut(error.message), "type": error.kind}]
 
 
 def validation_error_detail(errors: list[dict]) -> list[dict[str, object]]:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, TypeAlias
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictBool, StrictInt, Tag, model_validator
 
 from app import core, wire
+from app import hub as hf_hub
 from app.api.answers import (
     BreakdownOut,
     EstimateResponse,
@@ -75,7 +76,7 @@ def _count(description: str, high: int, low: int = 1) -> Any:
 
 class ModelIn(BaseModel):
     """The model: a preset id (optionally with architecture fields overriding it), a parameter count,
-    the architecture fields alone, or a Hugging Face config.json."""
+    the architecture fields alone, a Hugging Face config.json, or a Hub id whose config.json is fetched."""
 
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={
         "examples": [{"preset": "llama-3-8b"}], "allOf": _model_rules()})
@@ -91,6 +92,17 @@ class ModelIn(BaseModel):
         description="The contents of a Hugging Face config.json (an object, or its text). Supported model_type: "
         + ", ".join(core.SUPPORTED_MODEL_TYPES) + ".",
     )
+    hub: str | None = Field(
+        default=None, min_length=1, max_length=hf_hub.MAX_ID_CHARS, pattern=hf_hub.ID_PATTERN,
+        description="A Hugging Face Hub model id, e.g. 'Qwen/Qwen2.5-7B-Instruct': its config.json is fetched and read "
+        "as hf_config is (a gated model needs the server's token). The server fetches only where its operator "
+        f"allows it ({hf_hub.SETTING}=1), within {hf_hub.SERVER_TIMEOUT_S:g} s; otherwise a 422 whose type says why "
+        "(hub_disabled, hub_not_found, hub_gated, hub_token_refused, hub_offline, hub_unreachable, hub_timeout, "
+        "hub_too_large, hub_not_a_model, hub_invalid_id).",
+        json_schema_extra={"examples": ["Qwen/Qwen2.5-7B-Instruct"]})
+    revision: str | None = Field(
+        default=None, min_length=1, max_length=hf_hub.MAX_REVISION_CHARS, pattern=hf_hub.REVISION_PATTERN,
+        description="With hub: a branch, tag or commit of the repository; absent or null: main.")
     num_hidden_layers: int | None = _count("Number of decoder layers (L).", arch_limits.MAX_LAYERS)
     hidden_size: int | None = _count("Hidden size h, in elements.", arch_limits.MAX_HIDDEN_SIZE)
     num_attention_heads: int | None = _count("Query heads a.", arch_limits.MAX_HEADS)
@@ -130,16 +142,17 @@ class ModelIn(BaseModel):
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelIn:
-        sources = [name for name in ("preset", "num_params", "hf_config") if getattr(self, name) is not None]
+        sources = [name for name in wire.MODEL_SOURCES if getattr(self, name) is not None]
         if len(sources) > 1:
-            raise ValueError(f"give only one of preset, num_params and hf_config (got {', '.join(sources)})")
+            raise ValueError(f"give only one of preset, num_params, hf_config and hub (got {', '.join(sources)})")
         overrides = self.architecture_overrides()
-        if self.num_params is not None and overrides:
-            raise ValueError("num_params cannot be combined with architecture fields")
-        if self.hf_config is not None and overrides:
-            raise ValueError("hf_config cannot be combined with architecture fields")
+        for source in ("num_params", "hf_config", "hub"):
+            if getattr(self, source) is not None and overrides:
+                raise ValueError(f"{source} cannot be combined with architecture fields")
         if not sources and not overrides:
-            raise ValueError("give a preset, num_params, hf_config or the architecture fields")
+            raise ValueError("give a preset, num_params, hf_config, hub or the architecture fields")
+        if self.revision is not None and self.hub is None:
+            raise ValueError("revision is a revision of a Hub model: give it with hub")
         return self
 
 
@@ -172,8 +185,19 @@ class TrainingIn(BaseModel):
     )
     adafactor_momentum: bool = Field(default=False, description="Adafactor keeps a first moment (beta1) as well.")
     activation_checkpointing: CheckpointingName = Field(
-        default="none", description="none; selective: recompute the attention core; full: keep only each layer's input."
+        default="none", description="none; selective: recompute the attention core; full: keep only each layer's input "
+        "(of every layer, or of those recompute_every or recompute_first_layers choose)."
     )
+    recompute_every: int = Field(
+        default=1, ge=1, le=arch_limits.MAX_LAYERS,
+        description="With full recomputation, recompute every k-th layer of each stage (counted from 1: layer i when "
+        "i % k == 0) and keep everything of the others, as torchtitan's selective_ac_option \"k\" does (its default "
+        "is 2). 1: every layer.")
+    recompute_first_layers: int | None = Field(
+        default=None, ge=1, le=arch_limits.MAX_LAYERS,
+        description="With full recomputation, recompute only the first N layers of each pipeline stage and keep "
+        "everything of the rest, as Megatron-LM's --recompute-method block --recompute-num-layers N does. null: every "
+        "layer. Not with recompute_every.")
     attention: AttentionName = Field(
         default="sdpa",
         description="eager stores the s × s score matrix; flash is a fused kernel that does not; sdpa is the kernel "
@@ -314,6 +338,11 @@ class FinetuningIn(BaseModel):
     frozen_layers: int = Field(default=0, ge=0, le=arch_limits.MAX_LAYERS,
                                description="Full fine-tuning: keep the first k decoder layers frozen; fewer than "
                                "num_hidden_layers, and with pipeline stages at most the first stage's layers.")
+    bitsandbytes_version: str | None = Field(
+        default=None, min_length=1, max_length=finetuning_limits.MAX_VERSION_CHARS, examples=["0.41.1"],
+        description="QLoRA: the bitsandbytes version the run uses, as pip shows it. Before 0.43.2 the 4-bit matmul "
+        "keeps each 4-bit layer's input until the backward ends (fixed in bitsandbytes commit 9e75374), which "
+        "recomputation does not drop. Absent or null: 0.43.2 or later.")
 
 
 class CustomGpuIn(BaseModel):
@@ -462,8 +491,10 @@ class SweepResponse(BaseModel):
 
 
 def to_job(request: EstimateRequest) -> Job:
-    """The core's job for a validated request; raises core.DomainError for what the core rejects."""
-    return wire.job_from(request.model_dump(include={"model", "training", "parallelism", "finetuning", "gpu"}))
+    """The core's job for a validated request; raises core.DomainError for what the core rejects. A model by Hub id
+    is fetched here, as the server may (hub.server_fetch): blocking, so called from a worker thread only."""
+    return wire.job_from(request.model_dump(include={"model", "training", "parallelism", "finetuning", "gpu"}),
+                         fetch=hf_hub.server_fetch)
 
 
 def to_parallelism(parallelism: ParallelismIn) -> core.Parallelism:

@@ -101,6 +101,10 @@ def _listed(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
+def _without_version(finetuning: dict[str, Any] | None) -> dict[str, Any] | None:
+    return None if finetuning is None else finetuning | {"bitsandbytes_version": None}
+
+
 def _dtypes(precision: core.Precision) -> dict[str, str | None]:
     return {"weights": precision.weights, "gradients": precision.gradients,
             "master_weights": precision.master_weights, "optimizer_states": precision.optimizer_states,
@@ -126,7 +130,10 @@ def differences(setup: dict[str, Any], back: dict[str, Any]) -> list[tuple[str, 
             mine, theirs = min(mine, _world(setup)), min(theirs, _world(back))
         if mine != theirs:
             out.append((f"parallelism.{name}", setup["parallelism"][name]))
-    if setup["finetuning"] != finetuning_of(back.get("finetuning")):
+    version = (setup["finetuning"] or {}).get("bitsandbytes_version")
+    if version is not None:  # the environment's, which no config file states
+        out.append(("finetuning.bitsandbytes_version", version))
+    if _without_version(setup["finetuning"]) != _without_version(finetuning_of(back.get("finetuning"))):
         out.append(("finetuning", setup["finetuning"]))
     if setup.get("gpu"):
         out.append(("gpu", setup["gpu"]))
@@ -135,20 +142,25 @@ def differences(setup: dict[str, Any], back: dict[str, Any]) -> list[tuple[str, 
 
 def _training_differences(training: dict[str, Any], returned: dict[str, Any]) -> list[tuple[str, Any]]:
     out: list[tuple[str, Any]] = []
+    fallback = defaults()
     for name in TRAINING_FIELDS:
-        mine, theirs = training[name], returned[name]
-        if name == "optimizer_implementation" and (training["optimizer"] != returned["optimizer"] or
-                                                   same_implementation(training["optimizer"], mine, theirs)):
-            continue  # moot with another optimizer (listed itself), or the same step either way
-        if name == "adafactor_momentum" and training["optimizer"] != "adafactor":
-            continue
-        if mine != theirs:
+        mine, theirs = (values.get(name, fallback[f"training.{name}"]) for values in (training, returned))
+        if mine != theirs and not _moot(name, training, returned, mine, theirs):
             out.append((f"training.{name}", mine))
     if training["framework_overhead_bytes"] != core.DEFAULT_FRAMEWORK_OVERHEAD_BYTES:
         out.append(("training.framework_overhead_bytes", training["framework_overhead_bytes"]))
     if training["allocator"] != "default":
         out.append(("training.allocator", training["allocator"]))
     return out
+
+
+def _moot(name: str, training: dict[str, Any], returned: dict[str, Any], mine: Any, theirs: Any) -> bool:
+    """A difference that does not count: the implementation with another optimizer (listed itself) or the same
+    step either way; Adafactor's momentum for another optimizer."""
+    if name == "optimizer_implementation":
+        return training["optimizer"] != returned["optimizer"] or same_implementation(training["optimizer"], mine,
+                                                                                        theirs)
+    return name == "adafactor_momentum" and training["optimizer"] != "adafactor"
 
 
 def _world(body: dict[str, Any]) -> int:

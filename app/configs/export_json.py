@@ -71,7 +71,8 @@ def trainer_optim(t: dict[str, Any]) -> tuple[str, str | None]:
     if optimizer in ("adam", "adamw"):
         return TRAINER_OPTIM[(optimizer, implementation)], None
     return {"sgd": ("sgd", None), "sgd-momentum": ("sgd", "momentum=0.9"), "adafactor": ("adafactor", None),
-            "adamw-8bit": ("adamw_bnb_8bit", None), "lion": ("lion_32bit", None)}[optimizer]
+            "adamw-8bit": ("adamw_bnb_8bit", None), "paged-adamw-8bit": ("paged_adamw_8bit", None),
+            "paged-adamw-32bit": ("paged_adamw_32bit", None), "lion": ("lion_32bit", None)}[optimizer]
 
 
 

@@ -121,6 +121,8 @@ SCRIPT_WHY: Final = {
     "training.fp8": "torchao's float8 training is applied in the script (convert_to_float8_training, or torchtitan's "
                     "float8 converter); Transformer Engine's recipes by Megatron-LM's own flags (--fp8-format, "
                     "--fp8-recipe), which accelerate's Megatron-LM plugin does not pass on",
+    "finetuning.bitsandbytes_version": "the bitsandbytes version is the environment's (pip install "
+                                       "'bitsandbytes>=0.43.2' for the 4-bit layers that keep no input), not a config's",
 }
 for _kind in WHY.values():
     for _field, _why in SCRIPT_WHY.items():
@@ -129,5 +131,7 @@ for _kind in WHY.values():
 
 def why(kind: str, field: str) -> str:
     """Why a `kind` file does not carry `field` (a model or finetuning field by its section's reason)."""
+    if field in WHY[kind]:
+        return WHY[kind][field]
     key = "model" if field.startswith("model") else "finetuning" if field.startswith("finetuning") else field
     return WHY[kind].get(key, GENERIC_WHY)

@@ -308,12 +308,7 @@ def _recompute_granularity(f: Flags, r: Reading, granularity: str, per_stage: in
     count = f.integer("recompute-num-layers")
     if granularity == "full" and method == "block" and count is not None and (per_stage is None or
                                                                                count < per_stage):
-        r.said("training.activation_checkpointing", "none", "--recompute-method", method)
-        r.assume("training.activation_checkpointing", "none", f"--recompute-method block recomputes only the "
-                 f"first {count} layers of each pipeline stage; the others keep their activations. Counted as "
-                 "no recomputation: an upper bound")
-        r.also("--recompute-granularity", granularity, "training.activation_checkpointing")
-        r.also("--recompute-num-layers", count, "training.activation_checkpointing")
+        _first_layers(r, granularity, method, count)
         return
     r.said("training.activation_checkpointing", granularity, "--recompute-granularity", granularity,
            note="full: each layer keeps only its input" if granularity == "full" else
@@ -321,6 +316,22 @@ def _recompute_granularity(f: Flags, r: Reading, granularity: str, per_stage: in
     for name in ("recompute-method", "recompute-num-layers"):
         if f.has(name):
             r.also(f.key(name), f.values[name], "training.activation_checkpointing")
+
+
+def _first_layers(r: Reading, granularity: str, method: str, count: int) -> None:
+    """Block recomputation of the first `count` layers of each pipeline stage (of none, when 0)."""
+    if count == 0:  # Megatron-LM recomputes no layer then
+        r.said("training.activation_checkpointing", "none", "--recompute-num-layers", count,
+               note="block recomputation of 0 layers recomputes none")
+        r.also("--recompute-granularity", granularity, "training.activation_checkpointing")
+        r.also("--recompute-method", method, "training.activation_checkpointing")
+        return
+    r.said("training.activation_checkpointing", "full", "--recompute-granularity", granularity,
+           note="full: a recomputed layer keeps only its input")
+    r.said("training.recompute_first_layers", count, "--recompute-num-layers", count,
+           note=f"--recompute-method block: the first {count} layers of each pipeline stage are recomputed, "
+                "the others keep their activations")
+    r.also("--recompute-method", method, "training.recompute_first_layers")
 
 
 def _attention(f: Flags, r: Reading) -> None:

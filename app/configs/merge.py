@@ -35,7 +35,11 @@ ARGUMENTS: Final = ("training-arguments", "axolotl")
 MUST_MATCH: Final = ("training.micro_batch_size", "training.gradient_accumulation_steps")
 TRAINING_FIELDS: Final = ("micro_batch_size", "seq_len", "precision", "optimizer", "optimizer_implementation",
                           "adafactor_momentum", "activation_checkpointing", "attention", "implementation", "loop",
-                          "gradient_accumulation_steps", "loss", "framework", "fp8")
+                          "gradient_accumulation_steps", "loss", "framework", "fp8", "recompute_every",
+                          "recompute_first_layers")
+# Fields that mean something only where a file states them (which layers recomputation applies to): in the request
+# then, left out (the API's default) otherwise.
+STATED_ONLY: Final = ("training.recompute_every", "training.recompute_first_layers")
 PARALLELISM_FIELDS: Final = ("data", "tensor", "pipeline", "sequence_parallel", "zero_stage", "offload", "gpus_per_node",
                               "context", "virtual_stages", "reduce_bucket_size", "expert", "expert_tensor", "expert_load",
                               "first_stage_layers", "last_stage_layers")
@@ -153,22 +157,23 @@ class _Merge:
         model = self.model()
         self.fill_defaults()
         self.gather_understood()
-        request = {
-            "model": model,
-            "training": {name: self.values[f"training.{name}"] for name in TRAINING_FIELDS},
-            "parallelism": {name: self.values[f"parallelism.{name}"] for name in PARALLELISM_FIELDS},
-        }
+        request = {"model": model, "training": self.section("training", TRAINING_FIELDS),
+                   "parallelism": self.section("parallelism", PARALLELISM_FIELDS)}
         finetuning = self.finetuning()
         if finetuning:
             request["finetuning"] = finetuning
         self.fit_framework(request)
         return request
 
+    def section(self, name: str, fields: tuple[str, ...]) -> dict[str, Any]:
+        """The request's `name` section: each of its fields that has a value."""
+        return {field: self.values[f"{name}.{field}"] for field in fields if f"{name}.{field}" in self.values}
+
     def fill_defaults(self) -> None:
         """trainmem's default for each field no file decides, assumed once with its reason."""
         explained = {entry["field"] for entry in self.assumed}
         for field, value in defaults().items():
-            if field in self.values:
+            if field in self.values or field in STATED_ONLY:
                 continue
             self.values[field] = value
             if field == "training.adafactor_momentum" and self.values.get("training.optimizer") != "adafactor":

@@ -30,10 +30,12 @@ TRAINER_OPTIMIZERS: Final[dict[str, tuple[str, str | None, str | None, str]]] = 
                                                          "as bitsandbytes' does"),
     "adamw_bnb_8bit": (SAID, "adamw-8bit", "fused", "bitsandbytes' 8-bit AdamW"),
     "adamw_8bit": (SAID, "adamw-8bit", "fused", "bitsandbytes' 8-bit AdamW (an alias of adamw_bnb_8bit)"),
-    "paged_adamw_8bit": (ASSUMED, "adamw-8bit", "fused", "bitsandbytes' paged 8-bit AdamW: its state can page out "
-                                                         "to CPU memory under pressure; counted on the GPU"),
-    "paged_adamw_32bit": (ASSUMED, "adamw", "fused", "bitsandbytes' paged 32-bit AdamW: one kernel per tensor, in "
-                                                     "place; paging to CPU is not modelled"),
+    "paged_adamw_8bit": (SAID, "paged-adamw-8bit", "fused", "bitsandbytes' paged 8-bit AdamW: the moments of "
+                                                           "large tensors in unified memory, paged to the host "
+                                                           "under pressure"),
+    "paged_adamw_32bit": (SAID, "paged-adamw-32bit", "fused", "bitsandbytes' paged 32-bit AdamW: fp32 moments, "
+                                                             "those of large tensors paged to the host under "
+                                                             "pressure"),
     "lion_32bit": (SAID, "lion", "fused", "bitsandbytes' 32-bit Lion"),
     "paged_lion_32bit": (ASSUMED, "lion", "fused", "bitsandbytes' paged 32-bit Lion; paging is not modelled"),
     "lion_8bit": (ASSUMED, "lion", "fused", "bitsandbytes' 8-bit Lion: its 8-bit state is counted in the "

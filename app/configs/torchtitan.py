@@ -8,7 +8,8 @@ by FSDP when data_parallel_shard_degree > 1, by torch.autocast under DDP or one 
 data_parallel_replicate_degree (1), data_parallel_shard_degree (-1: the GPUs left over), tensor_parallel_degree,
 pipeline_parallel_degree, context_parallel_degree, fsdp_reshard_after_forward ("default" reshards after forward
 unless pipeline parallelism runs: torchtitan/models/llama3/infra/parallelize.py, apply_fsdp); [activation_checkpoint]
-mode (selective by default, every second layer) and selective_ac_option ('op' or a layer interval);
+mode (selective by default, every second layer: training.recompute_every) and selective_ac_option ('op' or a
+layer interval);
 [optimizer] name (AdamW) and implementation (fused by default).
 
 The llama3 flavours 8B, 70B and 405B are the Llama 3 8B, 70B and Llama 3.1 405B shapes
@@ -486,9 +487,10 @@ def _mixed_precision(param: str, *, shard: int, plain: bool) -> tuple[str, str]:
 
 def _checkpointing(section: dict[str, Any] | None, r: Reading) -> None:
     if section is None:
-        r.default("training.activation_checkpointing", "none", "activation_checkpoint.mode",
-                  "torchtitan's default, selective with option 2, recomputes every second layer in full; the "
-                  "others keep their activations. Counted as no recomputation: an upper bound")
+        r.default("training.activation_checkpointing", "full", "activation_checkpoint.mode",
+                  "torchtitan's default, selective with option 2, recomputes every second layer in full")
+        r.default("training.recompute_every", 2, "activation_checkpoint.selective_ac_option",
+                  "torchtitan's default, 2: every second layer recomputed, the others keep their activations")
         return
     mode = section.get("mode", "selective")
     if "mode" in section:
@@ -517,7 +519,7 @@ def _checkpointing_rest(section: dict[str, Any], mode: str, r: Reading) -> None:
 
 def _selective(section: dict[str, Any], mode: str, option: str, r: Reading) -> None:
     """Selective recomputation by its option: op-level (counted as the attention core's), every layer (1, full), or
-    every n-th layer (counted as none)."""
+    every n-th layer in full (training.recompute_every)."""
     key = "activation_checkpoint.selective_ac_option"
     if option == "op":
         r.said("training.activation_checkpointing", "selective", key, option,
@@ -525,7 +527,9 @@ def _selective(section: dict[str, Any], mode: str, option: str, r: Reading) -> N
     elif option.isdigit() and int(option) == 1:
         r.said("training.activation_checkpointing", "full", key, option, note="every layer recomputed in full")
     elif option.isdigit() and int(option) > 1:
-        r.said("training.activation_checkpointing", "none", key, option)
+        r.said("training.activation_checkpointing", "full", key, option,
+               note=f"every layer i (from 1) with i % {int(option)} == 0 recomputed in full")
+        r.said("training.recompute_every", int(option), key, option, note="the others keep their activations")
     else:
         raise r.error(key, f"must be 'op' or a positive integer, got {option!r}")
     if "mode" in section:
@@ -533,7 +537,3 @@ def _selective(section: dict[str, Any], mode: str, option: str, r: Reading) -> N
     if option == "op":
         r.assume("training.activation_checkpointing", "selective", "torchtitan's op-level selective recomputation "
                  "(it keeps matmul outputs) is counted as Megatron-style selective recomputation of the attention core")
-    elif int(option) > 1:
-        r.assume("training.activation_checkpointing", "none", f"selective_ac_option {option} recomputes every "
-                 f"{option}th layer in full; the others keep their activations. Counted as no recomputation: an "
-                 "upper bound")

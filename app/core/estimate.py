@@ -52,7 +52,7 @@ from app.core.timeline import (
     timeline_points,
 )
 from app.core.units import ceil_div, tensor_bytes
-from app.core.warnings import count_warnings, estimate_warnings, folded_warnings
+from app.core.warnings import count_warnings, estimate_warnings, folded_warnings, paged_warnings
 
 COUNT_FORWARD: Final = "fwd.model"
 COUNT_BACKWARD: Final = "bwd.model"
@@ -231,6 +231,8 @@ def _from_architecture(arch: Architecture, training: Training, parallelism: Para
         if gpu and stage_reserve else None,
         # What this answer stands on first (an unknown model type, a folded replay), then the rest by weight.
         warnings=(*stand_in_warnings(arch),
+                  *paged_warnings(sum(b.bytes for b in stage.host if b.key == "optimizer_states.paged"),
+                                  free_bytes=_free_bytes(gpu, stage_reserve)),
                   *folded_warnings(stage_reserve.reserved.fold if stage_reserve else 1, kind.layers,
                                    _headroom_share(gpu, stage_reserve)),
                   *estimate_warnings(arch, training, parallelism, kernel=kernel, peak=peak, per_gpu=per_gpu,
@@ -249,6 +251,13 @@ def _from_architecture(arch: Architecture, training: Training, parallelism: Para
         reserved_timeline=stage_reserve.reserved.per_event if stage_reserve else (),
         outside_allocator_bytes=stage_reserve.outside_bytes if stage_reserve else 0,
     )
+
+
+def _free_bytes(gpu: Gpu | None, stage_reserve: reserve.StageReserve | None) -> int | None:
+    """What the GPU has left beside the allocator's reserve and what lies outside it, where there is a replay."""
+    if gpu is None or stage_reserve is None:
+        return None
+    return gpu.capacity_bytes - stage_reserve.reserved.max_bytes - stage_reserve.outside_bytes
 
 
 def _headroom_share(gpu: Gpu | None, stage_reserve: reserve.StageReserve | None) -> float | None:

@@ -23,10 +23,17 @@ absmax with `quantize_blockwise(..., blocksize=256)`). transformers 5.24 swaps i
 `nn.Linear` modules only (integrations/bitsandbytes.py, `replace_with_bnb_linear`): a mixture's routed experts,
 stacked parameters of one module, and its router stay in the dtype the model is loaded in. int8 (LLM.int8(),
 Dettmers et al. 2022, arXiv:2208.07339): one byte per weight and an fp32 scale per output row (`Int8Params.SCB`).
+
+bitsandbytes before 0.43.2: the 4-bit matmul kept its input for backward (MatMul4Bit.forward, ``ctx.tensors = (A,
+B)`` whenever A or B needs a gradient; bitsandbytes 0.43.1, bitsandbytes/autograd/_functions.py line 516,
+commit 4a6fb35) although backward uses only B (line 540: ``grad_A = torch.matmul(grad_output,
+F.dequantize_4bit(B, ctx.state)...)``); commit 9e75374 (bitsandbytes-foundation/bitsandbytes#1270, 2024-07-16)
+stores ``(None, B)`` instead, first released in 0.43.2 (commit ce53caf, same file, line 516).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Final
 
@@ -40,6 +47,12 @@ QUANTIZATIONS: Final = ("nf4", "nf4-double", "int8")
 ALL_LINEAR: Final = "all-linear"
 SAVABLE_MODULES: Final = ("embed_tokens", "lm_head")
 MAX_RANK: Final = 1 << 14
+# The first bitsandbytes release whose 4-bit matmul no longer keeps its input (module docstring).
+BNB_4BIT_INPUT_FIX: Final = (0, 43, 2)
+# A PEP 440 version: release numbers, then an optional pre-release, post-release, development and local part.
+VERSION_PATTERN: Final = (r"^\s*(?P<release>\d+(?:\.\d+){0,3})(?P<pre>[.-]?(?:a|b|rc)\d*)?(?P<post>[.-]?post\d*)?"
+                          r"(?P<dev>[.-]?dev\d*)?(?:\+[A-Za-z0-9.]+)?\s*$")
+MAX_VERSION_CHARS: Final = 40
 
 NF4_BLOCK: Final = 64
 NF4_DOUBLE_BLOCK: Final = 256
@@ -69,10 +82,31 @@ class Finetuning:
     quantization: str = "nf4-double"  # qlora only
     freeze_embeddings: bool = False  # full only
     frozen_layers: int = 0  # full only: the first k decoder layers
+    bitsandbytes_version: str | None = None  # qlora only; None: a release from 0.43.2 on
 
     @property
     def adapters(self) -> bool:
         return self.method in ("lora", "qlora")
+
+    @property
+    def keeps_4bit_inputs(self) -> bool:
+        """Whether every 4-bit linear layer keeps its input for backward: QLoRA in NF4 with bitsandbytes before
+        0.43.2 (module docstring). LLM.int8()'s matmul is another function (MatMul8bitLt)."""
+        if self.method != "qlora" or self.quantization == "int8" or self.bitsandbytes_version is None:
+            return False
+        return version_before(self.bitsandbytes_version, BNB_4BIT_INPUT_FIX)
+
+
+def version_before(version: str, release: tuple[int, ...]) -> bool:
+    """Whether a PEP 440 version (``0.41.1``, ``0.43.2.dev0``, ``0.42.0+cu118``) comes before `release`: its
+    release numbers compared, a pre-release or development build of `release` itself counting as before it."""
+    match = re.match(VERSION_PATTERN, version)
+    if match is None:
+        raise DomainError("finetuning.bitsandbytes_version", f"must be a version such as 0.41.1, got {version!r}")
+    numbers = tuple(int(part) for part in match["release"].split("."))
+    padded = numbers + (0,) * (len(release) - len(numbers))
+    pre, post, dev = match["pre"], match["post"], match["dev"]
+    return padded < release or (padded == release and bool(pre or (dev and not post)))
 
 
 def module_names(arch: Architecture) -> dict[str, str]:
@@ -114,6 +148,10 @@ def _validate_fields(f: Finetuning) -> None:
     if f.method != "full" and (f.freeze_embeddings or f.frozen_layers):
         raise DomainError("finetuning.frozen_layers" if f.frozen_layers else "finetuning.freeze_embeddings",
                           "freezing applies to full fine-tuning; with adapters the whole base is frozen")
+    if f.bitsandbytes_version is not None:
+        if not isinstance(f.bitsandbytes_version, str) or len(f.bitsandbytes_version) > MAX_VERSION_CHARS:
+            raise DomainError("finetuning.bitsandbytes_version", "must be a version such as 0.41.1")
+        version_before(f.bitsandbytes_version, BNB_4BIT_INPUT_FIX)
     if f.method == "full" and f.modules_to_save:
         raise DomainError("finetuning.modules_to_save", "applies to LoRA and QLoRA; full fine-tuning trains them")
 
@@ -172,6 +210,9 @@ def _validate_adapters(f: Finetuning, arch: Architecture) -> None:
                                                 "experts, which all-linear adapts (ParamWrapper); set it to 0")
     if not targeted(arch, f):
         raise DomainError("finetuning.target_modules", "no linear module of this model matches")
+    if f.keeps_4bit_inputs and arch.is_mla:
+        raise DomainError("finetuning.bitsandbytes_version", "the inputs bitsandbytes before 0.43.2 keeps are not "
+                                                             "modelled for latent attention; state 0.43.2 or later")
 
 
 # Which mixtures peft 0.21's all-linear adapts how is a family's trait (app.core.families): the router and stacked

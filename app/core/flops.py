@@ -45,9 +45,10 @@ class StepFlops:
             return self.attention_core
         return 0
 
-    def recompute_fraction(self, checkpointing: str) -> float:
-        """Extra compute of recomputation as a fraction of the step without it (0.33 for full at short s)."""
-        return self.recomputed(checkpointing) / self.step
+    def recompute_fraction(self, checkpointing: str, share: float = 1.0) -> float:
+        """Extra compute of recomputation as a fraction of the step without it (0.33 for full at short s); `share`:
+        the share of the layers full recomputation applies to (`recompute.recomputed_share`)."""
+        return self.recomputed(checkpointing) * (share if checkpointing == "full" else 1.0) / self.step
 
 
 def step_flops(arch: Architecture, *, micro_batch_size: int, seq_len: int) -> StepFlops:

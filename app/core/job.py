@@ -53,10 +53,12 @@ class Job:
     training: Training = field(default_factory=Training)
     parallelism: Parallelism = field(default_factory=Parallelism)
     gpu: Gpu | None = None
+    notes: tuple[str, ...] = ()  # caveats about where the model came from, first among the estimate's warnings
 
     def estimate(self, *, reserve: bool = True) -> Estimate:
-        return estimate(architecture=self.architecture, num_params=self.num_params, training=self.training,
-                        parallelism=self.parallelism, gpu=self.gpu, reserve=reserve)
+        result = estimate(architecture=self.architecture, num_params=self.num_params, training=self.training,
+                          parallelism=self.parallelism, gpu=self.gpu, reserve=reserve)
+        return dataclasses.replace(result, warnings=(*self.notes, *result.warnings)) if self.notes else result
 
     def surely_over(self) -> bool:
         """Whether the tensors alone, with what lives outside the allocator, pass the GPU's capacity: the job does
@@ -80,6 +82,7 @@ class JobField:
     low: int = 0
     high: int = 0
     choices: tuple[str, ...] = ()
+    nullable: bool = False  # None stands for "not set" (e.g. recompute_first_layers: every layer)
 
 
 def _ints(section: str, limits: dict[str, tuple[int, int]]) -> list[JobField]:
@@ -110,6 +113,8 @@ def _job_fields() -> dict[str, JobField]:
         JobField("training.allocator", "choice", choices=ALLOCATORS),
         JobField("training.loss", "choice", choices=tuple(LOSSES)),
         JobField("training.loss_chunks", "int", 1, MAX_LOSS_CHUNKS),
+        JobField("training.recompute_every", "int", 1, MAX_LAYERS),
+        JobField("training.recompute_first_layers", "int", 1, MAX_LAYERS, nullable=True),
         JobField("training.framework", "choice", choices=tuple(FRAMEWORKS)),
         JobField("training.fp8", "choice", choices=tuple(FP8_RECIPES)),
         JobField("training.adafactor_momentum", "bool"),
@@ -151,6 +156,8 @@ def job_field(path: str, *, where: str = "vary.field") -> JobField:
 
 def check_value(item: JobField, value: object, *, where: str) -> None:
     """Refuse a value of the wrong kind or out of range, naming `where` (e.g. ``vary.values.3``)."""
+    if value is None and item.nullable:
+        return
     if item.kind == "bool":
         if not isinstance(value, bool):
             raise DomainError(where, f"{item.path} takes true or false, got {value!r}")
@@ -182,17 +189,18 @@ def with_field(job: Job, path: str, value: object, *, where: str | None = None) 
         return dataclasses.replace(job, training=dataclasses.replace(job.training, finetuning=tuned))
     if section == "gpu":
         return dataclasses.replace(job, gpu=get_gpu(value))  # type: ignore[arg-type]
+    # Another model: the notes on where the given one came from no longer hold.
     if name == "preset":
-        return dataclasses.replace(job, architecture=get_preset(value).architecture, num_params=None)  # type: ignore[arg-type]
+        return dataclasses.replace(job, architecture=get_preset(value).architecture, num_params=None, notes=())  # type: ignore[arg-type]
     if name == "num_params":
-        return dataclasses.replace(job, architecture=None, num_params=value)  # type: ignore[arg-type]
+        return dataclasses.replace(job, architecture=None, num_params=value, notes=())  # type: ignore[arg-type]
     if job.architecture is None:
         raise DomainError(where, f"{path} needs an architecture (a preset, a config or its fields), not num_params")
     try:
         architecture = dataclasses.replace(job.architecture, **change)
     except DomainError as error:
         raise DomainError(where, error.message) from None
-    return dataclasses.replace(job, architecture=architecture)
+    return dataclasses.replace(job, architecture=architecture, notes=())
 
 
 def field_value(job: Job, path: str) -> object:

@@ -44,6 +44,7 @@ from app.core.contributors.base import (
     moe_backward_modelled,
     stage_plan,
 )
+from app.core.contributors.bnb import Bitsandbytes
 from app.core.contributors.experts import Experts
 from app.core.contributors.fp8 import Fp8
 from app.core.contributors.loss import Loss
@@ -63,13 +64,14 @@ __all__ = ["ACTS", "DS_ZERO2", "FORWARDED", "GRADS", "GRADS_DONE", "Buffer", "St
            "fp8_layer_saved", "moe_backward_modelled", "stage_plan", "stage_ledger"]
 
 
-class _Stage(ModelStates, Sharding, SavedTensors, Temporaries, Loss, Backward, Experts, Fp8):
+class _Stage(ModelStates, Sharding, SavedTensors, Temporaries, Loss, Backward, Experts, Fp8, Bitsandbytes):
     """What one stage kind's buffers are computed from, and the ledger being written: every contributor's buffers,
     the temporaries in the order below."""
 
     def temporaries(self) -> None:
         self._context_chunks()
         self._dequantized()
+        self._kept_4bit_inputs()
         self._loss_buffers()
         self._attention_backward()
         self._mlp_backward()
@@ -119,7 +121,8 @@ def stage_ledger(arch: Architecture, training: Training, parallelism: Parallelis
 
 # Training's fields the model states' buffers never read (tests/core/test_ledger_cache.py checks each).
 STEP_ONLY: Final = ("micro_batch_size", "seq_len", "gradient_accumulation_steps", "attention",
-                    "activation_checkpointing", "loss", "loss_chunks", "loop", "allocator", "framework_overhead_bytes")
+                    "activation_checkpointing", "recompute_every", "recompute_first_layers", "loss", "loss_chunks",
+                    "loop", "allocator", "framework_overhead_bytes")
 _STEP_DEFAULTS: Final = {name: getattr(Training(), name) for name in STEP_ONLY}
 _STATE_BUFFERS: dict[tuple, tuple[tuple[Buffer, ...], tuple[Buffer, ...]]] = {}
 _MAX_STATE_BUFFERS: Final = 512

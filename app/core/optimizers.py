@@ -24,6 +24,13 @@ BNB_BLOCK_SIZE: Final = 256
 BNB_STATE_BITS: Final = 8
 BNB_ABSMAX_BITS: Final = 32
 FP32_BITS: Final = 32
+# Paged optimizers (bitsandbytes' is_paged=True; transformers' optim names with "paged"): a state tensor of at least
+# 100,000 elements is allocated in CUDA unified memory (Optimizer8bit.get_state_buffer: ``p.numel() < 1e5`` keeps a
+# plain torch.zeros_like, else F.get_paged, which calls cudaMallocManaged; bitsandbytes 95f9af3,
+# bitsandbytes/optim/optimizer.py lines 374-390, bitsandbytes/functional.py lines 91-99). The driver moves those pages
+# to host memory when the GPU runs short and back when the optimizer step touches them (Dettmers et al. 2023,
+# arXiv:2305.14314, section 3, "Paged Optimizers"). The block scales stay plain tensors (lines 528-529).
+BNB_PAGED_MIN_ELEMENTS: Final = 100_000
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,7 @@ class OptimizerInfo:
     formula: Callable[[str, int, bool], str]  # (share, state bits, Adafactor momentum) -> the state's formula
     states_per_element: int | None = None  # state elements per parameter when shapes do not matter
     numerics: str = ""  # what choosing it changes in the arithmetic of training, beside the memory
+    paged: bool = False  # its large states live in CUDA unified memory (BNB_PAGED_MIN_ELEMENTS)
 
 def _two_moments(share: str, bits: int, momentum: bool) -> str:
     return f"{share} × 2 × {bits} bit ÷ 8"
@@ -154,6 +162,31 @@ OPTIMIZER_INFO: Final[dict[str, OptimizerInfo]] = {
             numerics="AdamW's update on moments quantised to 8 bits block by block (dynamic quantisation); Dettmers "
                      "et al. 2021 report the 32-bit optimizer's accuracy on their language-model benchmarks",
         ),
+        OptimizerInfo(
+            "paged-adamw-8bit",
+            "Paged AdamW 8-bit (bitsandbytes)",
+            "8-bit AdamW's moments, those of tensors of 100,000+ elements in CUDA unified memory (paged)",
+            "8-bit AdamW moments with block scales, paged",
+            {name: _none("bitsandbytes' 8-bit kernel " + NO_SCRATCH_IN_PLACE + " (it has one implementation)")
+             for name in OPTIMIZER_IMPLEMENTATIONS},
+            lambda share, bits, momentum: (f"2 × ({share} × 1 B + ⌈params ÷ 256⌉ × 4 B) for tensors of 4,096+ "
+                                           "elements, 2 × 4 B per element below; the 1-byte moments of tensors of "
+                                           "100,000+ elements paged"),
+            numerics="8-bit AdamW's update; paging moves memory, not arithmetic",
+            paged=True,
+        ),
+        OptimizerInfo(
+            "paged-adamw-32bit",
+            "Paged AdamW 32-bit (bitsandbytes)",
+            "two fp32 moments per parameter whatever the parameters' dtype (Optimizer2State with optim_bits=32), "
+            "those of tensors of 100,000+ elements in CUDA unified memory (paged)",
+            "AdamW moments m and v in fp32, paged",
+            {name: _none("bitsandbytes' 32-bit kernel " + NO_SCRATCH_IN_PLACE + " (it has one implementation)")
+             for name in OPTIMIZER_IMPLEMENTATIONS},
+            lambda share, bits, momentum: f"{share} × 2 × {FP32_BITS} bit ÷ 8 (tensors of 100,000+ elements paged)",
+            numerics="AdamW's update with fp32 moments; paging moves memory, not arithmetic",
+            paged=True,
+        ),
         OptimizerInfo("lion", "Lion", "one momentum per parameter (Chen et al. 2023, arXiv:2302.06675)", "Lion momentum",
                       {name: Scratch(2, "largest", "lion-pytorch's step: exp_avg.clone().mul_(beta1).add(grad, ...) "
                                      "holds two copies of one tensor (it has one implementation)")
@@ -204,7 +237,9 @@ def optimizer_state_bytes(
     * Adam, AdamW: m and v, 2 x P elements (Kingma & Ba 2014, Algorithm 1).
     * SGD: nothing; SGD with momentum and Lion: one buffer, P elements.
     * Adafactor: sum of `adafactor_state_elements` over tensors, plus P if momentum is on.
-    * AdamW 8-bit: sum of `bnb_8bit_state_bytes` (its widths are fixed; `state_bits` is ignored).
+    * AdamW 8-bit, paged or not: sum of `bnb_8bit_state_bytes` (its widths are fixed; `state_bits` is ignored).
+    * Paged AdamW 32-bit: 2 x 4 B per parameter (bitsandbytes' Optimizer2State.init_state makes fp32 states for
+      optim_bits=32, bitsandbytes/optim/optimizer.py lines 492-510; `state_bits` is ignored).
     """
     check_optimizer(optimizer)
     shapes = tuple(shapes)
@@ -218,8 +253,10 @@ def optimizer_state_bytes(
     if optimizer == "adafactor":
         factored = sum(tensor_bytes(adafactor_state_elements(shape), state_bits) for shape in shapes)
         return factored + (tensor_bytes(params, state_bits) if adafactor_momentum else 0)
-    if optimizer == "adamw-8bit":
+    if optimizer in ("adamw-8bit", "paged-adamw-8bit"):
         return sum(bnb_8bit_state_bytes(math.prod(shape)) for shape in shapes)
+    if optimizer == "paged-adamw-32bit":
+        return 2 * tensor_bytes(params, FP32_BITS)
     raise DomainError("training.optimizer", f"no state is known for the optimizer {optimizer!r}")
 
 
@@ -236,9 +273,19 @@ def optimizer_state_bytes_from_count(optimizer: str, *, param_count: int, state_
             "Adafactor factors each weight matrix by its rows and columns, so it needs the architecture: "
             "choose a preset, give the architecture fields or paste a config.json",
         )
-    if optimizer == "adamw-8bit":
+    if optimizer in ("adamw-8bit", "paged-adamw-8bit"):
         return 2 * (tensor_bytes(param_count, BNB_STATE_BITS) + tensor_bytes(ceil_div(param_count, BNB_BLOCK_SIZE), BNB_ABSMAX_BITS))
     return optimizer_state_bytes(optimizer, shapes=[(param_count,)], state_bits=state_bits)
+
+
+def paged_state_bytes(optimizer: str, *, shapes: Iterable[tuple[int, ...]]) -> int:
+    """The part of `optimizer_state_bytes` a paged optimizer keeps in CUDA unified memory: both moments of each
+    tensor of at least BNB_PAGED_MIN_ELEMENTS elements, 1 B each (8-bit) or 4 B (32-bit); 0 for the others."""
+    if not OPTIMIZER_INFO[optimizer].paged:
+        return 0
+    width = BNB_STATE_BITS if optimizer == "paged-adamw-8bit" else FP32_BITS
+    large = sum(math.prod(shape) for shape in shapes if math.prod(shape) >= BNB_PAGED_MIN_ELEMENTS)
+    return 2 * tensor_bytes(large, width)
 
 
 def optimizer_label(optimizer: str, *, adafactor_momentum: bool = False) -> str:

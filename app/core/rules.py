@@ -11,7 +11,7 @@ from typing import Final
 
 from app.core import activations as act
 from app.core.allocator import ALLOCATORS
-from app.core.architecture import Architecture
+from app.core.architecture import MAX_LAYERS, Architecture
 from app.core.errors import DomainError
 from app.core.families import family_of
 from app.core.finetuning import Finetuning, experts_wrapped, validate_finetuning
@@ -153,7 +153,24 @@ def _training_ranges(training: Training, parallelism: Parallelism, arch: Archite
     check_choice("training.allocator", training.allocator, ALLOCATORS)
     check_choice("training.loss", training.loss, LOSSES)
     check_int("training.loss_chunks", training.loss_chunks, low=1, high=MAX_LOSS_CHUNKS)
+    _recomputed_layers(training)
     check_choice("training.framework", training.framework, FRAMEWORKS)
+
+
+def _recomputed_layers(training: Training) -> None:
+    """Which layers recomputation applies to: every k-th or the first N, of full recomputation only."""
+    check_int("training.recompute_every", training.recompute_every, low=1, high=MAX_LAYERS)
+    first = training.recompute_first_layers
+    if first is not None:
+        check_int("training.recompute_first_layers", first, low=1, high=MAX_LAYERS)
+    partial = [name for name, given in (("recompute_every", training.recompute_every != 1),
+                                        ("recompute_first_layers", first is not None)) if given]
+    if partial and training.activation_checkpointing != "full":
+        raise DomainError(f"training.{partial[0]}", "chooses which layers full recomputation applies to: set "
+                                                    "activation_checkpointing to full")
+    if len(partial) == 2:
+        raise DomainError("training.recompute_first_layers", "give either recompute_every (every k-th layer) or "
+                                                             "recompute_first_layers (the first N of each stage)")
 
 
 def _framework_implementation(training: Training, parallelism: Parallelism, arch: Architecture | None) -> None:

@@ -271,6 +271,9 @@ class Training:
     optimizer_implementation: str = "foreach"
     adafactor_momentum: bool = False
     activation_checkpointing: act.Checkpointing = "none"
+    # Which layers full recomputation applies to (`app.core.recompute`): every k-th layer of a stage, or its first N
+    recompute_every: int = 1
+    recompute_first_layers: int | None = None
     attention: act.Attention = "sdpa"
     implementation: act.Implementation = "transformers"
     loop: LoopId = "plain"

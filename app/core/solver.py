@@ -21,6 +21,7 @@ from app.core.flops import step_flops
 from app.core.job import JOB_FIELDS, Job, field_value, with_field
 from app.core.optimizers import OPTIMIZER_INFO
 from app.core.precision import PRECISION_PRESETS
+from app.core.recompute import recomputed_share, stage_recomputed
 from app.core.series import POLYNOMIAL, Fit, boundary, polynomial
 from app.core.setup import OFFLOADS, activation_setup, data_step, effective_loop
 
@@ -288,14 +289,59 @@ def _recomputation(job: Job) -> list[Candidate]:
         return []
     order = tuple(act.CHECKPOINTING_CHOICES)
     flops = step_flops(arch, micro_batch_size=training.micro_batch_size, seq_len=training.seq_len)
+    now = flops.recompute_fraction(training.activation_checkpointing,
+                                   _share(job, training.activation_checkpointing, training.recompute_every,
+                                          training.recompute_first_layers))
+    partial = training.recompute_every != 1 or training.recompute_first_layers is not None
     out: list[Candidate] = []
-    for choice in order[order.index(training.activation_checkpointing) + 1:]:
-        extra = flops.recompute_fraction(choice) - flops.recompute_fraction(training.activation_checkpointing)
+    fewest = _fewest_recomputed(job)
+    if fewest is not None:
+        extra = flops.recompute_fraction("full", _share(job, "full", 1, fewest)) - now
+        out.append(({"training.activation_checkpointing": "full", "training.recompute_every": 1,
+                     "training.recompute_first_layers": fewest},
+                    f"Recompute the first {fewest} layers of each stage in full",
+                    Cost("compute", f"+{extra:.1%} compute per step: backward reruns those layers' forward; the others "
+                                    "keep their activations (Megatron-LM's --recompute-method block)",
+                         extra_compute=extra)))
+    for choice in order[order.index(training.activation_checkpointing) + (0 if partial else 1):]:
+        extra = flops.recompute_fraction(choice) - now
         what = "every layer's forward" if choice == "full" else "the attention core's forward (QKᵀ, softmax, × V)"
-        out.append(({"training.activation_checkpointing": choice}, f"Recompute activations ({choice})",
+        change: dict[str, object] = {"training.activation_checkpointing": choice}
+        if partial:
+            change |= {"training.recompute_every": 1, "training.recompute_first_layers": None}
+        out.append((change, f"Recompute activations ({choice})",
                     Cost("compute", f"+{extra:.1%} compute per step: backward reruns {what} (Korthikanti et al. "
                                     "2022, sections 5-6)", extra_compute=extra)))
     return out
+
+
+def _share(job: Job, checkpointing: str, every: int, first_layers: int | None) -> float:
+    """The share of the job's layers that full recomputation applies to under the policy."""
+    arch = job.architecture
+    assert arch is not None  # asked for jobs with an architecture only
+    return recomputed_share(checkpointing, arch.num_hidden_layers, every=every, first_layers=first_layers,
+                            stages=job.parallelism.pipeline)
+
+
+def _fewest_recomputed(job: Job) -> int | None:
+    """The fewest layers of each stage whose full recomputation makes the job fit (the first N, Megatron-LM's block
+    method), fewer than all and more than the job recomputes now; None where there is none."""
+    arch, training = job.architecture, job.training
+    assert arch is not None  # asked for jobs with an architecture only
+    per_stage = arch.num_hidden_layers // job.parallelism.pipeline
+    if per_stage < 2 or job.parallelism.uneven_stages or job.parallelism.virtual_stages > 1:
+        return None
+    now = (0 if training.activation_checkpointing != "full" else
+           stage_recomputed("full", per_stage, every=training.recompute_every,
+                            first_layers=training.recompute_first_layers).count)
+    candidates = list(range(now + 1, per_stage))
+    if not candidates:
+        return None
+    try:
+        full = with_field(with_field(job, "training.recompute_every", 1), "training.activation_checkpointing", "full")
+    except DomainError:
+        return None
+    return _fewest(full, "training.recompute_first_layers", candidates)
 
 
 def _zero(job: Job) -> list[Candidate]:
@@ -453,8 +499,12 @@ def _numerics(job: Job) -> list[Candidate]:
     for info in OPTIMIZER_INFO.values():
         if info.id == current.id or info.id.startswith("sgd"):
             continue
-        out.append(({"training.optimizer": info.id}, f"Optimizer {info.name}",
-                    Cost("numerics", f"{info.name}: {info.numerics}")))
+        cost = Cost("numerics", f"{info.name}: {info.numerics}")
+        if info.paged:  # outside the verdict: what does not fit beside the peak pages over PCIe each step
+            cost = Cost("host", f"{info.name}: {info.numerics}; its large states move to host memory when the GPU "
+                                "runs short and back for each optimizer step, over PCIe (the estimate's warning "
+                                "says how much)")
+        out.append(({"training.optimizer": info.id}, f"Optimizer {info.name}", cost))
     current_precision = field_value(job, "training.precision")
     for preset in PRECISION_PRESETS.values():
         if preset.id == current_precision:

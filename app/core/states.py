@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING
 
 from app.core.architecture import Architecture, ParamTensor, embedding_tensors, head_tensors, layer_tensors
 from app.core.finetuning import Finetuning, adapter_tensors, stored_weight_bytes
-from app.core.optimizers import FP32_BITS, OPTIMIZER_INFO, optimizer_state_bytes, optimizer_state_bytes_from_count
+from app.core.optimizers import (
+    FP32_BITS,
+    OPTIMIZER_INFO,
+    optimizer_state_bytes,
+    optimizer_state_bytes_from_count,
+    paged_state_bytes,
+)
 from app.core.units import ceil_div, tensor_bytes
 
 if TYPE_CHECKING:
@@ -95,6 +101,11 @@ def states_bytes(shapes: Shapes, training: Training, *, count: int | None = None
         "master_weights": tensor_bytes(count, precision.bits("master_weights")),
         "optimizer_states": optimizer_bytes,
     }
+
+
+def paged_states_bytes(shapes: Shapes, training: Training) -> int:
+    """Of `states_bytes`' optimizer state, what a paged optimizer keeps in CUDA unified memory."""
+    return sum(reps * paged_state_bytes(training.optimizer, shapes=[shape]) for shape, reps in shapes)
 
 
 def count_states_bytes(params: int, training: Training) -> dict[str, int]:

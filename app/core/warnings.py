@@ -12,6 +12,7 @@ from typing import Final
 from app.core.architecture import Architecture
 from app.core.categories import Breakdown
 from app.core.families import family_of
+from app.core.optimizers import OPTIMIZER_INFO
 from app.core.setup import UNUSUAL_MICRO_BATCH, UNUSUAL_SEQ_LEN, Parallelism, Training
 from app.core.timeline import Peak
 
@@ -25,6 +26,33 @@ ADAM_BYTES: Final = "The often-quoted 16 bytes per parameter for Adam"
 PEAK_BELOW_SUM: Final = "The peak is at '"
 RECOMPUTATION: Final = "Recomputation replays the forward pass in backward"
 _GENERAL_OPENINGS: Final = (ADAM_BYTES, PEAK_BELOW_SUM, RECOMPUTATION)
+
+
+# A PCIe 4.0 x16 link each way: 16 GT/s on 16 lanes with 128b/130b encoding (PCI Express Base Specification 4.0).
+PCIE4_X16_BYTES_PER_S: Final = 16 * 10**9 * 16 * 128 // 130 // 8
+
+
+def paged_warnings(paged_bytes: int, *, free_bytes: int | None) -> list[str]:
+    """What a paged optimizer's state does beside the peak (optimizers.BNB_PAGED_MIN_ELEMENTS): it is left out of
+    the peak and the verdict, since the driver moves it to host memory rather than fail; where it does not fit in
+    what the peak leaves free (`free_bytes`: the capacity less the reserve and what lies outside it), the part that
+    does not is paged out in forward and backward and back in for each optimizer step."""
+    if not paged_bytes:
+        return []
+    opening = (f"{paged_bytes:,} B of optimizer state are paged (bitsandbytes, CUDA unified memory): outside the peak "
+               "and the verdict, because the driver moves them to host memory when the GPU runs short instead of "
+               "failing; torch.cuda.memory_allocated() does not count them either.")
+    if free_bytes is None:
+        return [opening + " Choose a GPU to see whether they stay on it."]
+    if paged_bytes <= free_bytes:
+        return [opening + f" They fit in the {free_bytes:,} B the peak leaves free, so they stay on the GPU and "
+                          "cost no transfers."]
+    spilled = paged_bytes - max(free_bytes, 0)
+    seconds = 2 * spilled / PCIE4_X16_BYTES_PER_S
+    return [opening + f" Only {max(free_bytes, 0):,} B are free beside the peak: about {spilled:,} B go to host "
+                      f"memory in forward and backward and come back for each optimizer step, 2 × {spilled:,} B "
+                      f"over PCIe a step (about {seconds:.2f} s at PCIe 4.0 x16's {PCIE4_X16_BYTES_PER_S:,} B/s each "
+                      "way)."]
 
 
 def is_general(caveat: str) -> bool:
@@ -68,6 +96,10 @@ def count_warnings(training: Training, parallelism: Parallelism, *, scratch_know
     if not scratch_known:
         warnings.append((DOMINANT, "The for-loop optimizer's scratch is two copies of the largest tensor, which a bare "
                                    "parameter count does not give; it is left out."))
+    if OPTIMIZER_INFO[training.optimizer].paged:
+        warnings.append((MODEL, "A paged optimizer keeps the states of tensors of 100,000+ elements in CUDA unified "
+                                "memory, which a bare parameter count cannot tell apart: all its state is counted on "
+                                "the GPU."))
     return _ranked(warnings + _state_warnings(training, parallelism))
 
 

@@ -19,7 +19,8 @@ from app.web.form import CUSTOM_GPU, CUSTOM_PRECISION, GPU_LIKE, NO_GPU, NO_MAST
 from app.web.labels import LABELS as LABELS  # the page's labels, read by the templates as controls.LABELS
 
 EXTRA_HELP: Final[dict[str, str]] = {
-    "source": "A preset, your own architecture, a bare parameter count (model states only) or a Hugging Face config.json.",
+    "source": "A preset, your own architecture, a bare parameter count (model states only), a Hugging Face "
+    "config.json, or a model's id on the Hugging Face Hub.",
     "gpu": "Usable memory as the driver reports it.",
     "seq_len": "Tokens per sequence: 4096, 4,096 or 4k (k = 1,024 tokens, as context lengths are quoted).",
     "unit": "GB = 10⁹ bytes; GiB = 2³⁰ bytes (what nvidia-smi and PyTorch report).",
@@ -37,6 +38,8 @@ EXTRA_HELP: Final[dict[str, str]] = {
 # whole help text of these controls. A test keeps the API's names out of every help text on the page.
 PAGE_HELP: Final[dict[str, str]] = {
     "preset": "Exact parameter counts from each model's published architecture.",
+    "hub": "A model on the Hugging Face Hub, as its page names it: e.g. Qwen/Qwen2.5-7B-Instruct. Its config.json "
+    "is fetched and read as a pasted one is, where this server's operator allows it.",
     "num_params": "Whole number, e.g. 6,738,415,616 or 7B (k, M, B, T). Activations need the architecture, "
     "so only model states are computed.",
     "precision": "The dtype of each kind of tensor: weights, gradients, master copy, optimizer state and "
@@ -65,6 +68,10 @@ PAGE_HELP: Final[dict[str, str]] = {
     "virtual_stages": "Interleaved pipeline schedule (Megatron's virtual stages): model chunks per GPU; the first "
     "GPU then holds (p - 1) chunks of activations more. Needs 2 or more pipeline stages, pipeline × virtual stages "
     "dividing the layers, and gradient accumulation a multiple of the pipeline stages.",
+    "recompute_every": "1: every layer. k: every k-th layer of each stage is recomputed (layer i, from 1, when "
+    "i % k == 0) and the others keep all they save, as torchtitan's selective_ac_option does (its default is 2).",
+    "recompute_first_layers": "Blank: every layer. N: only the first N layers of each stage are recomputed, the "
+    "rest keep all they save (Megatron-LM's --recompute-method block --recompute-num-layers N).",
     "first_stage_layers": "Blank: an even split. Decoder layers on the first stage; fewer where the embedding sits "
     "balance the stages (Megatron-LM's --decoder-first-pipeline-num-layers). The other stages share the rest "
     "evenly, at least one each; with two stages, first and last add up to the layers.",
@@ -105,7 +112,8 @@ REGISTRY_HELP: Final[dict[str, str]] = {
 SCHEMA_FIELDS: Final[dict[str, tuple[Any, str]]] = {"lora_dropout": (FinetuningIn, "dropout")}
 
 CHOICE_LABELS: Final[dict[str, dict[str, str]]] = {
-    "source": {"preset": "Preset", "custom": "Architecture", "params": "Parameter count", "config": "config.json"},
+    "source": {"preset": "Preset", "custom": "Architecture", "params": "Parameter count", "config": "config.json",
+               "hub": "Hub id"},
     "activation_checkpointing": {c.id: c.label for c in core.CHECKPOINTING_CHOICES.values()},
     "attention": {c.id: c.label for c in core.ATTENTION_CHOICES.values()},
     "implementation": {c.id: c.label for c in core.IMPLEMENTATION_CHOICES.values()},

@@ -28,9 +28,10 @@ from app.api.schemas import (
     ParallelismIn,
     PrecisionIn,
     TrainingIn,
-    run_estimate,
+    to_job,
 )
 from app.core.gpus import CUSTOM_ID, DEFAULT_LIKE
+from app.core.job import Job
 from app.web.labels import LABELS
 from app.web.parse import (  # noqa: F401  (read from here by the page's other rooms and the tests)
     _SEPARATORS,
@@ -47,12 +48,13 @@ from app.web.parse import (  # noqa: F401  (read from here by the page's other r
     parse_int,
     parse_probability,
     parse_tokens,
+    parse_version,
 )
 
-Source = Literal["preset", "custom", "params", "config"]
+Source = Literal["preset", "custom", "params", "config", "hub"]
 Unit = Literal["GB", "GiB"]
 
-SOURCES: Final[tuple[Source, ...]] = ("preset", "custom", "params", "config")
+SOURCES: Final[tuple[Source, ...]] = ("preset", "custom", "params", "config", "hub")
 UNITS: Final[tuple[Unit, ...]] = ("GiB", "GB")
 DEFAULT_SOURCE: Final[Source] = "preset"
 DEFAULT_UNIT: Final[Unit] = "GiB"
@@ -73,13 +75,15 @@ TRAINING_CHOICES: Final = ("optimizer", "optimizer_implementation", "activation_
                            "implementation", "loop", "loss", "framework", "fp8", "allocator")
 # Controls read only when shown (the rest of the time the API's default stands): name -> (control, values shown for).
 LOSS_CHUNKS: Final = "loss_chunks"
+RECOMPUTED_LAYERS: Final = ("recompute_every", "recompute_first_layers")  # shown under full recomputation
 PARALLEL_SHOWN: Final = ("offload", "gpus_per_node", "virtual_stages", "reduce_bucket_size", "expert", "expert_tensor",
                          "expert_load", "first_stage_layers", "last_stage_layers")
 # Fine-tuning: the API's finetuning fields; the page's names where one would clash with an architecture field.
 FINETUNING_METHOD: Final = "method"
 ADAPTER_CONTROLS: Final = ("rank", "target_modules", "lora_dropout", "save_embed_tokens", "save_lm_head")
 FULL_CONTROLS: Final = ("freeze_embeddings", "frozen_layers")
-FINETUNING_CONTROLS: Final = (FINETUNING_METHOD, *ADAPTER_CONTROLS, "quantization", *FULL_CONTROLS)
+QLORA_CONTROLS: Final = ("quantization", "bitsandbytes_version")
+FINETUNING_CONTROLS: Final = (FINETUNING_METHOD, *ADAPTER_CONTROLS, *QLORA_CONTROLS, *FULL_CONTROLS)
 FINETUNING_ALIASES: Final = {"dropout": "lora_dropout", "modules_to_save": "save_embed_tokens"}
 SAVABLE: Final = {"save_embed_tokens": "embed_tokens", "save_lm_head": "lm_head"}
 HOST_RAM: Final = "host_ram"  # the page's own: host memory per node, for the offloading bar
@@ -98,13 +102,17 @@ SOURCE_CONTROLS: Final[dict[str, tuple[str, ...]]] = {
     "custom": ("preset", *ARCHITECTURE_FIELDS),
     "params": ("num_params",),
     "config": ("hf_config",),
+    "hub": ("hub",),
 }
-MAIN_CONTROL: Final[dict[str, str]] = {"preset": "preset", "custom": "num_hidden_layers", "params": "num_params", "config": "hf_config"}
+MAIN_CONTROL: Final[dict[str, str]] = {"preset": "preset", "custom": "num_hidden_layers", "params": "num_params",
+                                       "config": "hf_config", "hub": "hub"}
+# Controls whose messages quote a config.json's own keys, which stay as the file writes them.
+FILE_CONTROLS: Final = ("hf_config", "hub")
 
 COMMON_CONTROLS: Final = (
     "source", "unit", "gpu", GPU_CAPACITY, GPU_LIKE, "precision", *DTYPE_FIELDS, *TRAINING_INTS, *TRAINING_CHOICES,
     "adafactor_momentum", "framework_overhead_bytes", *PARALLEL_INTS, "sequence_parallel",
-    LOSS_CHUNKS, *PARALLEL_SHOWN, HOST_RAM, *FINETUNING_CONTROLS,
+    LOSS_CHUNKS, *RECOMPUTED_LAYERS, *PARALLEL_SHOWN, HOST_RAM, *FINETUNING_CONTROLS,
 )
 ALL_CONTROLS: Final = frozenset(COMMON_CONTROLS) | {c for controls in SOURCE_CONTROLS.values() for c in controls}
 
@@ -116,6 +124,7 @@ class ParsedForm:
     unit: Unit
     values: dict[str, str]
     request: EstimateRequest | None = None
+    job: Job | None = None  # the request's job, built once (a model by Hub id is fetched for it)
     estimate: core.Estimate | None = None
     errors: dict[str, str] = field(default_factory=dict)
     waiting: frozenset[str] = frozenset()  # controls among `errors` whose message asks for input, not an error
@@ -147,6 +156,13 @@ def _pasted(control: str, raw: str) -> str:
     return raw
 
 
+def _hub_id(control: str, raw: str) -> str:
+    """A Hub id once it is whole (org/name): each update sent while it is typed would ask the Hub for a part of it."""
+    if "/" not in raw.strip("/ "):
+        raise Waiting(control, "Enter a model's Hub id as org/name, e.g. Qwen/Qwen2.5-7B-Instruct.")
+    return raw.strip()
+
+
 def _refuse(control: str, message: str) -> None:
     raise FormError(control, message)
 
@@ -169,11 +185,14 @@ def default_values() -> dict[str, str]:
         GPU_LIKE: DEFAULT_LIKE,
         "num_params": "",
         "hf_config": "",
+        "hub": "",
         "precision": str(_field_default(TrainingIn, "precision")),
         "framework_overhead_bytes": str(_field_default(TrainingIn, "framework_overhead_bytes")),
         "adafactor_momentum": _flag(_field_default(TrainingIn, "adafactor_momentum")),
         "sequence_parallel": _flag(_field_default(ParallelismIn, "sequence_parallel")),
         LOSS_CHUNKS: str(_field_default(TrainingIn, LOSS_CHUNKS)),
+        "recompute_every": str(_field_default(TrainingIn, "recompute_every")),
+        "recompute_first_layers": "",  # blank: every layer (the API's null)
         "offload": str(_field_default(ParallelismIn, "offload")),
         "gpus_per_node": str(_field_default(ParallelismIn, "gpus_per_node")),
         "virtual_stages": str(_field_default(ParallelismIn, "virtual_stages")),
@@ -189,6 +208,7 @@ def default_values() -> dict[str, str]:
         "target_modules": ",".join(_field_default(FinetuningIn, "target_modules")),
         "lora_dropout": str(_field_default(FinetuningIn, "dropout")),
         "quantization": str(_field_default(FinetuningIn, "quantization")),
+        "bitsandbytes_version": "",  # blank: 0.43.2 or later (the API's null)
         "frozen_layers": str(_field_default(FinetuningIn, "frozen_layers")),
         "freeze_embeddings": _flag(_field_default(FinetuningIn, "freeze_embeddings")),
         **{name: "" for name in SAVABLE},
@@ -282,12 +302,14 @@ def parse_form(params: Mapping[str, str]) -> ParsedForm:
     except ValidationError as error:
         custom_precision = values["precision"] == CUSTOM_PRECISION
         return parsed(errors=validation_errors(error, source, precision_is_custom=custom_precision))
+    job = None
     try:
-        result = run_estimate(request)
+        job = to_job(request)
+        result = job.estimate()
     except core.DomainError as error:
         control, message = control_for(error.field.split("."), error.message, source)
-        return parsed(request=request, errors={control: message})
-    return parsed(request=request, estimate=result, host_ram_bytes=host_ram)
+        return parsed(request=request, job=job, errors={control: message})
+    return parsed(request=request, job=job, estimate=result, host_ram_bytes=host_ram)
 
 
 def _training_dict(values: Mapping[str, str], read: _Reader) -> dict[str, Any]:
@@ -302,6 +324,8 @@ def _training_dict(values: Mapping[str, str], read: _Reader) -> dict[str, Any]:
         training["precision"] = values["precision"]
     if values["loss"] == "chunked":
         training[LOSS_CHUNKS] = read(LOSS_CHUNKS, parse_int)
+    if values["activation_checkpointing"] == "full":
+        training |= {name: read(name, parse_int) for name in RECOMPUTED_LAYERS if values[name].strip()}
     return training
 
 
@@ -360,6 +384,8 @@ def _finetuning_dict(values: Mapping[str, str], read: Any) -> dict[str, Any]:
         finetuning["modules_to_save"] = [module for name, module in SAVABLE.items() if values[name] == TRUE]
         if method == "qlora":
             finetuning["quantization"] = values["quantization"]
+            if values["bitsandbytes_version"].strip():
+                finetuning["bitsandbytes_version"] = read("bitsandbytes_version", parse_version)
     elif method == "full":
         finetuning["freeze_embeddings"] = values["freeze_embeddings"] == TRUE
         finetuning["frozen_layers"] = read("frozen_layers", parse_int)
@@ -403,6 +429,8 @@ def _model_dict(values: Mapping[str, str], source: Source, read: Any) -> dict[st
         return {"num_params": read("num_params", parse_count)}
     if source == "config":
         return {"hf_config": read("hf_config", _pasted)}
+    if source == "hub":
+        return {"hub": read("hub", _hub_id)}
     model: dict[str, Any] = {}
     if values["preset"] in core.model_presets():
         model["preset"] = values["preset"]
@@ -438,7 +466,7 @@ def control_for(path: Sequence[str | int], message: str, source: Source) -> tupl
     config.json's messages, whose keys are the file's own words.
     """
     control, text = _control_for(path, message, source)
-    return control, text if control == "hf_config" else in_page_words(text)
+    return control, text if control in FILE_CONTROLS else in_page_words(text)
 
 
 def _control_for(path: Sequence[str | int], message: str, source: Source) -> tuple[str, str]:

@@ -59,7 +59,7 @@ KIND_LABELS: Final[dict[str, str]] = {
 KINDS: Final = tuple(KIND_LABELS)
 # The keys that make a JSON object a model's config.json rather than a run's.
 HF_KEYS: Final = ("model_type", "architectures")
-MODEL_CONTROLS: Final = ("source", "preset", "num_params", "hf_config", *ARCHITECTURE_FIELDS)
+MODEL_CONTROLS: Final = ("source", "preset", "num_params", "hf_config", "hub", *ARCHITECTURE_FIELDS)
 SECTIONS: Final = ("training", "parallelism", "finetuning")
 MAX_SHOWN_VALUE: Final = 80  # characters of a value the report shows
 

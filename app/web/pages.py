@@ -30,7 +30,7 @@ from fastapi.templating import Jinja2Templates
 from starlette.datastructures import QueryParams
 
 from app import core
-from app.api.schemas import ARCHITECTURE_FIELDS, to_job, to_parallelism
+from app.api.schemas import ARCHITECTURE_FIELDS, to_parallelism
 from app.core.finetuning import ALL_LINEAR, module_names
 from app.core.job import Job
 from app.middleware import GZIP_LEVEL, GZIP_MINIMUM_BYTES
@@ -53,15 +53,6 @@ STATE_NAMES: Final = ALL_CONTROLS | {links.PIN}
 
 templates = Jinja2Templates(directory=TEMPLATES_DIR)
 router = APIRouter(include_in_schema=False)
-
-
-def _job(form: ParsedForm) -> Job | None:
-    if form.request is None:
-        return None
-    try:
-        return to_job(form.request)
-    except core.DomainError:
-        return None
 
 
 def _architecture(form: ParsedForm, job: Job | None) -> core.Architecture | None:
@@ -104,7 +95,7 @@ def page_context(form: ParsedForm, params: Mapping[str, str], *, later_answers: 
     the verdict should not wait for them. A whole page (without JavaScript too) has the panel filled in."""
     values = _shown_values(form)
     view = answers = charts = recompute = None
-    job = _job(form)
+    job = form.job
     if form.ok and form.request is not None and form.estimate is not None:
         unit = form.unit
         view = result_view(form.estimate, to_parallelism(form.request.parallelism), unit,
@@ -136,7 +127,7 @@ def page_context(form: ParsedForm, params: Mapping[str, str], *, later_answers: 
         "dtype_fields": DTYPE_FIELDS,
         "module_names": _module_hint(_architecture(form, job)),
         "finetuning_presets": finetuning_presets(form, params, _architecture(form, job)),
-        "exports": _export_links(params) if view is not None else (),
+        "exports": _export_links(params) if view is not None and form.source != "hub" else (),  # export does not fetch
         "when": lambda expression: controls.condition_holds(expression, values),
         "paste": paste_box(params),
         "imported": None,
@@ -312,7 +303,7 @@ async def answers_panel(request: Request) -> HTMLResponse:
 def _answers_panel(request: Request) -> HTMLResponse:
     params = request.query_params
     form = parse_form(params)
-    job = _job(form)
+    job = form.job
     answers = None
     if form.ok and form.estimate is not None and job is not None:
         answers = fit_answers(job, form.estimate, links.state_of(params, names=STATE_NAMES), form.unit)

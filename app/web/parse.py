@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Final
 
+from app.core.finetuning import MAX_VERSION_CHARS, VERSION_PATTERN
 from app.core.gpus import MAX_CUSTOM_BYTES, MIN_CUSTOM_BYTES
 
 _SEPARATORS = re.compile(r"[,_\s\u00a0\u202f']")
@@ -122,6 +123,14 @@ def parse_probability(control: str, raw: str) -> float:
         return float(raw)
     except ValueError:
         raise FormError(control, f"Enter a probability between 0 and 1 (got {_quoted(raw)}).") from None
+
+
+def parse_version(control: str, raw: str) -> str:
+    """A package version as pip shows it, such as 0.41.1 (PEP 440: release numbers and optional suffixes)."""
+    text = raw.strip()
+    if len(text) > MAX_VERSION_CHARS or not re.match(VERSION_PATTERN, text):
+        raise FormError(control, f"Enter a version such as 0.41.1 (got {_quoted(raw)}).")
+    return text
 
 
 def parse_factor(control: str, raw: str) -> float:

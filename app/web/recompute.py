@@ -14,6 +14,7 @@ from typing import Final
 from app import core
 from app.core.flops import step_flops
 from app.core.job import Job, with_field
+from app.core.recompute import describe, recomputed_share
 from app.web.form import Unit
 from app.web.view import format_bytes
 
@@ -46,12 +47,19 @@ def recompute_choices(job: Job, given: core.Estimate, unit: Unit) -> tuple[Choic
         return None
     training = job.training
     flops = step_flops(arch, micro_batch_size=training.micro_batch_size, seq_len=training.seq_len)
-    now_fraction = flops.recompute_fraction(training.activation_checkpointing)
+    partial = training.recompute_every != 1 or training.recompute_first_layers is not None
+    now_fraction = flops.recompute_fraction(training.activation_checkpointing, recomputed_share(
+        training.activation_checkpointing, arch.num_hidden_layers, every=training.recompute_every,
+        first_layers=training.recompute_first_layers, stages=job.parallelism.pipeline))
+    # Each choice applies to every layer: the layers chosen now are set back to all of them
+    every_layer = (with_field(with_field(job, "training.recompute_every", 1), "training.recompute_first_layers", None)
+                   if partial else job)
     out = []
     for choice, info in core.CHECKPOINTING_CHOICES.items():
-        current = choice == training.activation_checkpointing
+        current = choice == training.activation_checkpointing and not partial
         try:
-            peak = given.peak.bytes if current else with_field(job, PATH, choice).estimate(reserve=False).peak.bytes
+            peak = given.peak.bytes if current else \
+                with_field(every_layer, PATH, choice).estimate(reserve=False).peak.bytes
         except core.DomainError:  # a choice this setup does not allow
             continue
         delta = peak - given.peak.bytes
@@ -59,4 +67,7 @@ def recompute_choices(job: Job, given: core.Estimate, unit: Unit) -> tuple[Choic
             f"{'+' if delta > 0 else MINUS}{format_bytes(abs(delta), unit)} at the peak"
         compute = "" if current else f"{signed_percent(flops.recompute_fraction(choice) - now_fraction)} compute"
         out.append(Choice(choice, info.label, current, compute, memory, format_bytes(peak, unit)))
+    if partial:  # the policy chosen, some layers recomputed: first, as chosen
+        label = f"Full, {describe(training.recompute_every, training.recompute_first_layers)}"
+        out.insert(0, Choice("partial", label, True, "", "the same peak", format_bytes(given.peak.bytes, unit)))
     return tuple(out)

@@ -214,7 +214,10 @@ def host_view(host: Host, host_ram: int | None, unit: Unit) -> HostView:
     per_node = {category: (host.per_gpu[category] or 0) * gpus for category in core.CATEGORIES}
     need = format_bytes(host.per_node_bytes, unit)
     each = f"{gpus:,} GPU{'' if gpus == 1 else 's'} per node"
-    if not host_ram:
+    if all(buffer.key == "optimizer_states.paged" for buffer in host.ledger):
+        said = Verdict("none", f"Up to {need} of host memory per node", f"For {each}: a paged optimizer's state, "
+                       "in host memory only when the GPU runs short (the notes say how much crosses PCIe).")
+    elif not host_ram:
         said = Verdict("none", f"{need} of host memory per node", f"For {each}; give the host RAM to check the fit.")
     elif host.per_node_bytes <= host_ram:
         said = Verdict("fits", f"Host memory fits, with {format_bytes(host_ram - host.per_node_bytes, unit)} to spare",

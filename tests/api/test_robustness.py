@@ -14,8 +14,9 @@ client = TestClient(app, raise_server_exceptions=False)
 ODD_VALUES = [None, 0, -1, 1, 2, 3, 7, 10**6, 10**30, -(10**30), 1.5, float("nan"), "", "x", "llama-3-8b", True, False,
               [], {}, [1], {"a": 1}, "1e400", 1e308]
 FIELDS = {
-    "model": ["preset", "num_params", "hf_config", "num_hidden_layers", "hidden_size", "num_attention_heads",
-              "num_key_value_heads", "head_dim", "intermediate_size", "vocab_size", "dropout", "mlp", "norm"],
+    "model": ["preset", "num_params", "hf_config", "hub", "revision", "num_hidden_layers", "hidden_size",
+              "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size", "vocab_size", "dropout",
+              "mlp", "norm"],
     "training": ["micro_batch_size", "seq_len", "precision", "optimizer", "activation_checkpointing", "attention",
                  "implementation", "framework_overhead_bytes"],
     "parallelism": ["data", "tensor", "pipeline", "sequence_parallel", "zero_stage"],

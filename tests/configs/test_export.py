@@ -25,7 +25,8 @@ PRESETS = sorted(core.model_presets())
 PRECISIONS = sorted(core.PRECISION_PRESETS)
 LAYOUTS = [(1, 1, 1, 0), (8, 1, 1, 1), (8, 1, 1, 2), (4, 2, 1, 3), (2, 2, 2, 1), (16, 1, 1, 3)]
 DS_PRECISIONS = {"fp32", "bf16-fp32-master", "fp16-fp32-master", "autocast-bf16", "autocast-fp16"}
-TRAINER_OPTIMIZERS = {"adamw", "sgd", "sgd-momentum", "adamw-8bit", "lion"}
+BNB_OPTIMIZERS = {"adamw-8bit", "paged-adamw-8bit", "paged-adamw-32bit"}  # DeepSpeed's client optimizers
+TRAINER_OPTIMIZERS = {"adamw", "sgd", "sgd-momentum", "lion", *BNB_OPTIMIZERS}
 
 
 def carried(kind: str, setup: dict) -> set[str]:
@@ -39,7 +40,7 @@ def carried(kind: str, setup: dict) -> set[str]:
                    "parallelism.zero_stage", "parallelism.tensor", "parallelism.offload"}
         if precision in DS_PRECISIONS or (precision == "megatron-bf16" and p["zero_stage"] == 1):
             fields.add("training.precision")
-        if optimizer != "adamw-8bit":
+        if optimizer not in BNB_OPTIMIZERS:
             fields |= {"training.optimizer", "training.optimizer_implementation"}
     elif kind in ("training-arguments", "axolotl"):
         fields |= {"training.micro_batch_size", "training.gradient_accumulation_steps", "parallelism.zero_stage"}
@@ -294,3 +295,14 @@ def test_a_gpu_and_an_overhead_are_reported_as_not_carried():
     unexpressed = {entry["field"]: entry["why"] for entry in out["unexpressed"]}
     assert {"gpu", "training.framework_overhead_bytes", "training.allocator"} <= set(unexpressed)
     assert "PYTORCH_CUDA_ALLOC_CONF" in unexpressed["training.allocator"]
+
+
+@pytest.mark.parametrize("kind", EXPORT_KINDS)
+def test_the_bitsandbytes_version_is_the_environments_not_a_files(kind):
+    body = {"model": {"preset": "llama-2-7b"}, "training": {"precision": "bf16"},
+            "finetuning": {"method": "qlora", "quantization": "nf4", "bitsandbytes_version": "0.41.1"}}
+    out = export_config(body, kind)
+    said = {entry["field"]: entry["why"] for entry in out["unexpressed"]}
+    assert "environment" in said["finetuning.bitsandbytes_version"]
+    plain = export_config(body | {"finetuning": {"method": "qlora", "quantization": "nf4"}}, kind)
+    assert ("finetuning" in said) == any(entry["field"] == "finetuning" for entry in plain["unexpressed"])

@@ -107,7 +107,7 @@ def test_axolotl_full_fine_tune_with_bundled_deepspeed():
     assert request["model"] == {"preset": "llama-3-8b"}
     assert request["training"]["seq_len"] == 8192
     assert (request["training"]["micro_batch_size"], request["training"]["gradient_accumulation_steps"]) == (1, 8)
-    assert request["training"]["optimizer"] == "adamw-8bit"
+    assert request["training"]["optimizer"] == "paged-adamw-8bit"
     assert request["training"]["attention"] == "flash"
     assert request["training"]["activation_checkpointing"] == "full"
     assert request["parallelism"]["zero_stage"] == 3  # from the bundled file's name, not opened

@@ -151,3 +151,59 @@ def test_megatron_context_parallel_and_virtual_stages():
     direct = imported("megatron", text.replace("--num-layers-per-virtual-pipeline-stage 3",
                                                "--num-virtual-stages-per-pipeline-rank 2"))
     assert direct["request"]["parallelism"]["virtual_stages"] == 2
+
+
+# torchtitan's ActivationCheckpoint defaults (torchtitan/config/job_config.py): mode "selective", selective_ac_option
+# "2"; an integer option k wraps every k-th block counted from 1 (torchtitan/distributed/activation_checkpoint.py,
+# _apply_ac_to_transformer_block: `_count % ac_freq == 0`).
+@pytest.mark.parametrize("section, every", [
+    ("", 2),  # no [activation_checkpoint]: the defaults
+    ("[activation_checkpoint]\nmode = \"selective\"\n", 2),
+    ("[activation_checkpoint]\nselective_ac_option = \"3\"\n", 3),
+    ("[activation_checkpoint]\nmode = \"selective\"\nselective_ac_option = \"1\"\n", 1),
+])
+def test_torchtitan_layer_selective_recomputation_is_every_kth_layer(section, every):
+    answer = imported("torchtitan", "[model]\nname = \"llama3\"\nflavor = \"8B\"\n" + section)
+    training = answer["request"]["training"]
+    assert training["activation_checkpointing"] == "full"
+    assert training.get("recompute_every", 1) == every
+    assert not any("upper bound" in why for _, why in assumed(answer).get("training.activation_checkpointing", []))
+
+
+def test_torchtitan_every_second_layer_estimates_between_none_and_full():
+    from fastapi.testclient import TestClient
+
+    from app.main import app
+
+    client = TestClient(app)
+    request = imported("torchtitan", "[model]\nname = \"llama3\"\nflavor = \"8B\"\n[training]\nlocal_batch_size = 2\n"
+                                     "seq_len = 8192\n")["request"]
+    peaks = {}
+    for name, changes in (("default", {}), ("none", {"activation_checkpointing": "none", "recompute_every": 1}),
+                          ("full", {"recompute_every": 1})):
+        body = request | {"training": request["training"] | changes, "gpu": "h100-80gb"}
+        response = client.post("/api/v1/estimate", json=body)
+        assert response.status_code == 200, response.text
+        peaks[name] = response.json()["peak"]["bytes"]
+    assert peaks["full"] < peaks["default"] < peaks["none"]
+
+
+@pytest.mark.parametrize("flags, first", [
+    ("--recompute-granularity full --recompute-method block --recompute-num-layers 4", 4),
+    ("--recompute-granularity full --recompute-method block --recompute-num-layers 1", 1),
+])
+def test_megatron_block_recomputation_is_the_first_n_layers(flags, first):
+    answer = imported("megatron", "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 "
+                                  "--max-position-embeddings 4096 --micro-batch-size 1 " + flags)
+    training = answer["request"]["training"]
+    assert training["activation_checkpointing"] == "full"
+    assert training["recompute_first_layers"] == first
+    assert "training.activation_checkpointing" not in assumed(answer)
+
+
+def test_megatron_block_recomputation_of_every_layer_is_full():
+    answer = imported("megatron", "--num-layers 8 --hidden-size 1024 --num-attention-heads 8 --seq-length 1024 "
+                                  "--max-position-embeddings 1024 --micro-batch-size 1 --recompute-granularity full "
+                                  "--recompute-method block --recompute-num-layers 8")
+    training = answer["request"]["training"]
+    assert training["activation_checkpointing"] == "full" and "recompute_first_layers" not in training

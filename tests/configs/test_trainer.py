@@ -103,7 +103,8 @@ def test_fsdp(fsdp, config, stage):
 @pytest.mark.parametrize("optim, expected", [
     ("adamw_torch", ("adamw", "foreach")), ("adamw_torch_fused", ("adamw", "fused")),
     ("adamw_bnb_8bit", ("adamw-8bit", "fused")), ("adamw_8bit", ("adamw-8bit", "fused")),
-    ("paged_adamw_8bit", ("adamw-8bit", "fused")), ("adafactor", ("adafactor", "for-loop")),
+    ("paged_adamw_8bit", ("paged-adamw-8bit", "fused")), ("paged_adamw_32bit", ("paged-adamw-32bit", "fused")),
+    ("adafactor", ("adafactor", "for-loop")),
     ("sgd", ("sgd", "foreach")), ("lion_32bit", ("lion", "fused")), ("lion_8bit", ("lion", "fused")),
     ("adamw_torch_xla", ("adamw", "foreach")),
 ])

@@ -19,7 +19,8 @@ from app import core
 from app.core.job import Job
 from tests.core.test_any_setup_answers import SETTINGS, jobs
 
-_WORDS = re.compile(r"\b(?:dense |sliding-window )?(?:layers?|embedding|head|params|elements|tokens|chunks?)\b")
+_WORDS = re.compile(r"\b(?:(?:kept|recomputed) )?(?:dense |sliding-window )?(?:(?:full|bottom|through|off) )?"
+                    r"(?:layers?|embedding|head|params|elements|tokens|chunks?)\b")
 _NAME = re.compile(r"\b[a-z][a-z0-9_]*(?:\.[a-z0-9_]+)+\b")
 _WHERE = re.compile(r"\bon (?:tensor|expert|pipeline) rank \d+ of \d+\b")
 _ARITHMETIC = re.compile(r"[\d\s*/+\-().c_]+")

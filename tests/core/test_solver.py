@@ -161,3 +161,13 @@ def test_a_mixture_with_expert_parallelism_gets_offloading_before_more_gpus():
               parallelism=core.Parallelism(data=8, expert=8), gpu=core.get_gpu("h100-80gb"))
     first = fixes(job)[0]
     assert first.change["parallelism.offload"] == "optimizer" and first.cost.kind == "host"
+
+
+def test_a_paged_optimizer_is_a_fix_whose_cost_is_the_host_link():
+    # Llama-2-7B in bf16 with 8-bit AdamW at 2,048 tokens passes an A100 40GB; the paged 8-bit AdamW's 1-byte moments
+    # leave the verdict (bitsandbytes pages them to host memory rather than fail), so it fits, at the cost of PCIe.
+    job = _job(arch=core.get_preset("llama-2-7b").architecture, gpu="a100-40gb", precision="bf16", seq_len=2048,
+               optimizer="adamw-8bit")
+    paged = next(fix for fix in fixes(job) if fix.change.get("training.optimizer") == "paged-adamw-8bit")
+    assert paged.cost.kind == "host" and "PCIe" in paged.cost.text
+    assert paged.estimate.gpu is not None and paged.estimate.gpu.fits

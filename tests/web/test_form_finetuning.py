@@ -29,6 +29,15 @@ def test_qlora_reads_its_quantization_and_all_linear():
     assert form.request.finetuning.target_modules == ["all-linear"]
 
 
+def test_qlora_reads_the_bitsandbytes_version_and_blank_means_a_fixed_release():
+    old = parse_form({"method": "qlora", "quantization": "nf4", "bitsandbytes_version": " 0.41.1 "})
+    new = parse_form({"method": "qlora", "quantization": "nf4", "bitsandbytes_version": ""})
+    assert old.ok and new.ok and old.request is not None and new.request is not None, (old.errors, new.errors)
+    assert (old.request.finetuning.bitsandbytes_version, new.request.finetuning.bitsandbytes_version) == ("0.41.1", None)
+    assert old.estimate is not None and new.estimate is not None
+    assert old.estimate.peak.bytes > new.estimate.peak.bytes
+
+
 def test_full_fine_tuning_reads_freezing_and_ignores_adapter_fields():
     form = parse_form({"method": "full", "freeze_embeddings": "true", "frozen_layers": "4", "rank": "oops",
                        "save_lm_head": "true"})
@@ -46,6 +55,7 @@ def test_full_fine_tuning_reads_freezing_and_ignores_adapter_fields():
     ({"method": "lora", "lora_dropout": "1.5"}, "lora_dropout"),
     ({"method": "lora", "lora_dropout": "x"}, "lora_dropout"),
     ({"method": "qlora", "quantization": "fp3"}, "quantization"),
+    ({"method": "qlora", "bitsandbytes_version": "latest"}, "bitsandbytes_version"),
     ({"method": "sometimes"}, "method"),
     ({"method": "full", "frozen_layers": "-1"}, "frozen_layers"),
     ({"method": "full", "frozen_layers": "99"}, "frozen_layers"),
@@ -123,6 +133,11 @@ def test_the_page_shows_host_memory_only_when_offloading(client):
     assert 'id="host-bar"' in page and "Host memory does not fit" in page
     assert "Host memory fits" in client.get("/", params=params | {"host_ram": "4 TiB"}).text
     assert 'id="host-bar"' not in client.get("/", params={"data": "8", "zero_stage": "3"}).text
+
+
+def test_a_paged_optimizers_state_shows_as_host_memory_it_may_take(client):
+    page = client.get("/", params={"preset": "llama-2-7b", "precision": "bf16", "optimizer": "paged-adamw-8bit"}).text
+    assert 'id="host-bar"' in page and "Up to" in page and "a paged optimizer&#39;s state" in page
 
 
 def test_a_bad_new_field_is_an_inline_message_not_a_500(client):

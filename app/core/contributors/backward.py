@@ -62,7 +62,7 @@ class Backward(StageBase):
         attention = sum(x.bytes for x in saved if x.name.startswith(("attn.", "attn_norm."))
                         and x.name != "attn.out_proj_input")
         later = act.total_bytes(saved) - attention
-        if self.training.activation_checkpointing == "full":
+        if self.recomputed.top:  # the top layer's forward, the one that holds the most
             forward = attention + scores + extras
         else:
             forward = scores + extras - later
@@ -103,7 +103,7 @@ class Backward(StageBase):
             return
         full = not finetunes(training)
         post_norm = arch.norm_placement != "pre" or arch.norms_per_layer != 2
-        recomputed = training.activation_checkpointing == "full"
+        recomputed = self.recomputed.top  # the top layer's backward is the one counted
         grads = self._layer_gradient_bytes()
         if post_norm and full:
             size, terms, written, working = self._post_norm_full_backward(grads, recomputed)

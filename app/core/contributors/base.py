@@ -13,6 +13,7 @@ from app.core.architecture import Architecture
 from app.core.categories import MODEL_STATE_CATEGORIES
 from app.core.families import family_of
 from app.core.finetuning import targets_mlp
+from app.core.recompute import stage_recomputed
 from app.core.setup import (
     FP8_RECIPES,
     OFFLOADS,
@@ -228,6 +229,12 @@ class StageBase:
         self.gradients_after_layer = (family_of(arch).backward_by_moment
                                       and moe_backward_modelled(arch, training, parallelism, setup))
         self.phases, self.names = _layout(kind)
+        self.recomputed = stage_recomputed(training.activation_checkpointing, kind.layers,
+                                           every=training.recompute_every, first_layers=training.recompute_first_layers)
+        # The policy this stage's layers follow: full recomputation of none of them (a stage of fewer than k layers
+        # when every k-th is recomputed) keeps everything
+        self.checkpointing: act.Checkpointing = ("none" if training.activation_checkpointing == "full"
+                                                 and not self.recomputed.count else training.activation_checkpointing)
         n = kind.layers
         self.fwd_end = FWD_LAYER_LAST if n > 1 else FWD_LAYER_FIRST
         self.bwd_end = BWD_LAYER_FIRST if n > 1 else BWD_LAYER_LAST

@@ -50,7 +50,7 @@ class Experts(StageBase):
             self._gpt_oss_backward()
             return
         n, h, k, w, r = self._routing()
-        recomputed = training.activation_checkpointing == "full"
+        recomputed = self.recomputed.top  # the top layer's backward is the one counted
         widened = 0 if recomputed else n * k * h * (r - w)
         working, terms = self._routed_gradients()
         if finetunes(training) and recomputed:
@@ -109,7 +109,7 @@ class Experts(StageBase):
         arch, setup, training = self.arch, self.setup, self.training
         n, h, k, w, _ = self._routing()
         b, s, a, inter = setup.micro_batch_size, setup.seq_len, arch.num_attention_heads, arch.expert_size
-        recomputed = training.activation_checkpointing == "full"
+        recomputed = self.recomputed.top  # the top layer's backward is the one counted
         bits = training.precision.bits("gradients")
         tensors = layer_tensors(arch)
 

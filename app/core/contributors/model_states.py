@@ -3,6 +3,7 @@ scratch, per framework's convention (plain PyTorch, Megatron-LM's main gradients
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 
 from app.core import states
@@ -18,7 +19,13 @@ from app.core.contributors.base import (
     StageBase,
     _group_words,
 )
-from app.core.optimizers import FP32_BITS, OPTIMIZER_INFO, optimizer_formula, optimizer_label
+from app.core.optimizers import (
+    BNB_PAGED_MIN_ELEMENTS,
+    FP32_BITS,
+    OPTIMIZER_INFO,
+    optimizer_formula,
+    optimizer_label,
+)
 from app.core.setup import (
     OFFLOADS,
 )
@@ -121,9 +128,39 @@ class ModelStates(StageBase):
         state("optimizer_states", optimizer_label(training.optimizer, adafactor_momentum=training.adafactor_momentum),
               optimizer_formula(training.optimizer, share=share, bits=bits, adafactor_momentum=training.adafactor_momentum),
               Life("run", OPTIMIZER_STEP))
+        self._page_out(shapes.rank_shapes if states.is_sharded("optimizer_states", p) else shapes.rank_ep_shapes,
+                       shapes.cluster_shapes if states.is_sharded("optimizer_states", p) else shapes.cluster_ep_shapes)
         self._gradients(precision.bits("gradients"))
         self._megatron_main_grads()
         self._optimizer_scratch(bits)
+
+    def _page_out(self, rank_shapes: Iterable[tuple[tuple[int, ...], int]],
+                  cluster_shapes: Iterable[tuple[tuple[int, ...], int]]) -> None:
+        """A paged optimizer's large states leave the GPU's ledger for the host's: CUDA unified memory, outside
+        PyTorch's allocator, that the driver keeps on the GPU while it fits and moves to host memory under pressure
+        (optimizers.BNB_PAGED_MIN_ELEMENTS). What stays is the rest: small tensors' states and the block scales."""
+        training, p = self.training, self.parallelism
+        if not OPTIMIZER_INFO[training.optimizer].paged:
+            return
+        indices = [i for i, buffer in enumerate(self.buffers) if buffer.key == "optimizer_states"]
+        paged_rank = states.paged_states_bytes(list(rank_shapes), training)
+        if not indices or not paged_rank:  # offloaded to the host already (ZeRO-Offload), or nothing large enough
+            return
+        # Each part is sharded on its own, as each is its own allocation.
+        total_rank = states.states_bytes(list(rank_shapes), training)["optimizer_states"]
+        paged_cluster = states.paged_states_bytes(list(cluster_shapes), training)
+        total_cluster = states.states_bytes(list(cluster_shapes), training)["optimizer_states"]
+        kept = self.buffers[indices[-1]]
+        self.buffers[indices[-1]] = kept._replace(
+            bytes=states.on_rank(total_rank - paged_rank, "optimizer_states", p),
+            cluster_bytes=states.over_group(total_cluster - paged_cluster, "optimizer_states", p) * self.kind.count,
+            label=kept.label + " (what is not paged)")
+        rank = states.on_rank(paged_rank, "optimizer_states", p)
+        cluster = states.over_group(paged_cluster, "optimizer_states", p) * self.kind.count
+        self.host.append(Buffer("optimizer_states.paged", "optimizer_states", f"{kept.label}: the paged part, "
+                                "in CUDA unified memory (on the GPU while it fits, in host memory under pressure)",
+                                f"2 moments of each tensor of {BNB_PAGED_MIN_ELEMENTS:,}+ elements [bitsandbytes "
+                                "optim/optimizer.py, get_state_buffer]", rank, cluster, kept.life, self.names))
 
     def _megatron_main_grads(self) -> None:
         """Megatron-LM's optimizer steps from fp32 main gradients: with a gradient buffer narrower than fp32 it
@@ -216,6 +253,8 @@ class ModelStates(StageBase):
                                    adafactor_momentum=training.adafactor_momentum) + self._shard_note("optimizer_states"),
                  states.on_rank(rank_states, "optimizer_states", p),
                  states.over_group(cluster_states, "optimizer_states", p) * count, Life("run", OPTIMIZER_STEP))
+        self._page_out(tuple(shape for _, part in trained for shape in part.rank_shapes),
+                       tuple(shape for _, part in trained for shape in part.cluster_shapes))
         gradient_bits = precision.bits("gradients")
         for name, (what, life) in self._gradient_lives().items():
             part = ft.parts.get(name)

@@ -17,7 +17,8 @@ from app.core.contributors.base import (
     StageBase,
     _listed,
 )
-from app.core.finetuning import layer_roles
+from app.core.finetuning import layer_role, layer_roles
+from app.core.recompute import describe as describe_recomputation
 from app.core.timeline import Life
 from app.core.units import ceil_div
 
@@ -25,18 +26,25 @@ from app.core.units import ceil_div
 class SavedTensors(StageBase):
     def activations(self) -> None:
         arch, setup, kind, training = self.arch, self.setup, self.kind, self.training
-        checkpointing = training.activation_checkpointing
-        per_layer = act.total_bytes(act.checkpointed_layer_activations(arch, setup, checkpointing, full=self.layer_saved))
+        checkpointing = self.checkpointing
         n = kind.layers
         b, s, h = setup.micro_batch_size, setup.seq_len, arch.hidden_size
         policy = act.CHECKPOINTING_CHOICES[checkpointing].about
         current = kind.count  # one micro-batch per stage in the most-loaded position
-        layers_bytes, layers_text = n * per_layer, f"{n} layers × {per_layer:,} B"
-        if self.dense:
-            dense_full = act.layer_activations(arch, setup, dense=True)
-            per_dense = act.total_bytes(act.checkpointed_layer_activations(arch, setup, checkpointing, full=dense_full))
-            layers_bytes = (n - self.dense) * per_layer + self.dense * per_dense
-            layers_text = f"{n - self.dense} layers × {per_layer:,} B + {self.dense} dense layers × {per_dense:,} B"
+        if self.recomputed.partial:
+            policy = describe_recomputation(training.recompute_every, training.recompute_first_layers)
+            per_layer = act.total_bytes(self.layer_saved)  # a kept layer's
+            layers_bytes, layers_text = self._partly_recomputed_layers()
+        else:
+            per_layer = act.total_bytes(act.checkpointed_layer_activations(arch, setup, checkpointing,
+                                                                           full=self.layer_saved))
+            layers_bytes, layers_text = n * per_layer, f"{n} layers × {per_layer:,} B"
+            if self.dense:
+                dense_full = act.layer_activations(arch, setup, dense=True)
+                per_dense = act.total_bytes(act.checkpointed_layer_activations(arch, setup, checkpointing,
+                                                                               full=dense_full))
+                layers_bytes = (n - self.dense) * per_layer + self.dense * per_dense
+                layers_text = f"{n - self.dense} layers × {per_layer:,} B + {self.dense} dense layers × {per_dense:,} B"
         if self.finetuned is not None:
             layers_bytes, layers_text = self._finetuned_layers(per_layer)
         window_layers, window_each = self._sliding_window_extra()
@@ -69,6 +77,22 @@ class SavedTensors(StageBase):
                 embedding += self._full_attention_mask(full_mask)
         self._in_flight(layers_bytes, embedding)
         self._head_and_loss()
+
+    def _partly_recomputed_layers(self) -> tuple[int, str]:
+        """Some layers recomputed (`app.core.recompute`): each keeps its input, the others everything they save; a
+        mixture's dense first layers keep their own."""
+        arch, setup, recomputed = self.arch, self.setup, self.recomputed
+        kept = recomputed.layers - recomputed.count
+        per_kept = act.total_bytes(self.layer_saved)
+        per_recomputed = act.total_bytes(act.checkpointed_layer_activations(arch, setup, "full"))
+        dense_kept = self.dense - recomputed.among_first(self.dense)
+        terms = [(kept - dense_kept, "kept layers", per_kept), (recomputed.count, "recomputed layers", per_recomputed)]
+        if dense_kept:
+            per_dense = act.total_bytes(act.layer_activations(arch, setup, dense=True))
+            terms.append((dense_kept, "kept dense layers", per_dense))
+        terms = [term for term in terms if term[0]]
+        return (sum(count * each for count, _, each in terms),
+                " + ".join(f"{count} {words} × {each:,} B" for count, words, each in terms))
 
     def _in_flight(self, layers_bytes: int, embedding: int) -> None:
         """The micro-batches a pipeline stage holds beyond the current one (1F1B), and the interleaved schedule's
@@ -114,9 +138,12 @@ class SavedTensors(StageBase):
         """The stage's sliding-window layers (at most their share of the model's, rounded up) and what each keeps
         beyond a full-attention layer, which may be less (`act.sliding_window_layer`): under full recomputation a
         layer keeps only its input; selective recomputation drops what belongs to core attention."""
-        arch, checkpointing = self.arch, self.training.activation_checkpointing
-        if not arch.sliding_window_layers or checkpointing == "full":
+        arch, checkpointing = self.arch, self.checkpointing
+        if not arch.sliding_window_layers or self.recomputed.all:
             return 0, 0
+        kept = self.kind.layers - self.recomputed.count
+        if self.recomputed.partial:  # the kept layers keep what sdpa keeps (their share, rounded up)
+            checkpointing = "none"
         sliding = act.sliding_window_layer(arch, self.setup)
         if sliding == self.layer_saved:
             return 0, 0
@@ -125,13 +152,15 @@ class SavedTensors(StageBase):
                                                                      full=self.layer_saved)))
         if not each:
             return 0, 0
-        layers = min(self.kind.layers, ceil_div(self.kind.layers * arch.sliding_window_layers, arch.num_hidden_layers))
+        layers = min(kept, ceil_div(kept * arch.sliding_window_layers, arch.num_hidden_layers))
         return layers, each
 
     def _finetuned_layers(self, full_layer: int) -> tuple[int, str]:
         """The stage's layers by their part in backward (finetuning.layer_role): the lowest trainable layer keeps
         nothing for its input, frozen layers with nothing trainable below keep nothing at all."""
-        arch, setup, checkpointing = self.arch, self.setup, self.training.activation_checkpointing
+        arch, setup, checkpointing = self.arch, self.setup, self.checkpointing
+        if self.recomputed.partial:
+            return self._partly_recomputed_roles()
         first = self.kind.first_layer - 1
         roles = layer_roles(self.training.finetuning, first, self.kind.layers)
         words = {"full": "layers", "bottom": "lowest trainable layer", "through": "frozen layers gradients pass "
@@ -160,6 +189,41 @@ class SavedTensors(StageBase):
                 total += number * each
                 word = words[role] if number > 1 or role != "full" else "layer"
                 terms.append(f"{number} {'dense ' if is_dense else ''}{word} × {each:,} B")
+        return total, " + ".join(terms)
+
+    def _partly_recomputed_roles(self) -> tuple[int, str]:
+        """`_finetuned_layers` with some layers recomputed: a recomputed layer keeps its input (nothing when autograd
+        records nothing in it), a kept one what its part in backward needs. Layers from the lowest trainable one up
+        take the full role, so only those below it are looked at one by one."""
+        arch, setup, recomputed, ft = self.arch, self.setup, self.recomputed, self.training.finetuning
+        first, n = self.kind.first_layer - 1, self.kind.layers
+        groups: dict[tuple[str, bool, bool], int] = {}
+        below = min(n, max(0, ft.frozen_layers + 1 - first))  # positions under the lowest layer that takes "full"
+        for index in range(below):
+            key = (layer_role(ft, first + index), index < self.dense, recomputed.is_recomputed(index))
+            groups[key] = groups.get(key, 0) + 1
+        dense_above = max(0, self.dense - below)
+        dense_recomputed = recomputed.among_first(below + dense_above) - recomputed.among_first(below)
+        rest_recomputed = recomputed.among_first(n) - recomputed.among_first(below + dense_above)
+        for key, count in ((("full", True, True), dense_recomputed), (("full", True, False), dense_above - dense_recomputed),
+                           (("full", False, True), rest_recomputed),
+                           (("full", False, False), n - below - dense_above - rest_recomputed)):
+            if count:
+                groups[key] = groups.get(key, 0) + count
+        per_recomputed = act.total_bytes(act.checkpointed_layer_activations(arch, setup, "full"))
+        total, terms = 0, []
+        for (role, is_dense, is_recomputed), count in groups.items():
+            if role == "off":
+                each = 0
+            elif is_recomputed:
+                each = per_recomputed
+            elif role == "full" and not is_dense:
+                each = act.total_bytes(self.layer_saved)
+            else:
+                each = act.total_bytes(act.layer_activations(arch, setup, role, dense=is_dense))
+            total += count * each
+            terms.append(f"{count} {'recomputed' if is_recomputed else 'kept'} {'dense ' if is_dense else ''}"
+                         f"{role} layer{'s' if count > 1 else ''} × {each:,} B")
         return total, " + ".join(terms)
 
     def _full_attention_mask(self, mask: tuple[act.SavedTensor, ...]) -> int:

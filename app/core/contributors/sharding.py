@@ -144,6 +144,12 @@ class Sharding(StageBase):
           is kept until the next group's reduce-scatter (reduce_scatter_max_input_buffers = 1). The root's
           gradients wait for the root's own post-backward at the end of backward.
         """
+        self._fsdp2_layer_buffers()
+        self._fsdp2_root_buffers()
+
+    def _fsdp2_layer_buffers(self) -> None:
+        """The layers' share of `_fsdp2_buffers`: gathered parameters, unsharded gradients, the reduce-scatter
+        input."""
         precision = self.training.precision
         wbits, rbits = precision.bits("weights"), precision.bits("gradients")
         layer_elements = self.shapes.layer_rank
@@ -182,6 +188,12 @@ class Sharding(StageBase):
                      f"{layer_elements:,} params × {rbits} bit ÷ 8 [FSDP2 convention: {FSDP2_COLLECTIVES}, "
                      f"foreach_reduce; {FSDP2_GROUP}, reduce_scatter_max_input_buffers = 1]", reduce_input,
                      self.per_stage(reduce_input), Life("micro-batch", after_first[0], only=after_first))
+
+    def _fsdp2_root_buffers(self) -> None:
+        """The root's share of `_fsdp2_buffers`: its parameters gathered through the step, its unsharded gradients."""
+        precision = self.training.precision
+        wbits = precision.bits("weights")
+        source = f"FSDP2 convention: {FSDP2_GROUP}"
         root = [part for part in ("embedding", "head") if part in self.parts]
         if not root:
             return

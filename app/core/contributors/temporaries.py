@@ -15,6 +15,7 @@ from app.core.contributors.base import (
     _listed,
 )
 from app.core.finetuning import linear_modules
+from app.core.recompute import rebuild_beyond_freed
 from app.core.timeline import Life
 from app.core.units import ceil_div, tensor_bytes
 
@@ -50,13 +51,40 @@ class Temporaries(StageBase):
                  Life("micro-batch", FWD_LAYER_FIRST, self.bwd_end))
 
     def _recomputation(self) -> None:
-        checkpointing = self.training.activation_checkpointing
+        checkpointing = self.checkpointing
         rebuilt = act.recompute_workspace(self.arch, self.setup, checkpointing, full=self.layer_saved)
         if not rebuilt:
             return
-        size = act.total_bytes(rebuilt)
+        size, text = act.total_bytes(rebuilt), _listed(rebuilt)
+        recomputed = self.recomputed
+        if checkpointing == "full" and not recomputed.top:
+            # The highest recomputed layer rebuilds once the kept layers above it have freed what they kept
+            above = recomputed.layers - 1 - recomputed.highest
+            kept = act.total_bytes(self.layer_saved)
+            size = rebuild_beyond_freed(recomputed, size, kept)
+            text = f"{text} − {above} kept layers above it × {kept:,} B, freed by then"
+            if size <= 0:
+                return
         self.add("recompute", "temporary", "One layer rebuilt during backward (recomputation)",
-                 f"{_listed(rebuilt)}", size, self.per_stage(size),
+                 text, size, self.per_stage(size),
+                 Life("micro-batch", BWD_LAYER_LAST, self.bwd_end))
+
+    def _autocast_partly_recomputed(self, per_layer_elements: int, bits: int) -> None:
+        """Autocast's copies with some layers recomputed: a kept layer's matmuls keep theirs until its backward, a
+        recomputed layer's stay in autocast's cache until the forward's region ends and are made again in backward."""
+        dtype, recomputed = self.setup.precision.activations, self.recomputed
+        one = tensor_bytes(per_layer_elements, bits)
+        kept = recomputed.layers - recomputed.count
+        self.add("autocast.layers", "temporary", f"{dtype} copies of the kept layers' matmul weights, kept by the "
+                 "matmuls until each layer's backward", f"{kept} × {per_layer_elements:,} × {bits} bit ÷ 8",
+                 kept * one, self.per_stage(kept * one), Life("micro-batch", FWD_LAYER_FIRST, self.bwd_end, ramp=ACTS))
+        size = recomputed.count * one
+        self.add("autocast.recomputed_layers", "temporary", f"{dtype} copies of the recomputed layers' matmul weights "
+                 "in autocast's cache, until the forward's autocast region ends",
+                 f"{recomputed.count} × {per_layer_elements:,} × {bits} bit ÷ 8", size, self.per_stage(size),
+                 Life("micro-batch", FWD_LAYER_FIRST, FWD_LOSS if self.kind.last else self.fwd_end, ramp=FORWARDED))
+        self.add("autocast.recompute", "temporary", f"{dtype} copies one recomputed layer makes again in backward",
+                 f"{per_layer_elements:,} × {bits} bit ÷ 8", one, self.per_stage(one),
                  Life("micro-batch", BWD_LAYER_LAST, self.bwd_end))
 
     def _autocast_copies(self) -> None:
@@ -69,7 +97,9 @@ class Temporaries(StageBase):
         layers = tensor_bytes(per_layer_elements * n, bits)
         one = tensor_bytes(per_layer_elements, bits)
         dtype = setup.precision.activations
-        if self.training.activation_checkpointing == "full":
+        if self.recomputed.partial:
+            self._autocast_partly_recomputed(per_layer_elements, bits)
+        elif self.recomputed.all:
             self.add("autocast.layers", "temporary", f"{dtype} copies of the layers' matmul weights in autocast's "
                      "cache, until the forward's autocast region ends", f"{n} × {per_layer_elements:,} × {bits} bit ÷ 8",
                      layers, self.per_stage(layers),
