@@ -105,6 +105,13 @@ def request_body(args: argparse.Namespace, base: Mapping[str, Any] | None = None
         body = {key: dict(value) if isinstance(value, dict) else value for key, value in base.items()}
         if sources:
             body["model"] = {}  # the flag's model replaces the file's
+    _set_fields(body, given, hub_id=hub_id)
+    _command_fields(args, body)
+    return body
+
+
+def _set_fields(body: dict[str, Any], given: Mapping[str, Any], *, hub_id: bool) -> None:
+    """Each flag's value at its body path (--model's at model.hub when it names a Hub model)."""
     for path, value in given.items():
         if path == "model.preset" and hub_id:
             path = hub.FIELD
@@ -113,8 +120,6 @@ def request_body(args: argparse.Namespace, base: Mapping[str, Any] | None = None
             body.setdefault(section, {})[name] = value
         else:
             body[section] = value
-    _command_fields(args, body)
-    return body
 
 
 def _model_sources(given: Mapping[str, Any], base: Mapping[str, Any] | None, *, hub_id: bool) -> list[str]:

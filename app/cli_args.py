@@ -53,8 +53,13 @@ def _request_paths() -> list[str]:
             *(f"finetuning.{name}" for name in wire.FINETUNING_FIELDS), "gpu"]
 
 
+def _option(path: str) -> str:
+    """A request field's flag: its source's or renamed option, else its name with dashes."""
+    return SOURCE_OPTIONS.get(path) or RENAMED_OPTIONS.get(path) or "--" + path.rpartition(".")[2].replace("_", "-")
+
+
 def _flag(path: str) -> Flag:
-    option = SOURCE_OPTIONS.get(path) or RENAMED_OPTIONS.get(path) or "--" + path.rpartition(".")[2].replace("_", "-")
+    option = _option(path)
     if path == "model.hf_config":
         return Flag(path, option, "config", None)
     if path == REVISION:
@@ -339,10 +344,20 @@ def _names(text: str) -> list[str]:
 
 
 def _help(flag: Flag, defaults: Job) -> str:
-    item = flag.field
     if flag.kind == "version":
         return (f"{flag.path}: a version such as 0.41.1 (QLoRA before 0.43.2 keeps each 4-bit layer's input; "
                 "default: 0.43.2 or later)")
+    text = _kind_text(flag)
+    if flag.path == "model.preset":
+        text = ("a Hugging Face Hub id such as Qwen/Qwen2.5-7B-Instruct (its config.json fetched, or read from "
+                "huggingface_hub's cache with HF_HUB_OFFLINE=1; HF_TOKEN for gated models), or a model preset, " + text)
+    default = _default(flag, defaults)
+    return f"{flag.path}: {text}" + (f" (default: {default})" if default is not None else "")
+
+
+def _kind_text(flag: Flag) -> str:
+    """What a flag takes, in words: its kind, with its choices or range from the core where it has them."""
+    item = flag.field
     if flag.kind == "config":
         text = f"a Hugging Face config.json (model types: {', '.join(core.SUPPORTED_MODEL_TYPES)})"
     elif flag.kind == "revision":
@@ -354,11 +369,7 @@ def _help(flag: Flag, defaults: Job) -> str:
     else:
         text = {"int": "an integer", "float": "a number", "bool": "on or off",
                 "list": "names separated by commas"}[flag.kind]
-    if flag.path == "model.preset":
-        text = ("a Hugging Face Hub id such as Qwen/Qwen2.5-7B-Instruct (its config.json fetched, or read from "
-                "huggingface_hub's cache with HF_HUB_OFFLINE=1; HF_TOKEN for gated models), or a model preset, " + text)
-    default = _default(flag, defaults)
-    return f"{flag.path}: {text}" + (f" (default: {default})" if default is not None else "")
+    return text
 
 
 def _default(flag: Flag, defaults: Job) -> str | None:

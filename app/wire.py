@@ -129,12 +129,17 @@ def architecture_from(model: Mapping[str, Any],
     if model.get("preset") is not None:
         preset = core.get_preset(model["preset"]).architecture
         return dataclasses.replace(preset, **overrides) if overrides else preset
+    return _custom(overrides)
+
+
+def _custom(fields: Mapping[str, Any]) -> core.Architecture:
+    """An architecture from its fields alone: the four that have no default are needed."""
     missing = [name for name in ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
-               if name not in overrides]
+               if name not in fields]
     if missing:
         raise core.DomainError(f"model.{missing[0]}",
                                f"is required for a custom architecture (missing: {', '.join(missing)})")
-    return core.Architecture(**overrides)
+    return core.Architecture(**fields)
 
 
 def _check_sources(model: Mapping[str, Any], overrides: Mapping[str, Any]) -> None:
@@ -146,10 +151,14 @@ def _check_sources(model: Mapping[str, Any], overrides: Mapping[str, Any]) -> No
                                         f"(got {', '.join(sources)})")
     if not sources and not overrides:
         raise core.DomainError("model", "give a preset, num_params, hf_config, hub or the architecture fields")
-    if model.get("revision") is not None and model.get("hub") is None:
-        raise core.DomainError(hub.REVISION_FIELD, "is a revision of a Hub model: give it with hub")
+    _check_revision(model)
     if overrides and sources and sources[0] != "preset":
         raise core.DomainError("model", f"{sources[0]} cannot be combined with architecture fields")
+
+
+def _check_revision(model: Mapping[str, Any]) -> None:
+    if model.get("revision") is not None and model.get("hub") is None:
+        raise core.DomainError(hub.REVISION_FIELD, "is a revision of a Hub model: give it with hub")
 
 
 def _from_hub(repo_id: Any, config: Mapping[str, Any] | None) -> core.Architecture:

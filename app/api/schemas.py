@@ -140,15 +140,19 @@ class ModelIn(BaseModel):
     def architecture_overrides(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in ARCHITECTURE_FIELDS if getattr(self, name) is not None}
 
+    def _alone(self, overrides: dict[str, Any]) -> None:
+        """The sources that describe the whole model take no architecture fields beside them."""
+        for source in ("num_params", "hf_config", "hub"):
+            if getattr(self, source) is not None and overrides:
+                raise ValueError(f"{source} cannot be combined with architecture fields")
+
     @model_validator(mode="after")
     def _one_source(self) -> ModelIn:
         sources = [name for name in wire.MODEL_SOURCES if getattr(self, name) is not None]
         if len(sources) > 1:
             raise ValueError(f"give only one of preset, num_params, hf_config and hub (got {', '.join(sources)})")
         overrides = self.architecture_overrides()
-        for source in ("num_params", "hf_config", "hub"):
-            if getattr(self, source) is not None and overrides:
-                raise ValueError(f"{source} cannot be combined with architecture fields")
+        self._alone(overrides)
         if not sources and not overrides:
             raise ValueError("give a preset, num_params, hf_config, hub or the architecture fields")
         if self.revision is not None and self.hub is None:

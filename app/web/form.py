@@ -325,8 +325,13 @@ def _training_dict(values: Mapping[str, str], read: _Reader) -> dict[str, Any]:
     if values["loss"] == "chunked":
         training[LOSS_CHUNKS] = read(LOSS_CHUNKS, parse_int)
     if values["activation_checkpointing"] == "full":
-        training |= {name: read(name, parse_int) for name in RECOMPUTED_LAYERS if values[name].strip()}
+        training |= _recomputed_layers(values, read)
     return training
+
+
+def _recomputed_layers(values: Mapping[str, str], read: _Reader) -> dict[str, Any]:
+    """Which layers full recomputation applies to, where the controls say (blank: every layer)."""
+    return {name: read(name, parse_int) for name in RECOMPUTED_LAYERS if values[name].strip()}
 
 
 def _parallelism_dict(values: Mapping[str, str], read: _Reader) -> dict[str, Any]:

@@ -94,18 +94,8 @@ def page_context(form: ParsedForm, params: Mapping[str, str], *, later_answers: 
     the panel's placeholder sends when it lands): the solver and its fixes replay the allocator a dozen times, and
     the verdict should not wait for them. A whole page (without JavaScript too) has the panel filled in."""
     values = _shown_values(form)
-    view = answers = charts = recompute = None
     job = form.job
-    if form.ok and form.request is not None and form.estimate is not None:
-        unit = form.unit
-        view = result_view(form.estimate, to_parallelism(form.request.parallelism), unit,
-                           attention=form.request.training.attention, host_ram=form.host_ram_bytes)
-        if job is not None:
-            if not later_answers:
-                answers = fit_answers(job, form.estimate, links.state_of(params, names=STATE_NAMES), unit)
-            charts = sweeps(job, form.estimate, size=lambda value: format_bytes(value, unit), unit=unit,
-                            unit_bytes=UNIT_BYTES[unit])
-            recompute = recompute_choices(job, form.estimate, unit)
+    view, answers, charts, recompute = _results(form, params, later_answers=later_answers)
     return {
         "form": form,
         "values": values,
@@ -133,6 +123,24 @@ def page_context(form: ParsedForm, params: Mapping[str, str], *, later_answers: 
         "imported": None,
         "marks": None,
     }
+
+
+def _results(form: ParsedForm, params: Mapping[str, str], *, later_answers: bool) -> tuple[Any, Any, Any, Any]:
+    """The result's view, the make-it-fit answers (unless they come later), the sweeps and the recomputation
+    choices; None for each the form gives no estimate (or job) for."""
+    view = answers = charts = recompute = None
+    job = form.job
+    if form.ok and form.request is not None and form.estimate is not None:
+        unit = form.unit
+        view = result_view(form.estimate, to_parallelism(form.request.parallelism), unit,
+                           attention=form.request.training.attention, host_ram=form.host_ram_bytes)
+        if job is not None:
+            if not later_answers:
+                answers = fit_answers(job, form.estimate, links.state_of(params, names=STATE_NAMES), unit)
+            charts = sweeps(job, form.estimate, size=lambda value: format_bytes(value, unit), unit=unit,
+                            unit_bytes=UNIT_BYTES[unit])
+            recompute = recompute_choices(job, form.estimate, unit)
+    return view, answers, charts, recompute
 
 
 def _shown_values(form: ParsedForm) -> dict[str, str]:
