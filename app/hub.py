@@ -187,15 +187,22 @@ def _check_size(repo_id: str, filename: str, size: int | None, limit: int) -> No
 
 def _failure(error: Exception, repo_id: str, revision: str | None, filename: str) -> DomainError:
     """The DomainError for what huggingface_hub (or its HTTP client) raised."""
-    import httpx2
+    refused = _refused(error, repo_id, revision, filename)
+    return refused if refused is not None else _unreached(error, repo_id, filename)
+
+
+_TOKEN: Final = "HF_TOKEN, or the token saved by `hf auth login`"
+
+
+def _refused(error: Exception, repo_id: str, revision: str | None, filename: str) -> DomainError | None:
+    """What the Hub answered and refused: a gated, missing or private model, revision or file, or the token."""
     from huggingface_hub import errors
 
-    token = "HF_TOKEN, or the token saved by `hf auth login`"
     if isinstance(error, errors.GatedRepoError):
         if error.response.status_code == 403:
             return DomainError(FIELD, f"{repo_id} is gated and the token given has not been granted access: ask "
                                       "for access on the model's page with the same account", kind="hub_gated")
-        return DomainError(FIELD, f"{repo_id} is gated: accept its terms on the Hub, then give a token ({token})",
+        return DomainError(FIELD, f"{repo_id} is gated: accept its terms on the Hub, then give a token ({_TOKEN})",
                            kind="hub_gated")
     if isinstance(error, errors.RepositoryNotFoundError):
         return DomainError(FIELD, f"no model {repo_id} on the Hugging Face Hub (or it is private and no token "
@@ -206,8 +213,17 @@ def _failure(error: Exception, repo_id: str, revision: str | None, filename: str
         return DomainError(FIELD, f"{repo_id} has no {filename}: it is not a transformers model",
                            kind="hub_not_a_model")
     if isinstance(error, errors.HfHubHTTPError) and error.response.status_code == 401:
-        return DomainError(FIELD, f"the Hugging Face Hub refused the token ({token}) for {repo_id}",
+        return DomainError(FIELD, f"the Hugging Face Hub refused the token ({_TOKEN}) for {repo_id}",
                            kind="hub_token_refused")
+    return None
+
+
+def _unreached(error: Exception, repo_id: str, filename: str) -> DomainError:
+    """The Hub not reached (offline, too slow, unreachable) with the files not in the cache, or an id it refuses
+    to look up."""
+    import httpx2
+    from huggingface_hub import errors
+
     if isinstance(error, errors.LocalEntryNotFoundError | errors.OfflineModeIsEnabled) and offline():
         return DomainError(FIELD, f"HF_HUB_OFFLINE is set and {repo_id}'s {filename} is not in huggingface_hub's "
                                   "cache: fetch it once while online", kind="hub_offline")

@@ -40,6 +40,11 @@ def signed_percent(fraction: float) -> str:
     return ("+" if fraction > 0 else MINUS) + text
 
 
+def _peak_change(delta: int, unit: Unit) -> str:
+    """How a choice moves the peak: ``+1.2 GiB at the peak``, or the same."""
+    return "the same peak" if not delta else f"{'+' if delta > 0 else MINUS}{format_bytes(abs(delta), unit)} at the peak"
+
+
 def recompute_choices(job: Job, given: core.Estimate, unit: Unit) -> tuple[Choice, ...] | None:
     """Each checkpointing choice beside the current one; None without an architecture (no activations)."""
     arch = job.architecture
@@ -62,11 +67,9 @@ def recompute_choices(job: Job, given: core.Estimate, unit: Unit) -> tuple[Choic
                 with_field(every_layer, PATH, choice).estimate(reserve=False).peak.bytes
         except core.DomainError:  # a choice this setup does not allow
             continue
-        delta = peak - given.peak.bytes
-        memory = "the same peak" if not delta else \
-            f"{'+' if delta > 0 else MINUS}{format_bytes(abs(delta), unit)} at the peak"
         compute = "" if current else f"{signed_percent(flops.recompute_fraction(choice) - now_fraction)} compute"
-        out.append(Choice(choice, info.label, current, compute, memory, format_bytes(peak, unit)))
+        out.append(Choice(choice, info.label, current, compute, _peak_change(peak - given.peak.bytes, unit),
+                          format_bytes(peak, unit)))
     if partial:  # the policy chosen, some layers recomputed: first, as chosen
         label = f"Full, {describe(training.recompute_every, training.recompute_first_layers)}"
         out.insert(0, Choice("partial", label, True, "", "the same peak", format_bytes(given.peak.bytes, unit)))
