@@ -92,6 +92,14 @@ def rebuild_beyond_freed(policy: Recomputed, rebuild_bytes: int, kept_layer_byte
     return max(0, rebuild_bytes - above * kept_layer_bytes)
 
 
+def kept_layer_role(role: str) -> str:
+    """The part a kept layer takes in backward when other layers are recomputed: with recomputation on, transformers
+    makes the embedding's output need a gradient (PreTrainedModel.enable_input_require_grads, which
+    gradient_checkpointing_enable calls for a model whose inputs need none), so the lowest trainable layer keeps
+    what its input's gradient needs too (measured on CPU: docs/VALIDATION.md, "Recomputing some layers")."""
+    return "full" if role == "bottom" else role
+
+
 def describe(every: int, first_layers: int | None) -> str:
     """The policy in words, for the ledger's labels."""
     if first_layers is not None:
