@@ -212,7 +212,8 @@ def _run(args) -> int:
         results = {mode: run_case(case, mode) for mode in ("none", "op", "full")}
         op = results["op"]
         mid = op.kept_per_layer[1:-1]
-        print(f"{case.label}: op kept/layer {mid[0]} B (formula {formula(case)}; layers {op.kept_per_layer})"
+        label = f"{case.family} {case.size.label()} b{case.batch} s{case.seq} {case.precision} {case.attention}"
+        print(f"{label}: op kept/layer {mid[0]} B (formula {formula(case)}; layers {op.kept_per_layer})"
               f" | none kept/layer {results['none'].kept_per_layer[1]} B | full kept/layer {results['full'].kept_per_layer[1]} B"
               f" | peak beyond weights+grads: op {op.peak} B @ {op.peak_event!r},"
               f" none {results['none'].peak} B @ {results['none'].peak_event!r},"
