@@ -445,12 +445,11 @@ def _checkpointing(section: dict[str, Any] | None, r: Reading) -> None:
     elif mode == "memory_budget":
         r.ignore("activation_checkpoint.mode", "memory_budget recomputation is chosen by the compiler: not modelled")
     elif option == "op":
-        r.said("training.activation_checkpointing", "selective", "activation_checkpoint.selective_ac_option", option,
-               note="op-level selective recomputation keeps the matmul outputs and recomputes the rest")
+        r.said("training.activation_checkpointing", "op", "activation_checkpoint.selective_ac_option", option,
+               note="op-level selective recomputation keeps every other matmul's output and the attention kernel's, "
+                    "and recomputes the rest")
         if "mode" in section:
             r.also("activation_checkpoint.mode", mode, "training.activation_checkpointing")
-        r.assume("training.activation_checkpointing", "selective", "torchtitan's op-level selective recomputation "
-                 "(it keeps matmul outputs) is counted as Megatron-style selective recomputation of the attention core")
     elif option.isdigit() and int(option) == 1:
         r.said("training.activation_checkpointing", "full", "activation_checkpoint.selective_ac_option", option,
                note="every layer recomputed in full")

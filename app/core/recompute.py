@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Final
 
 ALL_LAYERS: Final = 1  # recompute_every's default: every layer
+WHOLE_LAYERS: Final = ("full", "op")  # the policies that rebuild each recomputed layer in its backward
 
 
 @dataclass(frozen=True)
@@ -57,8 +58,10 @@ class Recomputed:
 def stage_recomputed(checkpointing: str, layers: int, *, every: int = ALL_LAYERS,
                      first_layers: int | None = None) -> Recomputed:
     """The policy applied to a stage of `layers` layers (`checkpointing` other than full recomputes none whole)."""
-    if checkpointing != "full" or layers <= 0:
+    if checkpointing not in WHOLE_LAYERS or layers <= 0:
         return Recomputed(layers, 0, -1)
+    if checkpointing == "op":  # every layer, its policy within each
+        return Recomputed(layers, layers, layers - 1)
     if first_layers is not None:
         count = min(first_layers, layers)
         return Recomputed(layers, count, count - 1, every, first_layers)
