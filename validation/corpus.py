@@ -44,7 +44,8 @@ DEGREES = {"parallelism.pipeline": (1, 2, 4), "parallelism.tensor": (1, 2, 4, 8)
 ADDED: Final = {"training.recompute_every": (2, 3, 4), "training.recompute_first_layers": (1, 4, 16)}
 ADDED_SETUPS = 400
 # Choices added after the corpus was first drawn: left out of the first SETUPS draws for the same reason.
-ADDED_CHOICES: Final = {"training.optimizer": ("paged-adamw-8bit", "paged-adamw-32bit")}
+ADDED_CHOICES: Final = {"training.optimizer": ("paged-adamw-8bit", "paged-adamw-32bit"),
+                        "training.activation_checkpointing": ("op",)}
 VARIED = tuple(path for path in JOB_FIELDS if path.split(".")[0] in ("training", "parallelism", "finetuning", "gpu")
                and path != "parallelism.reduce_bucket_size" and path not in ADDED)
 
@@ -75,7 +76,8 @@ def setups(count: int = SETUPS + ADDED_SETUPS, seed: int = SEED) -> Iterator[tup
             value = added.choice(ADDED[path])
             described += f" training.activation_checkpointing=full {path}={value}"
             job = with_field(with_field(job, "training.activation_checkpointing", "full"), path, value)
-            for choice_path, choices in ADDED_CHOICES.items():
+            for choice_path in ("training.optimizer",):  # "op" replaces full recomputation: not drawn here
+                choices = ADDED_CHOICES[choice_path]
                 if added.random() < 0.5:
                     choice = added.choice(choices)
                     described += f" {choice_path}={choice}"

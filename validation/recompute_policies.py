@@ -43,6 +43,7 @@ from app.core import Estimate, Parallelism
 from app.core import activations as act
 from app.core.finetuning import layer_role
 from app.core.hf_config import architecture_from_hf_config
+from app.core.recompute import kept_layer_role
 from app.core.setup import activation_setup
 from validation import peak
 from validation import timeline as tl
@@ -58,24 +59,12 @@ FAMILY_LAYERS: Final = (("llama", 6), ("qwen2", 5), ("olmo2", 4))
 LORA_TARGETS: Final = ("q_proj", "v_proj")
 
 # Cases where trainmem's answer differs from the measurement, and why (read off the per-event comparison).
-_REBUILD_OF_LAYER_1 = (
-    "Layer 1's backward rebuilds it once every kept layer above has been freed, so it holds what it holds under full "
-    "recomputation, whatever N is; trainmem's 'backward: layer 1' under the policy leaves out most of it and names "
-    "the loss's backward.")
 KNOWN_DIFFERENCES: Final[dict[str, str]] = {
-    "llama h256 L6 a4/kv2 I1536 V512 b2 s1024 bf16 adamw(foreach) sdpa ckpt first 5 plain":
-        _REBUILD_OF_LAYER_1 + " trainmem's full recomputation puts 119,768,064 B there; this policy 88,968,874 B.",
-    "qwen2 h256 L5 a4/kv2 I1536 V512 b2 s1024 bf16 adamw(foreach) sdpa ckpt first 4 plain":
-        _REBUILD_OF_LAYER_1 + " trainmem's full recomputation puts 108,773,376 B there; this policy 79,164,211 B.",
     "qwen2 h256 L5 a4/kv2 I1536 V512 b2 s1024 bf16 adamw(foreach) sdpa ckpt every 2 plain":
         "The top layer is kept and the one below recomputed: its rebuild takes the place of layer 5's freed tensors, "
         "beside layer 5's gradients (2,754,560 B, one layer's bf16 weights), so layer 4's backward holds 2,754,560 B "
-        "more than layer 5's. trainmem lists the first and the last layer's backward only.",
-    "llama h256 L6 a4/kv2 I1536 V512 b2 s1024 bf16 adamw(foreach) sdpa ckpt every 2 plain lora r8 q_proj,v_proj":
-        "With checkpointing on, transformers makes the embedding's output require a gradient "
-        "(`enable_input_require_grads`): the kept lowest layer keeps what the other kept layers keep (30,588,928 B, "
-        "not the lowest trainable layer's 28,483,584 B), and the embedding's output (b × s × h bf16, 1,048,576 B), "
-        "now a leaf that needs a gradient, stays alive until backward ends.",
+        "more than layer 5's. trainmem counts those bytes (the peak is within 388 B) but at the top layer's backward: "
+        "its timeline has events for the first and the last layer only, so it names layer 5's.",
 }
 
 
@@ -171,7 +160,7 @@ def predicted_layers(case: tl.TimelineCase, config: dict) -> list[int]:
     recomputed = act.total_bytes(act.checkpointed_layer_activations(arch, setup, "full"))
     out = []
     for index, is_recomputed in enumerate(case.recomputed_layers(arch.num_hidden_layers)):
-        role = layer_role(training.finetuning, index) if case.lora_rank else "full"
+        role = kept_layer_role(layer_role(training.finetuning, index)) if case.lora_rank else "full"
         out.append(recomputed if is_recomputed else act.total_bytes(act.layer_activations(arch, setup, role)))
     return out
 

@@ -518,12 +518,13 @@ def _checkpointing_rest(section: dict[str, Any], mode: str, r: Reading) -> None:
 
 
 def _selective(section: dict[str, Any], mode: str, option: str, r: Reading) -> None:
-    """Selective recomputation by its option: op-level (counted as the attention core's), every layer (1, full), or
-    every n-th layer in full (training.recompute_every)."""
+    """Selective recomputation by its option: op-level (training.activation_checkpointing op), every layer (1, full),
+    or every n-th layer in full (training.recompute_every)."""
     key = "activation_checkpoint.selective_ac_option"
     if option == "op":
-        r.said("training.activation_checkpointing", "selective", key, option,
-               note="op-level selective recomputation keeps the matmul outputs and recomputes the rest")
+        r.said("training.activation_checkpointing", "op", key, option,
+               note="op-level selective recomputation keeps every other matmul's output and the attention kernel's, "
+                    "and recomputes the rest")
     elif option.isdigit() and int(option) == 1:
         r.said("training.activation_checkpointing", "full", key, option, note="every layer recomputed in full")
     elif option.isdigit() and int(option) > 1:
@@ -534,6 +535,3 @@ def _selective(section: dict[str, Any], mode: str, option: str, r: Reading) -> N
         raise r.error(key, f"must be 'op' or a positive integer, got {option!r}")
     if "mode" in section:
         r.also("activation_checkpoint.mode", mode, "training.activation_checkpointing")
-    if option == "op":
-        r.assume("training.activation_checkpointing", "selective", "torchtitan's op-level selective recomputation "
-                 "(it keeps matmul outputs) is counted as Megatron-style selective recomputation of the attention core")

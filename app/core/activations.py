@@ -70,6 +70,7 @@ from app.core.saved.megatron import (
     te_scale_bytes,
 )
 from app.core.saved.mla import _hf_mla_layer, _refuse_unmodelled_mla
+from app.core.saved.op_policy import op_layer_activations, op_rebuild
 
 # The names the rest of the core reads as act.<name>, defined in the rooms (app/core/saved/).
 __all__ = [
@@ -144,6 +145,8 @@ def checkpointed_layer_activations(
     * ``none``: everything (`layer_activations`);
     * ``selective``: everything but core attention, recomputed in backward (Korthikanti et al.
       2022, section 5: sbh(10 + 24/t) with TP, 34sbh/t with SP);
+    * ``op``: torchtitan's op-level policy (`app.core.saved.op_policy`): the input, every other matmul's output and
+      the attention kernel's outputs;
     * ``full``: only the layer's input, 2sbh at 16 bits (/t with SP), the whole layer is recomputed.
     """
     if checkpointing == "none":
@@ -151,6 +154,8 @@ def checkpointed_layer_activations(
     if checkpointing == "selective":
         full = full if full is not None else layer_activations(arch, setup)
         return tuple(item for item in full if not item.core_attention)
+    if checkpointing == "op":
+        return op_layer_activations(arch, setup)
     saved = _Saved(setup)
     saved.add("layer.input", setup.tokens * arch.hidden_size, setup.stream_bytes, "sequence")
     return tuple(saved.items)
@@ -172,7 +177,7 @@ def checkpoint_held_activations(
     materialises for it, b x 1 x s x s in the residual stream's dtype. Without recomputation nothing
     keeps the mask or the position ids after the forward pass.
     """
-    if setup.implementation == "megatron" or checkpointing != "full":
+    if setup.implementation == "megatron" or checkpointing not in ("full", "op"):
         return ()
     saved = _Saved(setup)
     b, s = setup.micro_batch_size, setup.seq_len
@@ -199,6 +204,8 @@ def recompute_workspace(arch: Architecture, setup: ActivationSetup, checkpointin
     full = full if full is not None else layer_activations(arch, setup)
     if checkpointing == "selective":
         return tuple(item for item in full if item.core_attention)
+    if checkpointing == "op":
+        return op_rebuild(arch, setup, full)
     return full
 
 

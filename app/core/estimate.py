@@ -186,7 +186,7 @@ def _stage_reserve(arch: Architecture, training: Training, parallelism: Parallel
         templates = reserve.stage_templates(arch, parallelism, kind, ledger, full_layer, kept_bytes, fold)
     return reserve.stage_reserve(
         ledger, steps, ramps, templates=templates,
-        forward_transient=full_layer if training.activation_checkpointing == "full" else (),
+        forward_transient=full_layer if training.activation_checkpointing in ("full", "op") else (),
         kind=training.allocator, gpu=gpu, extra_bytes=training.framework_overhead_bytes,  # type: ignore[arg-type]
         ledger_peak_bytes=peak_bytes, communicator_bytes=sum(c.bytes for c in groups), fold=fold)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.core.architecture import Architecture, layer_tensors
+from app.core.saved.op_policy import op_recomputed_params
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ class StepFlops:
     layer_matmuls: int  # the layers' matmuls, forward
     attention_core: int  # QKᵀ and the product with V, forward, all layers
     output_layer: int  # the logits' matmul, forward
+    op_recomputed_matmuls: int = 0  # the layers' matmuls whose outputs torchtitan's op policy does not save, forward
 
     @property
     def forward(self) -> int:
@@ -43,6 +45,8 @@ class StepFlops:
             return self.layer_matmuls + self.attention_core
         if checkpointing == "selective":
             return self.attention_core
+        if checkpointing == "op":  # the attention kernel's outputs and every other matmul's are saved
+            return self.op_recomputed_matmuls
         return 0
 
     def recompute_fraction(self, checkpointing: str, share: float = 1.0) -> float:
@@ -61,4 +65,5 @@ def step_flops(arch: Architecture, *, micro_batch_size: int, seq_len: int) -> St
         layer_matmuls=2 * tokens * layers * layer_params,
         attention_core=layers * core,
         output_layer=2 * tokens * arch.vocab_size * arch.hidden_size,
+        op_recomputed_matmuls=2 * tokens * layers * op_recomputed_params(arch),
     )

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Final
 
 ALL_LAYERS: Final = 1  # recompute_every's default: every layer
+WHOLE_LAYERS: Final = ("full", "op")  # the policies that rebuild each recomputed layer in its backward
 
 
 @dataclass(frozen=True)
@@ -57,8 +58,10 @@ class Recomputed:
 def stage_recomputed(checkpointing: str, layers: int, *, every: int = ALL_LAYERS,
                      first_layers: int | None = None) -> Recomputed:
     """The policy applied to a stage of `layers` layers (`checkpointing` other than full recomputes none whole)."""
-    if checkpointing != "full" or layers <= 0:
+    if checkpointing not in WHOLE_LAYERS or layers <= 0:
         return Recomputed(layers, 0, -1)
+    if checkpointing == "op":  # every layer, its policy within each
+        return Recomputed(layers, layers, layers - 1)
     if first_layers is not None:
         count = min(first_layers, layers)
         return Recomputed(layers, count, count - 1, every, first_layers)
@@ -90,6 +93,14 @@ def rebuild_beyond_freed(policy: Recomputed, rebuild_bytes: int, kept_layer_byte
         return 0
     above = policy.layers - 1 - policy.highest
     return max(0, rebuild_bytes - above * kept_layer_bytes)
+
+
+def kept_layer_role(role: str) -> str:
+    """The part a kept layer takes in backward when other layers are recomputed: with recomputation on, transformers
+    makes the embedding's output need a gradient (PreTrainedModel.enable_input_require_grads, which
+    gradient_checkpointing_enable calls for a model whose inputs need none), so the lowest trainable layer keeps
+    what its input's gradient needs too (measured on CPU: docs/VALIDATION.md, "Recomputing some layers")."""
+    return "full" if role == "bottom" else role
 
 
 def describe(every: int, first_layers: int | None) -> str:

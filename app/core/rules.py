@@ -32,6 +32,7 @@ from app.core.setup import (
     OFFLOADS,
     Parallelism,
     Training,
+    activation_setup,
     check_choice,
     check_int,
     fsdp2_convention,
@@ -171,6 +172,28 @@ def _recomputed_layers(training: Training) -> None:
     if len(partial) == 2:
         raise DomainError("training.recompute_first_layers", "give either recompute_every (every k-th layer) or "
                                                              "recompute_first_layers (the first N of each stage)")
+
+
+def _op_policy(training: Training, parallelism: Parallelism, arch: Architecture) -> None:
+    """torchtitan's op-level recomputation where it was measured: dense Hugging Face layers with a gated MLP, no
+    fused projections, trained in full in half precision, a fused attention kernel (app/core/saved/op_policy.py)."""
+    if training.activation_checkpointing != "op":
+        return
+    why = None
+    if training.implementation != "transformers":
+        why = "is modelled for Hugging Face's modules; choose the transformers implementation"
+    elif arch.is_moe or arch.is_mla or not arch.is_gated or arch.fused_qkv or arch.fused_gate_up \
+            or arch.sliding_window_layers or family_of(arch).gpt2_modules:
+        why = ("is modelled for dense layers with separate q, k, v and gate, up, down projections and full attention "
+               "(Llama, Mistral, Qwen2 and the like)")
+    elif training.finetuning != Finetuning():
+        why = "is modelled for training every weight: an adapter's matmuls change which outputs the policy saves"
+    elif training.fp8 != "none" or _autocast(training):
+        why = "is modelled for half-precision weights without autocast or FP8"
+    elif act.attention_kernel(arch, activation_setup(training, parallelism)) not in ("flash", "memory-efficient"):
+        why = "saves the fused attention kernel's outputs: choose sdpa or flash attention"
+    if why:
+        raise DomainError("training.activation_checkpointing", f"op (torchtitan's op-level recomputation) {why}")
 
 
 def _framework_implementation(training: Training, parallelism: Parallelism, arch: Architecture | None) -> None:
@@ -457,6 +480,8 @@ SETUP_RULES: Final = (
     Rule(("parallelism.offload", "parallelism.zero_stage"), _offload_zero),
     Rule(("finetuning", "training.implementation", "training.precision"), _finetuning),
     Rule(("training.implementation",), _liger_families, needs_architecture=True),
+    Rule(("training.activation_checkpointing", "training.implementation", "training.attention", "training.fp8",
+          "training.precision", "finetuning"), _op_policy, needs_architecture=True),
     Rule(("parallelism.context", "training.attention"), _context_sinks, needs_architecture=True),
     Rule(("parallelism.expert", "parallelism.expert_tensor",
           "parallelism.expert_load"),

@@ -305,7 +305,9 @@ def _recomputation(job: Job) -> list[Candidate]:
                          extra_compute=extra)))
     for choice in order[order.index(training.activation_checkpointing) + (0 if partial else 1):]:
         extra = flops.recompute_fraction(choice) - now
-        what = "every layer's forward" if choice == "full" else "the attention core's forward (QKᵀ, softmax, × V)"
+        what = {"full": "every layer's forward",
+                "op": "every layer's forward but the matmuls and attention kernel whose outputs it saves"}.get(
+                    choice, "the attention core's forward (QKᵀ, softmax, × V)")
         change: dict[str, object] = {"training.activation_checkpointing": choice}
         if partial:
             change |= {"training.recompute_every": 1, "training.recompute_first_layers": None}

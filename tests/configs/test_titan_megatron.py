@@ -27,7 +27,7 @@ def test_torchtitan_llama3_8b_on_one_node():
     assert request["parallelism"]["data"] == 8 and request["parallelism"]["zero_stage"] == 3
     assert any("-1" in why for _, why in assumed(answer)["parallelism.data"])
     assert request["training"]["precision"] == "bf16-fp32-master"  # FSDP2 mixed precision: fp32 shards
-    assert request["training"]["activation_checkpointing"] == "selective"
+    assert request["training"]["activation_checkpointing"] == "op"  # selective_ac_option = "op": torchtitan's op-level policy
     assert request["training"]["optimizer_implementation"] == "fused"
     assert request["training"]["loop"] == "hf-trainer"  # the step deletes the logits before backward
     why = ignored(answer)

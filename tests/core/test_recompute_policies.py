@@ -73,7 +73,12 @@ def test_the_rebuild_counts_where_the_top_layer_is_recomputed():
     assert full > 0
     assert rebuilt(recompute_every=2) == full
     assert rebuilt(recompute_first_layers=16) == 0
-    assert rebuilt(recompute_every=3) == 0  # 30th recomputed, 31st and 32nd kept above it
+    # The 30th recomputed, the 31st and 32nd kept above it: they have freed what they keep, less the gradients they
+    # leave (measured on CPU: docs/VALIDATION.md, "Recomputing some layers")
+    plain = core.estimate(architecture=LLAMA, training=_training(), reserve=False)
+    (gradients,) = [buffer.bytes for buffer in plain.ledger if buffer.key == "gradients.layers"]
+    freed = _per_layer("none") - gradients // LLAMA.num_hidden_layers
+    assert rebuilt(recompute_every=3) == max(0, full - 2 * freed) > 0
 
 
 def test_more_recomputed_layers_lower_the_peak():

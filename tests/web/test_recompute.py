@@ -33,7 +33,8 @@ def test_each_choice_costs_its_share_of_the_step_and_saves_what_the_estimate_say
     job = _job()
     given = job.estimate()
     choices = _choices(job, given)
-    assert list(choices) == list(core.CHECKPOINTING_CHOICES)
+    # op-level recomputation saves the fused attention kernel's outputs: with eager attention it is refused
+    assert list(choices) == [choice for choice in core.CHECKPOINTING_CHOICES if choice != "op"]
     assert choices["none"].current and choices["none"].compute == ""
     assert job.architecture is not None
     flops = step_flops(job.architecture, micro_batch_size=1, seq_len=4096)

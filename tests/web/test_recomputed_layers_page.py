@@ -50,8 +50,8 @@ def test_the_recomputation_table_compares_every_layer_policies_with_a_partial_on
     assert form.ok and form.estimate is not None and job is not None, form.errors
     choices = recompute_choices(job, form.estimate, form.unit)
     assert choices is not None
-    assert [choice.choice for choice in choices] == ["partial", "none", "selective", "full"]
-    assert [choice.current for choice in choices] == [True, False, False, False]
+    assert [choice.choice for choice in choices] == ["partial", "none", "selective", "op", "full"]
+    assert [choice.current for choice in choices] == [True, False, False, False, False]
     assert choices[0].label == "Full, every 2nd layer recomputed"
     by = {choice.choice: choice for choice in choices}
     assert by["full"].compute.startswith("+") and by["none"].compute.startswith("\u2212")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from app.core import activations as act
 from app.core.contributors.base import (
+    BWD_LAYER_FIRST,
     BWD_LAYER_LAST,
     FWD_LAYER_FIRST,
     FWD_LAYER_LAST,
@@ -118,15 +119,32 @@ class Backward(StageBase):
                      "what a step's first micro-batch leaves unwritten exists from its second on",
                      f"{working:,} B − {max(size, 0):,} B", accumulating, self.per_stage(accumulating),
                      Life("micro-batch", BWD_LAYER_LAST, self.bwd_end, accumulating=True))
+        lowest = self.recomputed.is_recomputed(0)
+        split = full and self.recomputed.partial and lowest != recomputed and self.kind.layers > 1
+        if size > 0:
+            # With adapters, the lowest layer's backward holds less than this (measured below it on CPU and on the H200
+            # by about n × h): counted where the backward starts, which under adapters always holds more.
+            life = (Life("micro-batch", BWD_LAYER_LAST, self.bwd_end) if full and not split
+                    else Life("micro-batch", BWD_LAYER_LAST, only=(BWD_LAYER_LAST,)))
+            self.add("mlp.backward", "temporary", "One layer's MLP backward: the gradients of its n × I tensors, less "
+                     "the layer's gradients not yet written",
+                     f"{terms} − {grads - written:,} B of gradients written later", size, self.per_stage(size), life)
+        if split:  # the lowest layer recomputed and the top one kept, or the other way round
+            self._lowest_mlp_backward(grads, lowest, post_norm)
+
+    def _lowest_mlp_backward(self, grads: int, recomputed: bool, post_norm: bool) -> None:
+        """`_mlp_backward` at the lowest layer's backward, where some layers are recomputed and that layer's policy
+        differs from the top one's (measured on CPU: docs/VALIDATION.md, "Recomputing some layers")."""
+        if post_norm:
+            size, terms, written, _ = self._post_norm_full_backward(grads, recomputed)
+        else:
+            size, terms, written, _ = self._mlp_working_set(grads, recomputed, full=True, post_norm=post_norm)
         if size <= 0:
             return
-        # With adapters, the lowest layer's backward holds less than this (measured below it on CPU and on the H200
-        # by about n × h): counted where the backward starts, which under adapters always holds more.
-        life = (Life("micro-batch", BWD_LAYER_LAST, self.bwd_end) if full
-                else Life("micro-batch", BWD_LAYER_LAST, only=(BWD_LAYER_LAST,)))
-        self.add("mlp.backward", "temporary", "One layer's MLP backward: the gradients of its n × I tensors, less "
-                 "the layer's gradients not yet written", f"{terms} − {grads - written:,} B of gradients written later",
-                 size, self.per_stage(size), life)
+        self.add("mlp.backward.lowest", "temporary", "The lowest layer's MLP backward: the gradients of its n × I "
+                 "tensors, less the layer's gradients not yet written",
+                 f"{terms} − {grads - written:,} B of gradients written later", size, self.per_stage(size),
+                 Life("micro-batch", BWD_LAYER_FIRST, only=(BWD_LAYER_FIRST,)))
 
     def _mlp_working_set(self, grads: int, recomputed: bool, *, full: bool,
                          post_norm: bool) -> tuple[int, str, int, int]:

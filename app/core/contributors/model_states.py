@@ -61,7 +61,9 @@ class ModelStates(StageBase):
                 terms.append(f"{self.kind.layers - shapes.dense_layers} layers × {shapes.sparse_layer_rank:,} + "
                              f"{shapes.dense_layers} dense layers × {shapes.dense_layer_rank:,}")
             elif name == "layers":
-                terms.append(f"{self.kind.layers} layers × {self.shapes.layer_rank:,}")
+                # Every layer alike: each one's elements before expert parallelism's split (noted after the total),
+                # which `layer_rank` (one layer as ZeRO-3 gathers it) has applied
+                terms.append(f"{self.kind.layers} layers × {self.parts['layers'] // self.kind.layers:,}")
             else:
                 terms.append(f"{name} {self.parts[name]:,}")
         text = f"{total:,} params"

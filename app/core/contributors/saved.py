@@ -19,6 +19,7 @@ from app.core.contributors.base import (
 )
 from app.core.finetuning import layer_role, layer_roles
 from app.core.recompute import describe as describe_recomputation
+from app.core.recompute import kept_layer_role
 from app.core.timeline import Life
 from app.core.units import ceil_div
 
@@ -200,7 +201,10 @@ class SavedTensors(StageBase):
         groups: dict[tuple[str, bool, bool], int] = {}
         below = min(n, max(0, ft.frozen_layers + 1 - first))  # positions under the lowest layer that takes "full"
         for index in range(below):
-            key = (layer_role(ft, first + index), index < self.dense, recomputed.is_recomputed(index))
+            role = layer_role(ft, first + index)
+            if not recomputed.is_recomputed(index):
+                role = kept_layer_role(role)
+            key = (role, index < self.dense, recomputed.is_recomputed(index))
             groups[key] = groups.get(key, 0) + 1
         dense_above = max(0, self.dense - below)
         dense_recomputed = recomputed.among_first(below + dense_above) - recomputed.among_first(below)

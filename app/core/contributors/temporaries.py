@@ -7,6 +7,7 @@ from app.core import activations as act
 from app.core.contributors.base import (
     ACTS,
     BWD_HEAD,
+    BWD_LAYER_FIRST,
     BWD_LAYER_LAST,
     FORWARDED,
     FWD_LAYER_FIRST,
@@ -56,18 +57,50 @@ class Temporaries(StageBase):
         if not rebuilt:
             return
         size, text = act.total_bytes(rebuilt), _listed(rebuilt)
-        recomputed = self.recomputed
-        if checkpointing == "full" and not recomputed.top:
-            # The highest recomputed layer rebuilds once the kept layers above it have freed what they kept
-            above = recomputed.layers - 1 - recomputed.highest
-            kept = act.total_bytes(self.layer_saved)
-            size = rebuild_beyond_freed(recomputed, size, kept)
-            text = f"{text} − {above} kept layers above it × {kept:,} B, freed by then"
-            if size <= 0:
-                return
+        if checkpointing == "full" and self.recomputed.partial:
+            self._partial_rebuilds(size, text)
+            return
         self.add("recompute", "temporary", "One layer rebuilt during backward (recomputation)",
                  text, size, self.per_stage(size),
                  Life("micro-batch", BWD_LAYER_LAST, self.bwd_end))
+
+    def _partial_rebuilds(self, size: int, text: str) -> None:
+        """Some layers recomputed: at the top layer's backward, the highest recomputed layer's rebuild beyond what the
+        kept layers above it have freed by then (their saved tensors, less the gradients they leave: measured on CPU,
+        docs/VALIDATION.md, "Recomputing some layers"); at the lowest layer's backward the whole rebuild, where that
+        layer is recomputed."""
+        recomputed = self.recomputed
+        above = recomputed.layers - 1 - recomputed.highest
+        if above:
+            freed = act.total_bytes(self.layer_saved) - self._layer_gradient_bytes()
+            top = rebuild_beyond_freed(recomputed, size, freed)
+            top_text = f"{text} − {above} kept layers above it × {freed:,} B, freed by then less their gradients"
+        else:
+            top, top_text = size, text
+        if top > 0:
+            self.add("recompute", "temporary", "The highest recomputed layer rebuilt during backward (recomputation)",
+                     top_text, top, self.per_stage(top), Life("micro-batch", BWD_LAYER_LAST, only=(BWD_LAYER_LAST,)))
+        if self.kind.layers > 1:
+            self._lowest_layer(size, text)
+
+    def _lowest_layer(self, rebuild: int, text: str) -> None:
+        """The lowest layer's backward: the saved-tensors line counts the average layer there (its share of the
+        stage's), where the lowest layer keeps its input if it is recomputed, everything if not; recomputed, it is
+        rebuilt as well."""
+        layers = next(b.bytes for b in self.buffers if b.key == "activations.layers")
+        share = layers // self.kind.layers
+        if self.recomputed.is_recomputed(0):
+            kept = act.total_bytes(act.checkpointed_layer_activations(self.arch, self.setup, "full"))
+            size = rebuild + kept - share
+            self.add("recompute.lowest", "temporary", "The lowest layer rebuilt during its backward (recomputation), "
+                     "beyond the average layer's share of the saved tensors", f"{text} + {kept:,} B kept − {share:,} B",
+                     size, self.per_stage(size), Life("micro-batch", BWD_LAYER_FIRST, only=(BWD_LAYER_FIRST,)))
+            return
+        size = act.total_bytes(self.layer_saved) - share
+        if size > 0:
+            self.add("activations.lowest", "activations", "The lowest layer keeps all it saves, more than the average "
+                     "layer's share of the saved tensors", f"{act.total_bytes(self.layer_saved):,} B − {share:,} B",
+                     size, self.per_stage(size), Life("micro-batch", BWD_LAYER_FIRST, only=(BWD_LAYER_FIRST,)))
 
     def _autocast_partly_recomputed(self, per_layer_elements: int, bits: int) -> None:
         """Autocast's copies with some layers recomputed: a kept layer's matmuls keep theirs until its backward, a

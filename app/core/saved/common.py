@@ -16,7 +16,7 @@ from app.core.units import ceil_div
 Implementation = Literal["megatron", "transformers", "liger"]
 Attention = Literal["eager", "sdpa", "flash"]
 Kernel = Literal["eager", "flash", "memory-efficient", "math"]
-Checkpointing = Literal["none", "selective", "full"]
+Checkpointing = Literal["none", "selective", "op", "full"]
 Device = Literal["cuda", "cpu"]
 Split = Literal["tensor", "sequence", "none", "expert"]  # "expert": a routed expert's width, over expert_tensor GPUs
 
@@ -58,6 +58,8 @@ KERNELS: Final = choices(
 CHECKPOINTING_CHOICES: Final = choices(
     Choice("none", "None", "every tensor saved for backward"),
     Choice("selective", "Selective (attention core)", "attention core recomputed"),
+    Choice("op", "Op-level (torchtitan)", "each layer recomputed but the outputs of every other matmul and of the "
+           "attention kernel"),
     Choice("full", "Full (layer inputs only)", "only each layer's input kept"),
 )
 
