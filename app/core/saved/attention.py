@@ -79,6 +79,9 @@ def _hf_attention(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, 
         queries = s if kernel == "flash" else ceil_div(s, MEM_EFFICIENT_LSE_ALIGN) * MEM_EFFICIENT_LSE_ALIGN
         # Part of the attention core: selective recomputation reruns the kernel and keeps only its inputs.
         saved.add("attn.logsumexp", b * a * queries, FP32_BYTES, "tensor", core=True)
+        if out_proj_input and family_of(arch).rotary_cat:
+            # Q contiguous as (b, a, s, d): the output too, which the attention copies to (b, s, a·d) for o_proj.
+            saved.add("attn.out_proj_input", n * a * d, wa, "tensor")
     if arch.dropout > 0:
         saved.mask("attn.residual_dropout_mask", setup.tokens * arch.hidden_size, setup.half_bytes, "sequence")
 
