@@ -255,6 +255,15 @@ def _phi2_dropout(size: Size) -> PretrainedConfig:
     return config
 
 
+def _gpt_neox(size: Size) -> PretrainedConfig:
+    # Pythia's layout: attention and the MLP side by side, a quarter of each head rotated, exact gelu, no dropout.
+    return transformers.GPTNeoXConfig(
+        hidden_size=size.hidden, num_hidden_layers=size.layers, num_attention_heads=size.heads,
+        intermediate_size=size.intermediate, vocab_size=size.vocab, max_position_embeddings=size.positions,
+        bos_token_id=0, eos_token_id=0,
+    )
+
+
 FAMILIES: dict[str, Callable[[Size], PretrainedConfig]] = {
     "gpt2": _gpt2,
     "gpt2-no-dropout": _gpt2_no_dropout,
@@ -281,6 +290,7 @@ FAMILIES: dict[str, Callable[[Size], PretrainedConfig]] = {
     "starcoder2-dropout-window": _starcoder2_published,
     "phi": _phi,
     "phi-dropout": _phi2_dropout,
+    "gpt_neox": _gpt_neox,
 }
 
 # Dtypes of the precision presets the harness runs.

@@ -12,7 +12,7 @@ from typing import Final
 DEFAULT_MAX_POSITIONS: Final = {"llama": 2048, "mistral": 131072, "qwen2": 32768, "gemma": 8192, "gemma2": 8192, "phi3": 4096,
                                 "mixtral": 131072, "qwen3": 32768, "qwen3_moe": 32768, "gemma3_text": 131072,
                                 "olmo2": 2048, "granite": 2048, "glm4": 131072,
-                                "starcoder2": 4096, "phi": 2048}
+                                "starcoder2": 4096, "phi": 2048, "gpt_neox": 2048}
 
 # Every dimension a config.json may leave out, for the model types whose configuration class gives each one a
 # default (transformers 5.24): Gemma3TextConfig (configuration_gemma3.py; a Gemma 3 config.json for the 4B, 12B
@@ -32,6 +32,9 @@ CONFIG_DEFAULTS: Final[dict[str, dict[str, int]]] = {
     # PhiConfig (configuration_phi.py), transformers 5.24.
     "phi": {"vocab_size": 51200, "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 24,
             "num_attention_heads": 32},
+    # GPTNeoXConfig (configuration_gpt_neox.py), transformers 5.24: GPT-NeoX-20B's numbers.
+    "gpt_neox": {"vocab_size": 50432, "hidden_size": 6144, "intermediate_size": 24576, "num_hidden_layers": 44,
+                 "num_attention_heads": 64},
     "glm4": {"vocab_size": 151_552, "hidden_size": 4096, "intermediate_size": 13696, "num_hidden_layers": 40,
              "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128},
 }
@@ -39,6 +42,8 @@ CONFIG_DEFAULTS: Final[dict[str, dict[str, int]]] = {
 GLM4_PARTIAL_ROTARY: Final = 0.5
 # PhiConfig's rope_parameters default: partial_rotary_factor 0.5.
 PHI_PARTIAL_ROTARY: Final = 0.5
+# GPTNeoXConfig's: rotary_pct 0.25 (a quarter of each head turns).
+GPT_NEOX_PARTIAL_ROTARY: Final = 0.25
 # DeepseekV3Config's defaults (configuration_deepseek_v3.py, transformers 5.24), which are DeepSeek-V3's own
 # config.json numbers (https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json) except
 # max_position_embeddings (4096 in the class, 163840 in the checkpoint's file).

@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # the architecture reads its family's parameters (`lm_head_bi
     from app.core.architecture import Architecture
 
 Router = Literal["softmax", "gpt-oss", "deepseek-v2", "deepseek-v3"]
-LinearNames = Literal["llama", "gpt2", "phi3", "starcoder2", "phi"]
+LinearNames = Literal["llama", "gpt2", "phi3", "starcoder2", "phi", "gpt_neox"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,10 @@ class Family:
     # two LayerNorms keep once (GPTNeoXLayer with use_parallel_residual, modeling_gpt_neox.py).
     parallel_blocks: bool = False
     lm_head_bias: bool = False  # the output layer has a bias of V (PhiForCausalLM.lm_head)
+    # V is a chunk of the fused QKV projection's output (GPTNeoXAttention.forward: ``qkv.chunk(3, dim=-1)``,
+    # modeling_gpt_neox.py), so a kernel that keeps V as given keeps that whole storage, (a + 2g)·d a token: sdpa, and
+    # eager's second matmul at micro-batch 1, where folding batch and heads stays a view (above 1 it copies V).
+    value_in_fused_qkv: bool = False
     # Norms and rotary embeddings.
     # RMSNorm multiplies by its weight in fp32 before casting back, so the normalised tensor it keeps is fp32:
     # Gemma's by (1 + weight), a new fp32 vector that the multiply keeps too (modeling_gemma.py, GemmaRMSNorm;
@@ -102,6 +106,7 @@ FAMILIES: Final[dict[str | None, Family]] = {family.model_type: family for famil
     Family("granite"),  # Llama's modules; its four multipliers are Python floats, which keep nothing
     Family("starcoder2", linear_names="starcoder2", ungated_backward_measured=True),
     Family("phi", linear_names="phi", parallel_blocks=True, lm_head_bias=True, rotary_cat=True),
+    Family("gpt_neox", linear_names="gpt_neox", parallel_blocks=True, rotary_cat=True, value_in_fused_qkv=True),
     Family("glm4", rotary_cat=True, rotary_per_layer=True, sandwich_norms=True),
     Family("gpt_oss", fp32_normalised=True, half_rotary=True, eager_under_sdpa=True, router="gpt-oss",
            backward_by_moment=True, moe_autocast_measured=True, peft_linear_only=True),

@@ -57,6 +57,9 @@ _STARCODER2_NAMES: Final = {"attn.q": "q_proj", "attn.k": "k_proj", "attn.v": "v
 # PhiAttention's and PhiMLP's (modeling_phi.py).
 _PHI_NAMES: Final = {"attn.q": "q_proj", "attn.k": "k_proj", "attn.v": "v_proj", "attn.o": "dense", "mlp.up": "fc1",
                      "mlp.down": "fc2"}
+# GPTNeoXAttention's and GPTNeoXMLP's (modeling_gpt_neox.py).
+_GPT_NEOX_NAMES: Final = {"attn.qkv": "query_key_value", "attn.o": "dense", "mlp.up": "dense_h_to_4h",
+                          "mlp.down": "dense_4h_to_h"}
 # Multi-head latent attention (DeepseekV3Attention, DeepseekV2Attention): q_proj where q_lora_rank is None.
 _MLA_NAMES: Final = {"attn.q": "q_proj", "attn.q_a": "q_a_proj", "attn.q_b": "q_b_proj",
                      "attn.kv_a": "kv_a_proj_with_mqa", "attn.kv_b": "kv_b_proj", "attn.o": "o_proj",
@@ -93,6 +96,8 @@ def module_names(arch: Architecture) -> dict[str, str]:
         return _STARCODER2_NAMES
     if names == "phi":
         return _PHI_NAMES
+    if names == "gpt_neox":
+        return _GPT_NEOX_NAMES
     if arch.is_mla:
         return _MLA_NAMES
     return _LLAMA_NAMES

@@ -22,6 +22,7 @@ from app.core.config_defaults import (
     GEMMA3_SLIDING_WINDOW,
     GEMMA3_SLIDING_WINDOW_PATTERN,
     GLM4_PARTIAL_ROTARY,
+    GPT_NEOX_PARTIAL_ROTARY,
     GPT_OSS_DEFAULTS,
     GPT_OSS_SLIDING_WINDOW_PATTERN,
     GPT_OSS_SWIGLU,
@@ -33,7 +34,8 @@ from app.core.model_kinds import GELU_NAMES, MAX_MODEL_TYPE_CHARS, STANDARD_FIEL
 
 SUPPORTED_MODEL_TYPES: Final = ("gpt2", "llama", "mistral", "qwen2", "gemma", "gemma2", "phi3", "mixtral", "qwen3",
                                  "qwen3_moe", "qwen2_moe", "gemma3_text", "gemma3", "olmo2", "deepseek_v2", "deepseek_v3",
-                                 "gpt_oss", "granite", "glm4", "starcoder2", "phi")
+                                 "gpt_oss", "granite", "glm4", "starcoder2", "phi",
+                                 "gpt_neox")
 FIELD_PREFIX: Final = "model.hf_config"
 
 GEMMA_TYPES: Final = ("gemma", "gemma2", "gemma3_text")
@@ -144,6 +146,8 @@ def architecture_from_hf_config(config: Mapping[str, Any]) -> Architecture:
             return _starcoder2(reader)
         if model_type == "phi":
             return _phi(reader)
+        if model_type == "gpt_neox":
+            return _gpt_neox(reader)
         return _llama_family(reader, model_type)
     except DomainError as error:
         if error.field.startswith(FIELD_PREFIX):
@@ -703,3 +707,42 @@ def _phi(reader: _Reader) -> Architecture:
                 ("partial_rotary_factor", _partial_rotary_factor(reader, PHI_PARTIAL_ROTARY))),
     )
 
+
+
+def _gpt_neox(reader: _Reader) -> Architecture:
+    """GPT-NeoX-20B and Pythia as GPTNeoXForCausalLM builds them (modeling_gpt_neox.py, transformers 5.24): attention
+    and the MLP side by side, each after a LayerNorm of the layer's input (``use_parallel_residual``, true in every
+    published checkpoint; false is refused), the query, key and value in one ``query_key_value`` projection, biases
+    on every linear layer but the output layer (``attention_bias`` for attention's), an MLP without a gate
+    (dense_h_to_4h, ``hidden_act``, dense_4h_to_h), and rotary positions on the first ``partial_rotary_factor`` of
+    each head (``rotary_pct``, 0.25 unless given). ``hidden_dropout`` drops the embeddings and the attention's and
+    the MLP's outputs. Not read, because they change no parameter and no saved tensor: ``rope_theta``
+    (``rotary_emb_base``), ``layer_norm_eps`` and ``classifier_dropout`` (a classification head's)."""
+    d = CONFIG_DEFAULTS["gpt_neox"]
+    if not reader.bool("use_parallel_residual", True):
+        raise DomainError(reader._field("use_parallel_residual"), "GPT-NeoX's sequential layers are not modelled")
+    act = reader.str("hidden_act", "gelu")
+    if act not in GELU_NAMES and act != "relu":
+        raise DomainError(reader._field("hidden_act"), f"unsupported activation {act!r}")
+    factor = (reader.float("rotary_pct", GPT_NEOX_PARTIAL_ROTARY) if reader.config.get("rotary_pct") is not None
+              else _partial_rotary_factor(reader, GPT_NEOX_PARTIAL_ROTARY))
+    return Architecture(
+        num_hidden_layers=reader.layers("num_hidden_layers", d["num_hidden_layers"]),
+        hidden_size=reader.int("hidden_size", d["hidden_size"]),
+        num_attention_heads=reader.int("num_attention_heads", d["num_attention_heads"]),
+        intermediate_size=reader.int("intermediate_size", d["intermediate_size"]),
+        vocab_size=reader.int("vocab_size", d["vocab_size"]),
+        max_position_embeddings=reader.int("max_position_embeddings", DEFAULT_MAX_POSITIONS["gpt_neox"]),
+        tie_word_embeddings=reader.bool("tie_word_embeddings", False),
+        attention_bias=reader.bool("attention_bias", True),
+        mlp_bias=True,
+        mlp="relu" if act == "relu" else "gelu",
+        norm="layernorm",
+        position_embedding="rope",
+        dropout=_probability(reader, "hidden_dropout"),
+        attention_dropout=reader.float("attention_dropout", 0.0),
+        fused_qkv=True,
+        model_type="gpt_neox",
+        hidden_act=act,
+        extras=(("partial_rotary_factor", factor),),
+    )
