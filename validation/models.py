@@ -264,6 +264,26 @@ def _gpt_neox(size: Size) -> PretrainedConfig:
     )
 
 
+def _glm4_moe(size: Size) -> PretrainedConfig:
+    # GLM-4.5's layout: DeepSeek-V3's mixture (a shared expert, two groups of routed experts, sigmoid routing) in every
+    # layer (first_k_dense_replace 0), Q/K/V biases, half of each head rotated, Q and K normalised per head.
+    return transformers.Glm4MoeConfig(
+        hidden_size=size.hidden, num_hidden_layers=size.layers, num_attention_heads=size.heads,
+        num_key_value_heads=size.kv_heads, intermediate_size=size.intermediate, vocab_size=size.vocab,
+        max_position_embeddings=size.positions, head_dim=size.head_dim or size.hidden // size.heads,
+        first_k_dense_replace=0, n_routed_experts=8, num_experts_per_tok=2, n_group=2, topk_group=1,
+        n_shared_experts=1, moe_intermediate_size=size.intermediate // 4, attention_bias=True, use_qk_norm=True,
+        bos_token_id=0, eos_token_id=1,
+    )
+
+
+def _glm4_moe_dense_first(size: Size) -> PretrainedConfig:
+    # As above with the first layer dense (GLM-4.5 keeps three, GLM-4.5-Air one), without the Q/K norms (GLM-4.5-Air).
+    config = _glm4_moe(size)
+    config.first_k_dense_replace, config.use_qk_norm = 1, False
+    return config
+
+
 FAMILIES: dict[str, Callable[[Size], PretrainedConfig]] = {
     "gpt2": _gpt2,
     "gpt2-no-dropout": _gpt2_no_dropout,
@@ -291,6 +311,8 @@ FAMILIES: dict[str, Callable[[Size], PretrainedConfig]] = {
     "phi": _phi,
     "phi-dropout": _phi2_dropout,
     "gpt_neox": _gpt_neox,
+    "glm4_moe": _glm4_moe,
+    "glm4_moe-dense-first": _glm4_moe_dense_first,
 }
 
 # Dtypes of the precision presets the harness runs.

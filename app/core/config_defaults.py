@@ -12,7 +12,8 @@ from typing import Final
 DEFAULT_MAX_POSITIONS: Final = {"llama": 2048, "mistral": 131072, "qwen2": 32768, "gemma": 8192, "gemma2": 8192, "phi3": 4096,
                                 "mixtral": 131072, "qwen3": 32768, "qwen3_moe": 32768, "gemma3_text": 131072,
                                 "olmo2": 2048, "granite": 2048, "glm4": 131072,
-                                "starcoder2": 4096, "phi": 2048, "gpt_neox": 2048}
+                                "starcoder2": 4096, "phi": 2048, "gpt_neox": 2048,
+                                "glm4_moe": 131072}
 
 # Every dimension a config.json may leave out, for the model types whose configuration class gives each one a
 # default (transformers 5.24): Gemma3TextConfig (configuration_gemma3.py; a Gemma 3 config.json for the 4B, 12B
@@ -35,6 +36,11 @@ CONFIG_DEFAULTS: Final[dict[str, dict[str, int]]] = {
     # GPTNeoXConfig (configuration_gpt_neox.py), transformers 5.24: GPT-NeoX-20B's numbers.
     "gpt_neox": {"vocab_size": 50432, "hidden_size": 6144, "intermediate_size": 24576, "num_hidden_layers": 44,
                  "num_attention_heads": 64},
+    # Glm4MoeConfig (configuration_glm4_moe.py), transformers 5.24.
+    "glm4_moe": {"vocab_size": 151_552, "hidden_size": 4096, "intermediate_size": 10944, "num_hidden_layers": 46,
+                 "num_attention_heads": 96, "num_key_value_heads": 8, "moe_intermediate_size": 1408,
+                 "num_experts_per_tok": 8, "n_shared_experts": 1, "n_routed_experts": 128,
+                 "first_k_dense_replace": 1},
     "glm4": {"vocab_size": 151_552, "hidden_size": 4096, "intermediate_size": 13696, "num_hidden_layers": 40,
              "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128},
 }

@@ -108,6 +108,9 @@ FAMILIES: Final[dict[str | None, Family]] = {family.model_type: family for famil
     Family("phi", linear_names="phi", parallel_blocks=True, lm_head_bias=True, rotary_cat=True),
     Family("gpt_neox", linear_names="gpt_neox", parallel_blocks=True, rotary_cat=True, value_in_fused_qkv=True),
     Family("glm4", rotary_cat=True, rotary_per_layer=True, sandwich_norms=True),
+    # GLM-4.5's mixture: DeepSeek-V3's router and experts (Glm4MoeTopkRouter, Glm4MoeMoE in modeling_glm4_moe.py).
+    Family("glm4_moe", router="deepseek-v3", fp32_routing=True, deepseek_experts=True, rotary_cat=True,
+           peft_wraps_experts=True, peft_leaves_shared=True),
     Family("gpt_oss", fp32_normalised=True, half_rotary=True, eager_under_sdpa=True, router="gpt-oss",
            backward_by_moment=True, moe_autocast_measured=True, peft_linear_only=True),
 )}

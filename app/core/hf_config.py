@@ -35,7 +35,7 @@ from app.core.model_kinds import GELU_NAMES, MAX_MODEL_TYPE_CHARS, STANDARD_FIEL
 SUPPORTED_MODEL_TYPES: Final = ("gpt2", "llama", "mistral", "qwen2", "gemma", "gemma2", "phi3", "mixtral", "qwen3",
                                  "qwen3_moe", "qwen2_moe", "gemma3_text", "gemma3", "olmo2", "deepseek_v2", "deepseek_v3",
                                  "gpt_oss", "granite", "glm4", "starcoder2", "phi",
-                                 "gpt_neox")
+                                 "gpt_neox", "glm4_moe")
 FIELD_PREFIX: Final = "model.hf_config"
 
 GEMMA_TYPES: Final = ("gemma", "gemma2", "gemma3_text")
@@ -148,6 +148,8 @@ def architecture_from_hf_config(config: Mapping[str, Any]) -> Architecture:
             return _phi(reader)
         if model_type == "gpt_neox":
             return _gpt_neox(reader)
+        if model_type == "glm4_moe":
+            return _glm4_moe(reader)
         return _llama_family(reader, model_type)
     except DomainError as error:
         if error.field.startswith(FIELD_PREFIX):
@@ -745,4 +747,50 @@ def _gpt_neox(reader: _Reader) -> Architecture:
         model_type="gpt_neox",
         hidden_act=act,
         extras=(("partial_rotary_factor", factor),),
+    )
+
+
+def _glm4_moe(reader: _Reader) -> Architecture:
+    """GLM-4.5 and GLM-4.5-Air as Glm4MoeForCausalLM builds them (modeling_glm4_moe.py, transformers 5.24): Llama's
+    grouped-query attention with biases on the query, key and value projections (``attention_bias``) and none on the
+    output, rotary positions on the first ``partial_rotary_factor`` of each head (0.5 unless given), an RMSNorm over
+    each head of Q and K where ``use_qk_norm``, the first ``first_k_dense_replace`` layers dense, then DeepSeek-V3's
+    mixture: a sigmoid router in fp32 with a correction bias, group-limited (``n_group``, ``topk_group``),
+    ``n_routed_experts`` experts of ``moe_intermediate_size`` beside ``n_shared_experts`` shared ones. The multi-token
+    prediction layers (``num_mtp_layers``) are not part of the class, nor counted. Not read, because they change no
+    parameter and no saved tensor: ``rope_theta`` and ``rms_norm_eps``; ``routed_scaling_factor`` is kept as read."""
+    d = CONFIG_DEFAULTS["glm4_moe"]
+    heads = reader.int("num_attention_heads", d["num_attention_heads"])
+    hidden = reader.int("hidden_size", d["hidden_size"])
+    act = reader.str("hidden_act", "silu")
+    if act not in ("silu", "swish"):
+        raise DomainError(reader._field("hidden_act"), f"unsupported activation {act!r}")
+    return Architecture(
+        num_hidden_layers=reader.layers("num_hidden_layers", d["num_hidden_layers"]),
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_key_value_heads=reader.int("num_key_value_heads", d["num_key_value_heads"]),
+        # Glm4MoeAttention: getattr(config, "head_dim", hidden_size // num_attention_heads), rounded down.
+        head_dim=reader.optional_int("head_dim", max(1, hidden // heads)),
+        intermediate_size=reader.int("intermediate_size", d["intermediate_size"]),
+        vocab_size=reader.int("vocab_size", d["vocab_size"]),
+        max_position_embeddings=reader.int("max_position_embeddings", DEFAULT_MAX_POSITIONS["glm4_moe"]),
+        tie_word_embeddings=reader.bool("tie_word_embeddings", False),
+        qkv_bias=reader.bool("attention_bias", False),
+        mlp="swiglu",
+        attention_dropout=reader.float("attention_dropout", 0.0),
+        num_local_experts=reader.int("n_routed_experts", d["n_routed_experts"]),
+        num_experts_per_tok=reader.int("num_experts_per_tok", d["num_experts_per_tok"]),
+        moe_intermediate_size=reader.int("moe_intermediate_size", d["moe_intermediate_size"]),
+        norm_topk_prob=reader.bool("norm_topk_prob", True),
+        n_shared_experts=reader.int("n_shared_experts", d["n_shared_experts"]),
+        first_k_dense_replace=reader.int("first_k_dense_replace", d["first_k_dense_replace"]),
+        n_group=reader.int("n_group", 1),
+        topk_group=reader.int("topk_group", 1),
+        qk_norm=reader.bool("use_qk_norm", False),
+        output_router_logits=_output_router_logits(reader),
+        model_type="glm4_moe",
+        hidden_act=act,
+        extras=(("routed_scaling_factor", reader.float("routed_scaling_factor", 1.0)),
+                ("partial_rotary_factor", _partial_rotary_factor(reader, GLM4_PARTIAL_ROTARY))),
     )

@@ -1,4 +1,4 @@
-"""The readers of Granite, GLM-4, StarCoder2, Phi and GPT-NeoX configs: counts worked out by hand from the modules
+"""The readers of Granite, GLM-4, StarCoder2, Phi, GPT-NeoX and GLM-4.5 configs: counts worked out by hand from the modules
 (transformers 5.24's modeling_*.py), the rotary share read where configs keep it, and what is refused."""
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def test_what_is_not_modelled_is_refused_by_name(config, field):
     assert error.value.field == field
 
 
-@pytest.mark.parametrize("model_type", ["granite", "glm4", "starcoder2", "phi", "gpt_neox"])
+@pytest.mark.parametrize("model_type", ["granite", "glm4", "starcoder2", "phi", "gpt_neox", "glm4_moe"])
 def test_each_new_type_is_estimated_by_its_own_record(model_type):
     arch = architecture_from_hf_config({"model_type": model_type, "num_hidden_layers": 2})
     result = core.estimate(architecture=arch, training=core.Training(seq_len=256))
