@@ -315,10 +315,11 @@ def model_states(model: nn.Module, optimizer: torch.optim.Optimizer) -> ModelSta
 
 
 def measured_parts(build: Callable[[], nn.Module], *, dtype: torch.dtype, vocab: int, batch: int,
-                   seq: int, autocast: bool = False) -> dict[str, object]:
+                   seq: int, autocast: bool = False,
+                   layers_of: Callable[[nn.Module], nn.ModuleList] | None = None) -> dict[str, object]:
     """A model's parameter count and the bytes autograd keeps for backward in each layer, the embedding and the
     head, for one forward with its token ids as labels (the model built after seeding, in `dtype`, in training
-    mode, its layers at ``model.model.layers``).
+    mode, its layers at ``model.model.layers`` unless `layers_of` finds them).
 
     With `autocast` the forward runs under ``torch.autocast("cpu", dtype=torch.bfloat16)`` (as validation/cases.py
     runs the dense autocast cases; give `dtype` fp32), and the answer adds ``weight_copies``: the bytes of
@@ -327,7 +328,7 @@ def measured_parts(build: Callable[[], nn.Module], *, dtype: torch.dtype, vocab:
     torch.manual_seed(0)
     model = build().to(dtype)
     model.train()
-    recorder = SavedTensorRecorder(model, model.model.layers)
+    recorder = SavedTensorRecorder(model, layers_of(model) if layers_of else model.model.layers)
     ids = torch.randint(0, vocab, (batch, seq))
     region = torch.autocast("cpu", dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
     with recorder.recording(), region:

@@ -202,6 +202,88 @@ def _mixtral_router_logits(size: Size) -> PretrainedConfig:
     return config
 
 
+def _granite(size: Size) -> PretrainedConfig:
+    # Llama's layout with ibm-granite/granite-3.1-8b-base's four scalar multipliers (its config.json).
+    return transformers.GraniteConfig(
+        hidden_size=size.hidden, num_hidden_layers=size.layers, num_attention_heads=size.heads,
+        num_key_value_heads=size.kv_heads, intermediate_size=size.intermediate, vocab_size=size.vocab,
+        max_position_embeddings=size.positions, embedding_multiplier=12.0, residual_multiplier=0.22,
+        attention_multiplier=0.0078125, logits_scaling=16.0,
+    )
+
+
+def _glm4(size: Size) -> PretrainedConfig:
+    # GLM-4-0414's layout: four norms a layer, biases on Q, K and V, a fused gate_up_proj, half of each head rotated.
+    return transformers.Glm4Config(
+        hidden_size=size.hidden, num_hidden_layers=size.layers, num_attention_heads=size.heads,
+        num_key_value_heads=size.kv_heads, intermediate_size=size.intermediate, vocab_size=size.vocab,
+        max_position_embeddings=size.positions, head_dim=size.head_dim or size.hidden // size.heads,
+        pad_token_id=0, eos_token_id=1,  # Glm4Config's 151329 lies outside small vocabularies
+    )
+
+
+def _starcoder2(size: Size) -> PretrainedConfig:
+    # LayerNorms, biases everywhere, an MLP without a gate (gelu_pytorch_tanh), no dropout and no window.
+    return transformers.Starcoder2Config(
+        hidden_size=size.hidden, num_hidden_layers=size.layers, num_attention_heads=size.heads,
+        num_key_value_heads=size.kv_heads, intermediate_size=size.intermediate, vocab_size=size.vocab,
+        max_position_embeddings=size.positions, head_dim=size.head_dim, bos_token_id=0, eos_token_id=0,
+    )
+
+
+def _starcoder2_published(size: Size) -> PretrainedConfig:
+    # bigcode/starcoder2-3b's choices: dropout 0.1 on the embeddings, the residuals and attention, a window of 16.
+    config = _starcoder2(size)
+    config.residual_dropout = config.embedding_dropout = config.attention_dropout = 0.1
+    config.sliding_window = 16
+    return config
+
+
+def _phi(size: Size) -> PretrainedConfig:
+    # Phi-2's layout: one LayerNorm feeding attention and the MLP side by side, half of each head rotated, gelu_new.
+    return transformers.PhiConfig(
+        hidden_size=size.hidden, num_hidden_layers=size.layers, num_attention_heads=size.heads,
+        num_key_value_heads=size.kv_heads, intermediate_size=size.intermediate, vocab_size=size.vocab,
+        max_position_embeddings=size.positions, bos_token_id=0, eos_token_id=0,
+    )
+
+
+def _phi2_dropout(size: Size) -> PretrainedConfig:
+    # microsoft/phi-2's dropout: 0.1 on the attention's and the MLP's outputs, none on the embeddings or attention.
+    config = _phi(size)
+    config.resid_pdrop = 0.1
+    return config
+
+
+def _gpt_neox(size: Size) -> PretrainedConfig:
+    # Pythia's layout: attention and the MLP side by side, a quarter of each head rotated, exact gelu, no dropout.
+    return transformers.GPTNeoXConfig(
+        hidden_size=size.hidden, num_hidden_layers=size.layers, num_attention_heads=size.heads,
+        intermediate_size=size.intermediate, vocab_size=size.vocab, max_position_embeddings=size.positions,
+        bos_token_id=0, eos_token_id=0,
+    )
+
+
+def _glm4_moe(size: Size) -> PretrainedConfig:
+    # GLM-4.5's layout: DeepSeek-V3's mixture (a shared expert, two groups of routed experts, sigmoid routing) in every
+    # layer (first_k_dense_replace 0), Q/K/V biases, half of each head rotated, Q and K normalised per head.
+    return transformers.Glm4MoeConfig(
+        hidden_size=size.hidden, num_hidden_layers=size.layers, num_attention_heads=size.heads,
+        num_key_value_heads=size.kv_heads, intermediate_size=size.intermediate, vocab_size=size.vocab,
+        max_position_embeddings=size.positions, head_dim=size.head_dim or size.hidden // size.heads,
+        first_k_dense_replace=0, n_routed_experts=8, num_experts_per_tok=2, n_group=2, topk_group=1,
+        n_shared_experts=1, moe_intermediate_size=size.intermediate // 4, attention_bias=True, use_qk_norm=True,
+        bos_token_id=0, eos_token_id=1,
+    )
+
+
+def _glm4_moe_dense_first(size: Size) -> PretrainedConfig:
+    # As above with the first layer dense (GLM-4.5 keeps three, GLM-4.5-Air one), without the Q/K norms (GLM-4.5-Air).
+    config = _glm4_moe(size)
+    config.first_k_dense_replace, config.use_qk_norm = 1, False
+    return config
+
+
 FAMILIES: dict[str, Callable[[Size], PretrainedConfig]] = {
     "gpt2": _gpt2,
     "gpt2-no-dropout": _gpt2_no_dropout,
@@ -222,6 +304,15 @@ FAMILIES: dict[str, Callable[[Size], PretrainedConfig]] = {
     "gpt_oss": _gpt_oss,
     "gpt_oss-top1": _gpt_oss_top1,
     "gpt_oss-e8-top4": _gpt_oss_e8_top4,
+    "granite": _granite,
+    "glm4": _glm4,
+    "starcoder2": _starcoder2,
+    "starcoder2-dropout-window": _starcoder2_published,
+    "phi": _phi,
+    "phi-dropout": _phi2_dropout,
+    "gpt_neox": _gpt_neox,
+    "glm4_moe": _glm4_moe,
+    "glm4_moe-dense-first": _glm4_moe_dense_first,
 }
 
 # Dtypes of the precision presets the harness runs.

@@ -115,7 +115,7 @@ def get_presets() -> PresetsResponse:
         PrecisionPresetOut(id=p.id, name=p.name, description=p.description, dtypes=dataclasses.asdict(p.precision))
         for p in core.PRECISION_PRESETS.values()
     ]
-    return PresetsResponse(models=models, precisions=precisions)
+    return PresetsResponse(models=models, precisions=precisions, model_types=list(core.SUPPORTED_MODEL_TYPES))
 
 
 @router.get("/gpus", response_model=list[GpuOut], summary="List the GPU catalogue")

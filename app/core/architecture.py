@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from app.core.errors import DomainError
+from app.core.families import family_of
 
 MlpKind = Literal["gelu", "relu", "swiglu", "geglu"]
 NormKind = Literal["layernorm", "rmsnorm"]
@@ -176,8 +177,12 @@ class Architecture:
 
     @property
     def rope_size(self) -> int:
-        """The width the rotary embedding turns: the whole head, or MLA's qk_rope_head_dim."""
-        return (self.qk_rope_head_dim or 0) if self.is_mla else self.head_size
+        """The width the rotary embedding turns: the whole head, or MLA's qk_rope_head_dim, or the first
+        ``partial_rotary_factor`` of the head (rounded down, then up to even: cos and sin repeat d/2 frequencies)."""
+        if self.is_mla:
+            return self.qk_rope_head_dim or 0
+        turned = int(self.head_size * self.extra("partial_rotary_factor", 1.0))
+        return turned + turned % 2
 
     @property
     def shared_expert_size(self) -> int:
@@ -540,6 +545,8 @@ def head_tensors(arch: Architecture) -> tuple[ParamTensor, ...]:
         tensors.append(ParamTensor("final_norm.bias", (h,)))
     if not arch.tie_word_embeddings:
         tensors.append(ParamTensor("lm_head.weight", (arch.vocab_size, h), "vocab", 0, True))
+    if family_of(arch).lm_head_bias:
+        tensors.append(ParamTensor("lm_head.bias", (arch.vocab_size,), "vocab", 0))
     return tuple(tensors)
 
 

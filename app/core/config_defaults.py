@@ -11,7 +11,9 @@ from typing import Final
 # decides when a sequence is longer than the model supports.
 DEFAULT_MAX_POSITIONS: Final = {"llama": 2048, "mistral": 131072, "qwen2": 32768, "gemma": 8192, "gemma2": 8192, "phi3": 4096,
                                 "mixtral": 131072, "qwen3": 32768, "qwen3_moe": 32768, "gemma3_text": 131072,
-                                "olmo2": 2048}
+                                "olmo2": 2048, "granite": 2048, "glm4": 131072,
+                                "starcoder2": 4096, "phi": 2048, "gpt_neox": 2048,
+                                "glm4_moe": 131072}
 
 # Every dimension a config.json may leave out, for the model types whose configuration class gives each one a
 # default (transformers 5.24): Gemma3TextConfig (configuration_gemma3.py; a Gemma 3 config.json for the 4B, 12B
@@ -22,7 +24,32 @@ CONFIG_DEFAULTS: Final[dict[str, dict[str, int]]] = {
                     "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256},
     "olmo2": {"vocab_size": 50304, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
               "num_attention_heads": 32},
+    # GraniteConfig (configuration_granite.py) and Glm4Config (configuration_glm4.py), transformers 5.24.
+    "granite": {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+                "num_attention_heads": 32},
+    # Starcoder2Config (configuration_starcoder2.py), transformers 5.24.
+    "starcoder2": {"vocab_size": 49152, "hidden_size": 3072, "intermediate_size": 12288, "num_hidden_layers": 30,
+                   "num_attention_heads": 24, "num_key_value_heads": 2},
+    # PhiConfig (configuration_phi.py), transformers 5.24.
+    "phi": {"vocab_size": 51200, "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 24,
+            "num_attention_heads": 32},
+    # GPTNeoXConfig (configuration_gpt_neox.py), transformers 5.24: GPT-NeoX-20B's numbers.
+    "gpt_neox": {"vocab_size": 50432, "hidden_size": 6144, "intermediate_size": 24576, "num_hidden_layers": 44,
+                 "num_attention_heads": 64},
+    # Glm4MoeConfig (configuration_glm4_moe.py), transformers 5.24.
+    "glm4_moe": {"vocab_size": 151_552, "hidden_size": 4096, "intermediate_size": 10944, "num_hidden_layers": 46,
+                 "num_attention_heads": 96, "num_key_value_heads": 8, "moe_intermediate_size": 1408,
+                 "num_experts_per_tok": 8, "n_shared_experts": 1, "n_routed_experts": 128,
+                 "first_k_dense_replace": 1},
+    "glm4": {"vocab_size": 151_552, "hidden_size": 4096, "intermediate_size": 13696, "num_hidden_layers": 40,
+             "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128},
 }
+# Glm4Config.__post_init__ sets partial_rotary_factor 0.5 where a config leaves it out: half of each head turns.
+GLM4_PARTIAL_ROTARY: Final = 0.5
+# PhiConfig's rope_parameters default: partial_rotary_factor 0.5.
+PHI_PARTIAL_ROTARY: Final = 0.5
+# GPTNeoXConfig's: rotary_pct 0.25 (a quarter of each head turns).
+GPT_NEOX_PARTIAL_ROTARY: Final = 0.25
 # DeepseekV3Config's defaults (configuration_deepseek_v3.py, transformers 5.24), which are DeepSeek-V3's own
 # config.json numbers (https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json) except
 # max_position_embeddings (4096 in the class, 163840 in the checkpoint's file).

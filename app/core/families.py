@@ -9,12 +9,13 @@ Where a trait was measured, the measurement is in docs/VALIDATION.md under the f
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
-from app.core.architecture import Architecture
+if TYPE_CHECKING:  # the architecture reads its family's parameters (`lm_head_bias`)
+    from app.core.architecture import Architecture
 
 Router = Literal["softmax", "gpt-oss", "deepseek-v2", "deepseek-v3"]
-LinearNames = Literal["llama", "gpt2", "phi3"]
+LinearNames = Literal["llama", "gpt2", "phi3", "starcoder2", "phi", "gpt_neox"]
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,18 @@ class Family:
     # Modules
     gpt2_modules: bool = False  # GPT-2's: Conv1D linears, gelu_new, learned positions, scores kept in their dtype
     linear_names: LinearNames = "llama"  # the linear modules' names, as fine-tuning's target_modules give them
-    sandwich_norms: bool = False  # a norm before and after each block (Gemma 3)
+    # The backward of its MLP without a gate measured (trained in full, no dropout): GPT-2's, StarCoder2's
+    ungated_backward_measured: bool = False
+    sandwich_norms: bool = False  # a norm before and after each block (Gemma 3, GLM-4)
+    # Attention and the MLP in parallel, both reading the layer's input, their outputs added to it: from one norm's
+    # output (norms_per_layer 1: PhiDecoderLayer, modeling_phi.py) or from a norm each over the same input, which the
+    # two LayerNorms keep once (GPTNeoXLayer with use_parallel_residual, modeling_gpt_neox.py).
+    parallel_blocks: bool = False
+    lm_head_bias: bool = False  # the output layer has a bias of V (PhiForCausalLM.lm_head)
+    # V is a chunk of the fused QKV projection's output (GPTNeoXAttention.forward: ``qkv.chunk(3, dim=-1)``,
+    # modeling_gpt_neox.py), so a kernel that keeps V as given keeps that whole storage, (a + 2g)·d a token: sdpa, and
+    # eager's second matmul at micro-batch 1, where folding batch and heads stays a view (above 1 it copies V).
+    value_in_fused_qkv: bool = False
     # Norms and rotary embeddings.
     # RMSNorm multiplies by its weight in fp32 before casting back, so the normalised tensor it keeps is fp32:
     # Gemma's by (1 + weight), a new fp32 vector that the multiply keeps too (modeling_gemma.py, GemmaRMSNorm;
@@ -46,6 +58,14 @@ class Family:
     # No sdpa path in transformers (``_supports_sdpa = False``: gpt-oss, whose sinks sdpa cannot take); asked for
     # sdpa, the estimate models the eager attention that from_pretrained then picks.
     eager_under_sdpa: bool = False
+    # The rotary multiply turns a prefix of each head (partial_rotary_factor) and torch.cat joins it to the rest, so
+    # Q and K leave it contiguous as (b, a, s, d): sdpa's output follows Q's layout there, and the attention's
+    # ``transpose(1, 2).contiguous()`` copies it for the output projection, which keeps the copy
+    # (modeling_glm4.py, apply_rotary_pos_emb; modeling_phi.py, PhiAttention.forward).
+    rotary_cat: bool = False
+    # Each layer interleaves cos and sin afresh (``cos[..., : d // 2].repeat_interleave(2)``) and its multiplies keep
+    # those copies; the model's own cos and sin are kept by nothing (modeling_glm4.py, apply_rotary_pos_emb).
+    rotary_per_layer: bool = False
     # Mixtures of experts
     router: Router = "softmax"
     # The experts multiply by the router's fp32 weights as they are (Mixtral, DeepSeek; a custom mixture is modelled
@@ -65,7 +85,7 @@ class Family:
 
 FAMILIES: Final[dict[str | None, Family]] = {family.model_type: family for family in (
     Family(None, custom=True, fp32_routing=True, moe_backward_measured=True, moe_autocast_measured=True, peft_wraps_experts=True),
-    Family("gpt2", gpt2_modules=True, linear_names="gpt2"),
+    Family("gpt2", gpt2_modules=True, linear_names="gpt2", ungated_backward_measured=True),
     Family("llama"),
     Family("mistral"),
     Family("qwen2"),
@@ -83,6 +103,14 @@ FAMILIES: Final[dict[str | None, Family]] = {family.model_type: family for famil
            peft_wraps_experts=True, peft_leaves_shared=True),
     Family("deepseek_v3", router="deepseek-v3", fp32_routing=True, deepseek_experts=True, peft_wraps_experts=True,
            peft_leaves_shared=True),
+    Family("granite"),  # Llama's modules; its four multipliers are Python floats, which keep nothing
+    Family("starcoder2", linear_names="starcoder2", ungated_backward_measured=True),
+    Family("phi", linear_names="phi", parallel_blocks=True, lm_head_bias=True, rotary_cat=True),
+    Family("gpt_neox", linear_names="gpt_neox", parallel_blocks=True, rotary_cat=True, value_in_fused_qkv=True),
+    Family("glm4", rotary_cat=True, rotary_per_layer=True, sandwich_norms=True),
+    # GLM-4.5's mixture: DeepSeek-V3's router and experts (Glm4MoeTopkRouter, Glm4MoeMoE in modeling_glm4_moe.py).
+    Family("glm4_moe", router="deepseek-v3", fp32_routing=True, deepseek_experts=True, rotary_cat=True,
+           peft_wraps_experts=True, peft_leaves_shared=True),
     Family("gpt_oss", fp32_normalised=True, half_rotary=True, eager_under_sdpa=True, router="gpt-oss",
            backward_by_moment=True, moe_autocast_measured=True, peft_linear_only=True),
 )}

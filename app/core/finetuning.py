@@ -62,7 +62,17 @@ FP32_BYTES: Final = 4
 _GPT2_NAMES: Final = {"attn.qkv": "c_attn", "attn.o": "c_proj", "mlp.up": "c_fc", "mlp.down": "c_proj"}
 _PHI3_NAMES: Final = {"attn.qkv": "qkv_proj", "attn.o": "o_proj", "mlp.gate_up": "gate_up_proj", "mlp.down": "down_proj"}
 _LLAMA_NAMES: Final = {"attn.q": "q_proj", "attn.k": "k_proj", "attn.v": "v_proj", "attn.o": "o_proj",
-                       "mlp.gate": "gate_proj", "mlp.up": "up_proj", "mlp.down": "down_proj"}
+                       "mlp.gate": "gate_proj", "mlp.up": "up_proj", "mlp.down": "down_proj",
+                       "mlp.gate_up": "gate_up_proj"}  # Glm4MLP's fused gate and up projections
+# Starcoder2Attention's and Starcoder2MLP's (modeling_starcoder2.py).
+_STARCODER2_NAMES: Final = {"attn.q": "q_proj", "attn.k": "k_proj", "attn.v": "v_proj", "attn.o": "o_proj",
+                            "mlp.up": "c_fc", "mlp.down": "c_proj"}
+# PhiAttention's and PhiMLP's (modeling_phi.py).
+_PHI_NAMES: Final = {"attn.q": "q_proj", "attn.k": "k_proj", "attn.v": "v_proj", "attn.o": "dense", "mlp.up": "fc1",
+                     "mlp.down": "fc2"}
+# GPTNeoXAttention's and GPTNeoXMLP's (modeling_gpt_neox.py).
+_GPT_NEOX_NAMES: Final = {"attn.qkv": "query_key_value", "attn.o": "dense", "mlp.up": "dense_h_to_4h",
+                          "mlp.down": "dense_4h_to_h"}
 # Multi-head latent attention (DeepseekV3Attention, DeepseekV2Attention): q_proj where q_lora_rank is None.
 _MLA_NAMES: Final = {"attn.q": "q_proj", "attn.q_a": "q_a_proj", "attn.q_b": "q_b_proj",
                      "attn.kv_a": "kv_a_proj_with_mqa", "attn.kv_b": "kv_b_proj", "attn.o": "o_proj",
@@ -116,6 +126,12 @@ def module_names(arch: Architecture) -> dict[str, str]:
         return _GPT2_NAMES
     if names == "phi3":
         return _PHI3_NAMES
+    if names == "starcoder2":
+        return _STARCODER2_NAMES
+    if names == "phi":
+        return _PHI_NAMES
+    if names == "gpt_neox":
+        return _GPT_NEOX_NAMES
     if arch.is_mla:
         return _MLA_NAMES
     return _LLAMA_NAMES

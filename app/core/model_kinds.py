@@ -27,7 +27,7 @@ _KINDS: Final = {
     "a hybrid of attention and state-space layers": ("jamba", "zamba", "zamba2", "falcon_h1", "bamba"),
     "a recurrent model": ("recurrent_gemma", "rwkv", "xlstm"),
     # Decoders whose MLP has no gate (fc1, activation, fc2), some with attention and MLP in parallel.
-    "a decoder with an MLP without a gate": ("gpt_neox", "phi", "starcoder2", "gpt_bigcode", "falcon", "gptj",
+    "a decoder with an MLP without a gate": ("gpt_bigcode", "falcon", "gptj",
                                              "gpt_neo", "codegen", "opt", "bloom", "mpt"),
 }
 NOT_DECODERS: Final = {model_type: kind for kind, types in _KINDS.items() for model_type in types}
@@ -61,7 +61,7 @@ def not_a_decoder(config: Mapping[str, Any]) -> str:
             return f"{kind} ({found}), which a Llama-style stand-in would count as dense attention layers"
     act = config.get("hidden_act", config.get("hidden_activation"))
     if isinstance(act, str) and act in GELU_NAMES:
-        return (f"a decoder with the {act} activation, whose MLP may have no gate (as GPT-NeoX's, Phi-2's and "
-                "StarCoder2's): a Llama-style stand-in would count it 1.5 times over")
+        return (f"a decoder with the {act} activation, whose MLP may have no gate (as GPT-BigCode's and "
+                "Falcon's): a Llama-style stand-in would count it 1.5 times over")
     return ""
 

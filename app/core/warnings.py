@@ -205,7 +205,7 @@ def _layer_backward_unmodelled(arch: Architecture, training: Training, experts_b
         return "this mixture of experts"
     if arch.dropout > 0 or arch.attn_dropout > 0:
         return "dropout"
-    if not arch.is_gated and not family_of(arch).gpt2_modules:
+    if not arch.is_gated and not family_of(arch).ungated_backward_measured:
         return "an MLP without a gate"
     return ""
 

@@ -153,6 +153,10 @@ class Backward(StageBase):
         arch, setup, training = self.arch, self.setup, self.training
         n, h, inter, w = setup.tokens, arch.hidden_size, arch.ffn_size, setup.half_bytes
         factors = 2 if full else 3
+        if full and not arch.is_gated and arch.hidden_act != "gelu_new":
+            # An activation of one kernel (StarCoder2's gelu_pytorch_tanh), not GPT-2's five operations: the gradient
+            # of one n × I tensor (measured on CPU, bf16 and fp32, I/h 4 and 6, under recomputation).
+            factors = 1
         # GPT-2's MLP (c_fc, the tanh GELU, c_proj), without a gate, holds no output gradient under recomputation in
         # either dtype (measured on CPU, bf16 and fp32, I/h 2 to 6, h 256 to 512, 512 to 1,024 tokens).
         output_grad = 0 if recomputed and (w >= act.FP32_BYTES or not arch.is_gated) else n * h * w

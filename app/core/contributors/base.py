@@ -187,10 +187,10 @@ def mlp_backward_modelled(arch: Architecture, training: Training, parallelism: P
     full = not finetunes(training)
     post_norm = arch.norm_placement != "pre" or arch.norms_per_layer != 2
     olmo2 = arch.norm_placement == "post" and arch.norms_per_layer == 2  # a norm after each block, none before
-    gemma3 = family_of(arch).sandwich_norms  # norms before and after each block
-    gpt2 = family_of(arch).gpt2_modules and full and not (arch.dropout or arch.attn_dropout)  # its MLP has no gate
+    gemma3 = family_of(arch).sandwich_norms  # norms before and after each block (GLM-4's gate_up fused: measured)
+    gpt2 = family_of(arch).ungated_backward_measured and full and not (arch.dropout or arch.attn_dropout)  # no gate
     return _backward_measured_layout(training, parallelism, setup) and not (
-        arch.is_moe or arch.is_mla or (not arch.is_gated and not gpt2) or arch.fused_gate_up
+        arch.is_moe or arch.is_mla or (not arch.is_gated and not gpt2) or (arch.fused_gate_up and not gemma3)
         or (post_norm and full and not (olmo2 or gemma3))
         or (not full and (ft.method != "lora" or targets_mlp(arch, ft)))
         or act.attention_kernel(arch, setup) in ("eager", "math"))

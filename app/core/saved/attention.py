@@ -74,11 +74,14 @@ def _hf_attention(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, 
         wa = setup.half_bytes
         saved.add("attn.query", n * a * d, wa, "tensor")
         saved.add("attn.key", n * g * d, wa, "tensor")
-        saved.add("attn.value", n * g * d, wa, "tensor")
+        saved.add("attn.value", n * (a + 2 * g if family_of(arch).value_in_fused_qkv else g) * d, wa, "tensor")
         saved.add("attn.output", n * a * d, wa, "tensor")
         queries = s if kernel == "flash" else ceil_div(s, MEM_EFFICIENT_LSE_ALIGN) * MEM_EFFICIENT_LSE_ALIGN
         # Part of the attention core: selective recomputation reruns the kernel and keeps only its inputs.
         saved.add("attn.logsumexp", b * a * queries, FP32_BYTES, "tensor", core=True)
+        if out_proj_input and family_of(arch).rotary_cat:
+            # Q contiguous as (b, a, s, d): the output too, which the attention copies to (b, s, a·d) for o_proj.
+            saved.add("attn.out_proj_input", n * a * d, wa, "tensor")
     if arch.dropout > 0:
         saved.mask("attn.residual_dropout_mask", setup.tokens * arch.hidden_size, setup.half_bytes, "sequence")
 
@@ -101,6 +104,8 @@ def _hf_eager_attention(saved: _Saved, arch: Architecture, setup: ActivationSetu
     wa = setup.half_bytes
     scores = b * a * s * s
     key_heads, value_heads = _hf_eager_kv_heads(arch, setup)
+    if family_of(arch).value_in_fused_qkv and b == 1:  # V a view of the fused QKV output: that whole storage
+        value_heads = a + 2 * arch.kv_heads
     if k_grad:
         saved.add("attn.query", n * a * d, wa, "tensor")
     if q_grad:

@@ -43,8 +43,10 @@ def _hf_layer(arch: Architecture, setup: ActivationSetup, role: Role = "full", *
     attn_out = adapters_on("attn.o")
     mlp_in = adapters_on("mlp.gate", "mlp.up", "mlp.gate_up")
     mlp_out = adapters_on("mlp.down")
-    attn_consumers = 1 if arch.fused_qkv else 3
     mlp_consumers = 1 if (arch.fused_gate_up or not arch.is_gated) else 2
+    parallel = family_of(arch).parallel_blocks  # attention and the MLP read the layer's input
+    one_norm = parallel and arch.norms_per_layer == 1  # Phi: one norm's output feeds both
+    attn_consumers = (1 if arch.fused_qkv else 3) + (mlp_consumers if one_norm else 0)
     pre_norms = arch.norm_placement == "pre"  # OLMo 2 normalises each block's output instead (`post`)
     if pre_norms:
         _hf_norm(saved, "attn_norm", arch, setup, weight_grad=weights, input_grad=input_grad)
@@ -57,6 +59,9 @@ def _hf_layer(arch: Architecture, setup: ActivationSetup, role: Role = "full", *
     def grad(*modules: str) -> bool:
         return input_grad or weights or any(m in adapted for m in (*modules, "attn.qkv"))
 
+    if family_of(arch).rotary_per_layer and attention_records:
+        # This layer's interleaved cos and sin (1 x s x d_rot each), which the rotary multiplies keep.
+        saved.add("rope.cos_sin (this layer's)", 2 * setup.seq_len * arch.rope_size, setup.stream_bytes, "none")
     if arch.qk_norm and attention_records:
         _hf_qk_norms(saved, arch, setup, weight_grad=weights, input_grads=(grad("attn.q"), grad("attn.k")))
     if attention_records:
@@ -70,9 +75,10 @@ def _hf_layer(arch: Architecture, setup: ActivationSetup, role: Role = "full", *
     if not pre_norms:
         _hf_norm(saved, "attn_post_norm", arch, setup, weight_grad=weights, input_grad=attention_records)
     mlp_grad = input_grad or weights or bool(attn_in or attn_out)
-    if pre_norms:
-        _hf_norm(saved, "mlp_norm", arch, setup, weight_grad=weights, input_grad=mlp_grad)
-    if weights and (dense or not arch.is_moe):  # a MoE block's router keeps its input (_hf_moe)
+    if pre_norms and not one_norm:
+        # GPT-NeoX's second norm reads the layer's input too, which the first norm keeps already.
+        _hf_norm(saved, "mlp_norm", arch, setup, weight_grad=weights, input_grad=mlp_grad, input_kept=parallel)
+    if weights and (dense or not arch.is_moe) and not one_norm:  # a MoE block's router keeps its input (_hf_moe)
         _hf_linear_input(saved, "mlp.input", mlp_consumers, arch, setup)
     _hf_adapters(saved, mlp_in, setup.stream_bytes, input_kept=weights, input_grad=mlp_grad, name="mlp.input",
                  arch=arch, setup=setup)
@@ -102,7 +108,7 @@ def _hf_embedding(arch: Architecture, setup: ActivationSetup) -> list[SavedTenso
     if arch.position_embedding == "learned":
         if embeddings_train(setup.finetuning):  # for the position table's gradient
             saved.add("embed.position_ids", s, INDEX_BYTES, "none")
-    else:
+    elif not family_of(arch).rotary_per_layer:  # GLM-4's layers keep copies of their own (`_hf_layer`)
         # cos and sin, computed once per forward and kept by every layer's rotary multiply; Gemma 3 computes a
         # pair for each kind of layer (its sliding-window layers rotate with another base), in the stream's dtype;
         # gpt-oss's are half a head wide.
@@ -116,7 +122,7 @@ def _hf_embedding(arch: Architecture, setup: ActivationSetup) -> list[SavedTenso
             saved.add("rope.freqs_cis_complex64", s * columns // 2, COMPLEX64_BYTES, "none")
         else:
             saved.add("rope.cos_sin", pairs * 2 * s * columns, width, "none")
-    if arch.dropout > 0:
+    if arch.extra("embedding_dropout", arch.dropout) > 0:  # Phi's and StarCoder2's own probability, where read
         saved.mask("embed.dropout_mask", n * h, setup.stream_bytes, "sequence")
     return saved.items
 

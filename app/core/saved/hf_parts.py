@@ -14,7 +14,7 @@ from app.core.saved.common import (
 
 
 def _hf_norm(saved: _Saved, prefix: str, arch: Architecture, setup: ActivationSetup, *,
-             weight_grad: bool = True, input_grad: bool = True) -> None:
+             weight_grad: bool = True, input_grad: bool = True, input_kept: bool = False) -> None:
     """What one norm keeps, without its output (which the consumers keep).
 
     LayerNorm (torch.native_layer_norm) keeps its input and the per-token mean and reciprocal
@@ -29,6 +29,7 @@ def _hf_norm(saved: _Saved, prefix: str, arch: Architecture, setup: ActivationSe
     With frozen weights or an input that needs no gradient, autograd keeps only what the gradients
     still asked for need: the RMSNorm's fp32 input and reciprocal RMS serve the input's gradient,
     the normalised tensor the weight's; LayerNorm keeps its three while either is asked for.
+    `input_kept`: a LayerNorm's input that another norm keeps already (GPT-NeoX's two norms of the layer's input).
     """
     if not (weight_grad or input_grad):
         return
@@ -43,7 +44,8 @@ def _hf_norm(saved: _Saved, prefix: str, arch: Architecture, setup: ActivationSe
     ws = setup.stream_bytes
     if arch.norm == "layernorm":
         stats_bytes = ws if setup.device == "cpu" else FP32_BYTES
-        saved.add(f"{prefix}.input", n * h, ws, "sequence")
+        if not input_kept:
+            saved.add(f"{prefix}.input", n * h, ws, "sequence")
         saved.add(f"{prefix}.mean", n, stats_bytes, "sequence")
         saved.add(f"{prefix}.rstd", n, stats_bytes, "sequence")
         return

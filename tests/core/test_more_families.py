@@ -1,0 +1,57 @@
+"""The readers of Granite, GLM-4, StarCoder2, Phi, GPT-NeoX and GLM-4.5 configs: counts worked out by hand from the modules
+(transformers 5.24's modeling_*.py), the rotary share read where configs keep it, and what is refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from app import core
+from app.core import DomainError
+from app.core.hf_config import architecture_from_hf_config
+
+# microsoft/phi-2's config.json (https://huggingface.co/microsoft/phi-2/blob/main/config.json), the sizes.
+PHI2 = {"model_type": "phi", "hidden_size": 2560, "intermediate_size": 10240, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "vocab_size": 51200, "partial_rotary_factor": 0.4, "resid_pdrop": 0.1,
+        "embd_pdrop": 0.0, "hidden_act": "gelu_new", "tie_word_embeddings": False}
+
+
+def test_phi2_counted_as_its_modules_hold_it():
+    h, inter, layers, vocab = 2560, 10240, 32, 51200
+    # PhiDecoderLayer: q, k, v and dense with biases, fc1 and fc2 with biases, one LayerNorm (weight and bias).
+    layer = 4 * (h * h + h) + (h * inter + inter) + (inter * h + h) + 2 * h
+    # embed_tokens, final_layernorm, lm_head with its bias.
+    total = vocab * h + layers * layer + 2 * h + (vocab * h + vocab)
+    assert total == 2_779_683_840
+    assert core.param_count(architecture_from_hf_config(PHI2)) == total
+
+
+@pytest.mark.parametrize("config", [{"partial_rotary_factor": 0.25},
+                                    {"rope_parameters": {"rope_theta": 10000.0, "partial_rotary_factor": 0.25}}])
+def test_the_rotary_share_is_read_at_the_top_or_in_rope_parameters(config):
+    glm4 = {"model_type": "glm4", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "head_dim": 32, "intermediate_size": 96, "vocab_size": 300, **config}
+    assert architecture_from_hf_config(glm4).rope_size == 8  # a quarter of 32
+
+
+def test_glm4_by_default_turns_half_of_each_head_and_biases_qkv_only():
+    arch = architecture_from_hf_config({"model_type": "glm4", "num_hidden_layers": 2})
+    assert (arch.rope_size, arch.head_size, arch.norms_per_layer) == (64, 128, 4)
+    assert arch.has_qkv_bias and not arch.attention_bias and arch.fused_gate_up
+
+
+@pytest.mark.parametrize("config, field", [
+    ({**PHI2, "qk_layernorm": True}, "model.hf_config.qk_layernorm"),
+    ({**PHI2, "partial_rotary_factor": 1.5}, "model.hf_config.partial_rotary_factor"),
+    ({"model_type": "gpt_neox", "use_parallel_residual": False}, "model.hf_config.use_parallel_residual"),
+])
+def test_what_is_not_modelled_is_refused_by_name(config, field):
+    with pytest.raises(DomainError) as error:
+        architecture_from_hf_config(config)
+    assert error.value.field == field
+
+
+@pytest.mark.parametrize("model_type", ["granite", "glm4", "starcoder2", "phi", "gpt_neox", "glm4_moe"])
+def test_each_new_type_is_estimated_by_its_own_record(model_type):
+    arch = architecture_from_hf_config({"model_type": model_type, "num_hidden_layers": 2})
+    result = core.estimate(architecture=arch, training=core.Training(seq_len=256))
+    assert not any("has no record" in warning for warning in result.warnings)
