@@ -191,11 +191,14 @@ class _Merge:
                     self.sources.setdefault(entry["field"], (entry["file"], entry["key"]))
 
     def fit_framework(self, request: dict[str, Any]) -> None:
-        """The framework's convention and its FP8 recipe where the core models them with the rest of the setup,
-        else the plain choice (the pytorch convention, no FP8) with the core's reason: what a file implies about
-        them never makes the import refuse it."""
+        """The framework's convention, its FP8 recipe and torchtitan's op-level recomputation where the core models
+        them with the rest of the setup, else the plain choice (the pytorch convention, no FP8, selective
+        recomputation) with the core's reason: what a file implies about them never makes the import refuse it."""
         self._fit(request, "framework", "pytorch", "convention", "counted with the pytorch convention")
         self._fit(request, "fp8", "none", "FP8 recipe", "counted without FP8")
+        if request["training"]["activation_checkpointing"] == "op":
+            self._fit(request, "activation_checkpointing", "selective", "recomputation",
+                      "counted as selective recomputation of the attention core, which keeps more: an upper bound")
 
     def _fit(self, request: dict[str, Any], name: str, plain_value: str, what: str, instead: str) -> None:
         chosen = request["training"][name]

@@ -91,3 +91,12 @@ def test_torchtitans_op_option_imports_as_the_op_policy():
     assert "training.activation_checkpointing" not in {entry["field"] for entry in answer["assumed"]}
     body = answer["request"] | {"gpu": "h100-80gb"}
     assert client.post("/api/v1/estimate", json=body).status_code == 200
+
+
+def test_where_the_setup_rules_it_out_the_import_falls_back_to_selective_with_the_reason():
+    # One GPU: torchtitan trains under autocast, where the op policy was not measured
+    answer = imported("torchtitan", "[model]\nname = \"llama3\"\nflavor = \"8B\"\n[parallelism]\n"
+                                    "data_parallel_shard_degree = 1\n[activation_checkpoint]\nselective_ac_option = \"op\"\n")
+    assert answer["request"]["training"]["activation_checkpointing"] == "selective"
+    (why,) = [entry["why"] for entry in answer["assumed"] if entry["field"] == "training.activation_checkpointing"]
+    assert "autocast" in why and "upper bound" in why
