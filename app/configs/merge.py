@@ -26,7 +26,13 @@ from typing import Any, Final
 
 from app import core, wire
 from app.configs.common import DEFAULT_MODEL_PRESET, Fact, Reading, json_safe, reason
-from app.configs.fsdp import FSDP_PRECISION_NOTE
+from app.configs.merge_precision import (
+    MASTER_COPY,
+    bf16_master,
+    fsdp_precision,
+    loaded_precision,
+    megatron_precision,
+)
 from app.core import DomainError
 from app.core.rules import validate_setup
 
@@ -46,12 +52,8 @@ PARALLELISM_FIELDS: Final = ("data", "tensor", "pipeline", "sequence_parallel", 
 FINETUNING_FIELDS: Final = ("method", "rank", "target_modules", "dropout", "modules_to_save", "quantization")
 MAX_ENTRIES: Final = 2000  # per list: a pathological file of thousands of keys is summarised past this
 DEFAULT_WHY: Final = "not in the config: trainmem's default"
-# The precision preset for the mixed precision asked for ("no" for none), by the engine that keeps the weights.
-MASTER_COPY: Final = {"bf16": "bf16-fp32-master", "fp16": "fp16-fp32-master", "no": "fp32"}  # DeepSpeed, FSDP
-MEGATRON: Final = {"bf16": "megatron-bf16", "fp16": "fp16-fp32-master", "no": "fp32"}
+# The preset for the mixed precision asked for ("no" for none) under autocast (merge_precision has the engines' own).
 AUTOCAST: Final = {"bf16": "autocast-bf16", "fp16": "autocast-fp16", "no": "fp32"}  # autocast over fp32 weights
-FP16_WEIGHTS: Final = {"weights": "fp16", "gradients": "fp16", "master_weights": None, "optimizer_states": "fp16",
-                       "activations": "fp16"}  # weights loaded in fp16, with no fp32 copy
 
 
 def defaults() -> dict[str, Any]:
@@ -411,11 +413,11 @@ class _Merge:
         if engine == "deepspeed":
             return self.deepspeed_precision(amp, reasons)
         if engine == "megatron":
-            return _megatron_precision(mode, reasons)
+            return megatron_precision(mode, reasons)
         if engine == "fsdp" and not (half_load is not None and mode == "no"):
-            return _fsdp_precision(mode, reasons)
+            return fsdp_precision(mode, reasons)
         if half_load is not None:
-            return _loaded_precision(half_load, reasons)
+            return loaded_precision(half_load, reasons)
         return AUTOCAST[amp.value] if amp is not None else None
 
     def pick_amp(self, reasons: list[str]) -> Fact | None:
@@ -494,14 +496,14 @@ class _Merge:
         if amp is not None and amp.value is not None:
             if amp.origin != "said":
                 reasons.append(f"DeepSpeed's bf16/fp16 \"auto\" filled from {self.source(amp)}")
-            return _bf16_master(readings) if amp.value == "bf16" else MASTER_COPY[amp.value]
+            return bf16_master(readings) if amp.value == "bf16" else MASTER_COPY[amp.value]
         # A file with "auto" runs only under the Trainer (or accelerate), which fills it from its --bf16 or
         # --fp16 (HfTrainerDeepSpeedConfig.trainer_config_process: fill_match("bf16.enabled", args.bf16)); they
         # are off unless passed, but a half-precision switch left to the command line is one meant to be passed.
         half = "fp16" if auto_key.endswith("fp16.enabled") else "bf16"
         reasons.append(f"{auto_key} is \"auto\": the Trainer fills it from its --{half}, not given here, so "
                        f"assumed passed; without it the Trainer trains in fp32: set the precision to fp32 if so")
-        return _bf16_master(readings) if half == "bf16" else MASTER_COPY["fp16"]
+        return bf16_master(readings) if half == "bf16" else MASTER_COPY["fp16"]
 
     def model(self) -> dict[str, Any]:
         winner = self.pick("model")
@@ -518,35 +520,9 @@ class _Merge:
         return dict(winner.value)
 
 
-def _megatron_precision(mode: str, reasons: list[str]) -> str:
-    if mode != "no":
-        reasons.append(f"{mode} with Megatron-LM: half-precision weights, an fp32 master copy in its "
-                       "optimizer" + (", gradients accumulated in fp32" if mode == "bf16" else ""))
-    return MEGATRON[mode]
-
-
-def _fsdp_precision(mode: str, reasons: list[str]) -> str:
-    if mode != "no":
-        reasons.append(f"{mode} under FSDP: {FSDP_PRECISION_NOTE}")
-    return MASTER_COPY[mode]
-
-
-def _loaded_precision(load: Fact, reasons: list[str]) -> Any:
-    """Weights loaded in half precision with no engine keeping an fp32 copy: everything in their dtype."""
-    reasons.append(f"{load.note or 'the weights are loaded in ' + load.value}, and no DeepSpeed or FSDP "
-                   "keeps an fp32 copy: gradients and optimizer state take the weights' dtype")
-    return "bf16" if load.value == "bf16" else FP16_WEIGHTS
-
-
 def _known(fact: Fact | None) -> bool:
     """Whether a batch factor counts as known: said, or a Trainer's default (which it checks against)."""
     return fact is not None and (fact.origin == "said" or fact.kind in ARGUMENTS)
-
-
-def _bf16_master(readings: list[Reading]) -> Any:
-    """bf16 with DeepSpeed's master copy, as its "auto" file fills it (its gradients' dtype may say more)."""
-    return next((r.autos["ds_precision:bf16"] for r in readings if "ds_precision:bf16" in r.autos),
-                MASTER_COPY["bf16"])
 
 
 def _refusal(request: dict[str, Any]) -> DomainError | None:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Final, Literal
 
-from app.core.architecture import MAX_LAYERS, TOPK_METHODS, Architecture
+from app.core.architecture import TOPK_METHODS, Architecture
 from app.core.config_defaults import (
     CONFIG_DEFAULTS,
     DEEPSEEK_V2_DEFAULTS,
@@ -22,99 +22,35 @@ from app.core.config_defaults import (
     GEMMA3_SLIDING_WINDOW,
     GEMMA3_SLIDING_WINDOW_PATTERN,
     GLM4_PARTIAL_ROTARY,
-    GPT_NEOX_PARTIAL_ROTARY,
     GPT_OSS_DEFAULTS,
     GPT_OSS_SLIDING_WINDOW_PATTERN,
     GPT_OSS_SWIGLU,
-    PHI_PARTIAL_ROTARY,
     QWEN2_MOE_DEFAULTS,
 )
 from app.core.errors import DomainError
+from app.core.hf_more_families import (
+    glm4_moe_architecture,
+    gpt_neox_architecture,
+    partial_rotary_factor,
+    phi_architecture,
+    starcoder2_architecture,
+)
+from app.core.hf_reader import FIELD_PREFIX, ConfigReader, output_router_logits, short_value
 from app.core.model_kinds import GELU_NAMES, MAX_MODEL_TYPE_CHARS, STANDARD_FIELDS, not_a_decoder
 
 SUPPORTED_MODEL_TYPES: Final = ("gpt2", "llama", "mistral", "qwen2", "gemma", "gemma2", "phi3", "mixtral", "qwen3",
                                  "qwen3_moe", "qwen2_moe", "gemma3_text", "gemma3", "olmo2", "deepseek_v2", "deepseek_v3",
                                  "gpt_oss", "granite", "glm4", "starcoder2", "phi",
                                  "gpt_neox", "glm4_moe")
-FIELD_PREFIX: Final = "model.hf_config"
 
 GEMMA_TYPES: Final = ("gemma", "gemma2", "gemma3_text")
 
 
 
-# Config numbers beyond this are no model's (the architecture's own ranges are far smaller); refusing
-# them early keeps huge integers out of float conversion.
-MAX_CONFIG_NUMBER: Final = 10**18
 
 
-def _short(value: Any) -> str:
-    """A value for an error message, cut short (a pasted config may hold anything)."""
-    text = repr(value) if not isinstance(value, int) or abs(value) < 10**30 else "an integer of more than 30 digits"
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
-class _Reader:
-    def __init__(self, config: Mapping[str, Any], prefix: str = FIELD_PREFIX) -> None:
-        self.config = config
-        self.prefix = prefix
-
-    def _field(self, name: str) -> str:
-        return f"{self.prefix}.{name}"
-
-    def optional_int(self, name: str, default: int | None) -> int | None:
-        value = self.config.get(name)
-        if value is None:
-            return default
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise DomainError(self._field(name), f"must be an integer, got {_short(value)}")
-        return value
-
-    def layers(self, name: str, default: int | None) -> int:
-        """A layer count, checked against its limit before any per-layer list is built from it."""
-        value = self.int(name, default)
-        if not 1 <= value <= MAX_LAYERS:
-            raise DomainError(self._field(name), f"must be between 1 and {MAX_LAYERS:,}, got {_short(value)}")
-        return value
-
-    def int(self, name: str, default: int | None = None) -> int:
-        value = self.optional_int(name, default)
-        if value is None:
-            raise DomainError(self._field(name), f"config.json has no {name!r}, which this model type needs")
-        return value
-
-    def bool(self, name: str, default: bool) -> bool:
-        value = self.config.get(name, default)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            raise DomainError(self._field(name), f"must be true or false, got {value!r}")
-        return value
-
-    def float(self, name: str, default: float) -> float:
-        value = self.config.get(name, default)
-        if value is None:
-            return default
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise DomainError(self._field(name), f"must be a number, got {_short(value)}")
-        if isinstance(value, int) and abs(value) > MAX_CONFIG_NUMBER:
-            raise DomainError(self._field(name), f"must be at most {MAX_CONFIG_NUMBER:,} in size")
-        return float(value)
-
-    def str_list(self, name: str) -> list[str] | None:
-        value = self.config.get(name)
-        if value is None:
-            return None
-        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-            raise DomainError(self._field(name), f"must be a list of strings, got {_short(value)}")
-        return value
-
-    def str(self, name: str, default: str) -> str:
-        value = self.config.get(name, default)
-        if value is None:
-            return default
-        if not isinstance(value, str):
-            raise DomainError(self._field(name), f"must be a string, got {value!r}")
-        return value
 
 
 def architecture_from_hf_config(config: Mapping[str, Any]) -> Architecture:
@@ -126,7 +62,7 @@ def architecture_from_hf_config(config: Mapping[str, Any]) -> Architecture:
         raise DomainError(f"{FIELD_PREFIX}.model_type", "config.json has no 'model_type'")
     if model_type not in SUPPORTED_MODEL_TYPES:
         return _unknown_decoder(config, model_type)
-    reader = _Reader(config)
+    reader = ConfigReader(config)
     if model_type == "gemma3":
         reader, model_type = _gemma3_text_config(config), "gemma3_text"
     try:
@@ -143,13 +79,13 @@ def architecture_from_hf_config(config: Mapping[str, Any]) -> Architecture:
         if model_type == "glm4":
             return _glm4(reader)
         if model_type == "starcoder2":
-            return _starcoder2(reader)
+            return starcoder2_architecture(reader)
         if model_type == "phi":
-            return _phi(reader)
+            return phi_architecture(reader)
         if model_type == "gpt_neox":
-            return _gpt_neox(reader)
+            return gpt_neox_architecture(reader)
         if model_type == "glm4_moe":
-            return _glm4_moe(reader)
+            return glm4_moe_architecture(reader)
         return _llama_family(reader, model_type)
     except DomainError as error:
         if error.field.startswith(FIELD_PREFIX):
@@ -166,7 +102,7 @@ def _unknown_decoder(config: Mapping[str, Any], model_type: Any) -> Architecture
     supported = f"the model types with a record: {', '.join(SUPPORTED_MODEL_TYPES)}"
     if not isinstance(model_type, str) or not 0 < len(model_type) <= MAX_MODEL_TYPE_CHARS:
         raise DomainError(field, f"must be the model type's name, a string of 1 to {MAX_MODEL_TYPE_CHARS} characters, "
-                                 f"got {_short(model_type)}")
+                                 f"got {short_value(model_type)}")
     why = not_a_decoder(config)
     if why:
         raise DomainError(field, f"model_type {model_type!r} is {why}: with no record of its own it cannot be "
@@ -178,14 +114,14 @@ def _unknown_decoder(config: Mapping[str, Any], model_type: Any) -> Architecture
                           f"decoder from {', '.join(STANDARD_FIELDS)}; config.json lacks {', '.join(missing)}. "
                           f"Give them, or use {supported}")
     try:
-        return _llama_family(_Reader(config), model_type)
+        return _llama_family(ConfigReader(config), model_type)
     except DomainError as error:
         if error.field.startswith(FIELD_PREFIX):
             raise
         raise DomainError(error.field.replace("model.", f"{FIELD_PREFIX}.", 1), error.message) from None
 
 
-def _gemma3_text_config(config: Mapping[str, Any]) -> _Reader:
+def _gemma3_text_config(config: Mapping[str, Any]) -> ConfigReader:
     """The language model of a Gemma 3 ``config.json`` (model_type ``gemma3``): its ``text_config``.
 
     What is counted is what Gemma3ForCausalLM counts for that text_config: the language model that
@@ -200,10 +136,10 @@ def _gemma3_text_config(config: Mapping[str, Any]) -> _Reader:
         text = {}
     if not isinstance(text, Mapping):
         raise DomainError(prefix, "must be a JSON object (the language model's configuration)")
-    return _Reader(text, prefix)
+    return ConfigReader(text, prefix)
 
 
-def _gpt2(reader: _Reader) -> Architecture:
+def _gpt2(reader: ConfigReader) -> Architecture:
     hidden = reader.int("n_embd", 768)
     act = reader.str("activation_function", "gelu_new")
     if act not in GELU_NAMES and act != "relu":
@@ -230,7 +166,7 @@ def _gpt2(reader: _Reader) -> Architecture:
     )
 
 
-def _deepseek_v3(reader: _Reader) -> Architecture:
+def _deepseek_v3(reader: ConfigReader) -> Architecture:
     """DeepSeek-V3 as DeepseekV3ForCausalLM builds it (modeling_deepseek_v3.py, transformers 5.24).
 
     Multi-head latent attention, ``first_k_dense_replace`` dense layers, then mixtures of ``n_routed_experts``
@@ -253,7 +189,7 @@ def _deepseek_v3(reader: _Reader) -> Architecture:
     )
 
 
-def _deepseek_common(reader: _Reader, d: dict[str, int], routed_scaling: float) -> dict[str, Any]:
+def _deepseek_common(reader: ConfigReader, d: dict[str, int], routed_scaling: float) -> dict[str, Any]:
     """The fields DeepSeek-V2's and V3's configs read alike (defaults `d`): the layers, multi-head latent attention
     (``q_lora_rank`` null meaning a plain q_proj), the dense and expert MLP widths, the shared experts and the dense
     first layers."""
@@ -289,7 +225,7 @@ def _deepseek_common(reader: _Reader, d: dict[str, int], routed_scaling: float) 
     }
 
 
-def _deepseek_v2(reader: _Reader) -> Architecture:
+def _deepseek_v2(reader: ConfigReader) -> Architecture:
     """DeepSeek-V2 and DeepSeek-V2-Lite as DeepseekV2ForCausalLM builds them (modeling_deepseek_v2.py,
     transformers 5.24).
 
@@ -330,7 +266,7 @@ def _deepseek_v2(reader: _Reader) -> Architecture:
     )
 
 
-def _sliding_window(reader: _Reader, model_type: str, layers: int) -> tuple[int | None, int]:
+def _sliding_window(reader: ConfigReader, model_type: str, layers: int) -> tuple[int | None, int]:
     """Gemma 3's local attention: the window and how many layers use it (Gemma3TextConfig.__post_init__)."""
     if model_type != "gemma3_text":
         return None, 0
@@ -344,7 +280,7 @@ def _sliding_window(reader: _Reader, model_type: str, layers: int) -> tuple[int 
     return _window_layers(reader, layers, pattern=pattern, window=GEMMA3_SLIDING_WINDOW)
 
 
-def _window_layers(reader: _Reader, layers: int, *, pattern: int, window: int | None) -> tuple[int | None, int]:
+def _window_layers(reader: ConfigReader, layers: int, *, pattern: int, window: int | None) -> tuple[int | None, int]:
     """The window and how many layers attend within it: those ``layer_types`` names ``sliding_attention``, or without
     layer_types all but every `pattern`-th; `window` is the configuration class's default ``sliding_window``."""
     layer_types = reader.str_list("layer_types")
@@ -358,7 +294,7 @@ def _window_layers(reader: _Reader, layers: int, *, pattern: int, window: int | 
     return (span, sliding) if span is not None and sliding else (None, 0)
 
 
-def _gpt_oss(reader: _Reader) -> Architecture:
+def _gpt_oss(reader: ConfigReader) -> Architecture:
     """gpt-oss as GptOssForCausalLM builds it (modeling_gpt_oss.py, transformers 5.24).
 
     Every layer a mixture of ``num_local_experts`` experts with biases, ``num_experts_per_tok`` of them per token,
@@ -410,7 +346,7 @@ def _gpt_oss(reader: _Reader) -> Architecture:
         norm_topk_prob=False,
         router_bias=True,
         attention_sinks=True,
-        output_router_logits=_output_router_logits(reader),
+        output_router_logits=output_router_logits(reader),
         sliding_window=window,
         sliding_window_layers=sliding,
         model_type="gpt_oss",
@@ -419,7 +355,7 @@ def _gpt_oss(reader: _Reader) -> Architecture:
     )
 
 
-def _qwen2_moe(reader: _Reader) -> Architecture:
+def _qwen2_moe(reader: ConfigReader) -> Architecture:
     """Qwen2-MoE (Qwen1.5-MoE-A2.7B, Qwen2-57B-A14B) as Qwen2MoeForCausalLM builds it (modeling_qwen2_moe.py,
     transformers 5.24).
 
@@ -470,24 +406,15 @@ def _qwen2_moe(reader: _Reader) -> Architecture:
         shared_expert_intermediate_size=(reader.int("shared_expert_intermediate_size",
                                                     d["shared_expert_intermediate_size"]) if moe else None),
         shared_expert_gate=moe,
-        output_router_logits=_output_router_logits(reader) if moe else False,
+        output_router_logits=output_router_logits(reader) if moe else False,
         model_type="qwen2_moe",
         hidden_act=act,
     )
 
 
-def _output_router_logits(reader: _Reader) -> bool:
-    """``output_router_logits`` (default false): the model keeps every sparse layer's router logits for the
-    load-balancing loss (load_balancing_loss_func in modeling_mixtral.py and its copies, transformers 5.24).
-
-    ``router_aux_loss_coef`` only scales that loss (a 0-d tensor): it is checked to be a number and changes
-    no memory.
-    """
-    reader.float("router_aux_loss_coef", 0.0)
-    return reader.bool("output_router_logits", False)
 
 
-def _qwen2_moe_dense_layers(reader: _Reader, layers: int) -> int:
+def _qwen2_moe_dense_layers(reader: ConfigReader, layers: int) -> int:
     """How many layers keep a dense MLP (Qwen2MoeDecoderLayer: those in ``mlp_only_layers`` and those whose
     index + 1 is not a multiple of ``decoder_sparse_step``), refused unless they are the first k."""
     step = reader.int("decoder_sparse_step", QWEN2_MOE_DEFAULTS["decoder_sparse_step"])
@@ -495,7 +422,7 @@ def _qwen2_moe_dense_layers(reader: _Reader, layers: int) -> int:
         raise DomainError(reader._field("decoder_sparse_step"), f"must be at least 1, got {step}")
     only = reader.config.get("mlp_only_layers") or []
     if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
-        raise DomainError(reader._field("mlp_only_layers"), f"must be a list of layer indices, got {_short(only)}")
+        raise DomainError(reader._field("mlp_only_layers"), f"must be a list of layer indices, got {short_value(only)}")
     only_set = set(only)
     dense = [i for i in range(layers) if i in only_set or (i + 1) % step]
     if dense != list(range(len(dense))):
@@ -520,7 +447,7 @@ def _gated_mlp(act: str) -> Literal["swiglu", "geglu"]:
     raise DomainError(f"{FIELD_PREFIX}.hidden_act", f"unsupported activation {act!r}")
 
 
-def _softcaps(reader: _Reader, model_type: str) -> list[tuple[str, float]]:
+def _softcaps(reader: ConfigReader, model_type: str) -> list[tuple[str, float]]:
     """Gemma 2 caps the attention scores and the logits. Gemma 3 caps the logits only: Gemma3Attention keeps
     attn_logit_softcapping but does not pass it to the attention function (modeling_gemma3.py, transformers 5.24)."""
     extras: list[tuple[str, float]] = []
@@ -535,7 +462,7 @@ def _softcaps(reader: _Reader, model_type: str) -> list[tuple[str, float]]:
     return extras
 
 
-def _llama_family(reader: _Reader, model_type: str) -> Architecture:
+def _llama_family(reader: ConfigReader, model_type: str) -> Architecture:
     defaults = CONFIG_DEFAULTS.get(model_type, {})
     heads = reader.int("num_attention_heads", defaults.get("num_attention_heads"))
     layers = reader.layers("num_hidden_layers", defaults.get("num_hidden_layers"))
@@ -585,7 +512,7 @@ def _llama_family(reader: _Reader, model_type: str) -> Architecture:
         moe_intermediate_size=reader.int("moe_intermediate_size", 768) if model_type == "qwen3_moe" else None,
         norm_topk_prob=reader.bool("norm_topk_prob", False) if model_type == "qwen3_moe" else True,
         qk_norm=model_type in ("qwen3", "qwen3_moe", "gemma3_text", "olmo2"),
-        output_router_logits=_output_router_logits(reader) if moe else False,
+        output_router_logits=output_router_logits(reader) if moe else False,
         qk_norm_over="projection" if model_type == "olmo2" else "head",
         sliding_window=sliding_window,
         sliding_window_layers=sliding_layers,
@@ -595,7 +522,7 @@ def _llama_family(reader: _Reader, model_type: str) -> Architecture:
     )
 
 
-def _glm4(reader: _Reader) -> Architecture:
+def _glm4(reader: ConfigReader) -> Architecture:
     """GLM-4-0414 as Glm4ForCausalLM builds it (modeling_glm4.py, transformers 5.24): Llama's layer with four
     RMSNorms (before and after attention and the MLP: Glm4DecoderLayer's post_self_attn_layernorm and
     post_mlp_layernorm), biases on the query, key and value projections (``attention_bias``, True by default) and none
@@ -603,194 +530,19 @@ def _glm4(reader: _Reader) -> Architecture:
     ``partial_rotary_factor`` of each head (0.5 unless given; top level or in ``rope_parameters``). Not read, because
     they change no parameter and no saved tensor: ``rope_theta`` and ``rms_norm_eps``."""
     base = _llama_family(reader, "glm4")
-    factor = _partial_rotary_factor(reader, GLM4_PARTIAL_ROTARY)
+    factor = partial_rotary_factor(reader, GLM4_PARTIAL_ROTARY)
     return replace(base, norms_per_layer=4, qkv_bias=reader.bool("attention_bias", True), attention_bias=False,
                    fused_gate_up=True, extras=(*base.extras, ("partial_rotary_factor", factor)))
 
 
-def _partial_rotary_factor(reader: _Reader, default: float) -> float:
-    """The share of each head the rotary embedding turns, at the top level of config.json or in ``rope_parameters``
-    (where transformers 5.24's configs keep it)."""
-    params = reader.config.get("rope_parameters")
-    if isinstance(params, Mapping) and params.get("partial_rotary_factor") is not None:
-        inner = _Reader(params, reader._field("rope_parameters"))
-        value, field = inner.float("partial_rotary_factor", default), inner._field("partial_rotary_factor")
-    else:
-        value, field = reader.float("partial_rotary_factor", default), reader._field("partial_rotary_factor")
-    if not 0.0 < value <= 1.0:
-        raise DomainError(field, f"must be a share of the head in (0, 1], got {value:g}")
-    return value
-
-
-def _starcoder2(reader: _Reader) -> Architecture:
-    """StarCoder2 as Starcoder2ForCausalLM builds it (modeling_starcoder2.py, transformers 5.24): grouped-query
-    attention with rotary positions, LayerNorms with biases, an MLP without a gate (c_fc, ``hidden_act``, c_proj) and
-    biases on every linear layer but the output layer (``use_bias``). Every layer attends within ``sliding_window``
-    where it is set. ``residual_dropout`` drops the attention's and the MLP's outputs, ``embedding_dropout`` the
-    embeddings. Not read, because they change no parameter and no saved tensor: ``rope_theta`` and
-    ``norm_epsilon``."""
-    d = CONFIG_DEFAULTS["starcoder2"]
-    heads = reader.int("num_attention_heads", d["num_attention_heads"])
-    layers = reader.layers("num_hidden_layers", d["num_hidden_layers"])
-    act = reader.str("hidden_act", "gelu_pytorch_tanh")
-    if act not in GELU_NAMES and act != "relu":
-        raise DomainError(reader._field("hidden_act"), f"unsupported activation {act!r}")
-    bias = reader.bool("use_bias", True)
-    window = reader.optional_int("sliding_window", None)
-    return Architecture(
-        num_hidden_layers=layers,
-        hidden_size=reader.int("hidden_size", d["hidden_size"]),
-        num_attention_heads=heads,
-        num_key_value_heads=reader.int("num_key_value_heads", d["num_key_value_heads"]),
-        head_dim=reader.optional_int("head_dim", None),
-        intermediate_size=reader.int("intermediate_size", d["intermediate_size"]),
-        vocab_size=reader.int("vocab_size", d["vocab_size"]),
-        max_position_embeddings=reader.int("max_position_embeddings", DEFAULT_MAX_POSITIONS["starcoder2"]),
-        tie_word_embeddings=reader.bool("tie_word_embeddings", True),
-        attention_bias=bias,
-        mlp_bias=bias,
-        mlp="relu" if act == "relu" else "gelu",
-        norm="layernorm",
-        position_embedding="rope",
-        dropout=reader.float("residual_dropout", 0.0),
-        attention_dropout=reader.float("attention_dropout", 0.0),
-        sliding_window=window,
-        sliding_window_layers=layers if window is not None else 0,
-        model_type="starcoder2",
-        hidden_act=act,
-        extras=(("embedding_dropout", _probability(reader, "embedding_dropout")),),
-    )
-
-
-def _probability(reader: _Reader, name: str) -> float:
-    value = reader.float(name, 0.0)
-    if not 0.0 <= value < 1.0:
-        raise DomainError(reader._field(name), f"must be a probability in [0, 1), got {value:g}")
-    return value
-
-
-def _phi(reader: _Reader) -> Architecture:
-    """Phi-1, Phi-1.5 and Phi-2 as PhiForCausalLM builds them (modeling_phi.py, transformers 5.24): one LayerNorm a
-    layer whose output feeds attention and the MLP side by side (PhiDecoderLayer adds both to the layer's input),
-    biases on the query, key, value and output projections (``dense``), on the MLP without a gate (fc1,
-    ``hidden_act`` gelu_new, fc2) and on the output layer, and rotary positions on the first
-    ``partial_rotary_factor`` of each head (0.5 unless given). ``resid_pdrop`` drops the attention's and the MLP's
-    outputs, ``embd_pdrop`` the embeddings. The LayerNorms over Q and K (``qk_layernorm``, false in the published
-    checkpoints) are not modelled and are refused. Not read, because they change no parameter and no saved tensor:
-    ``rope_theta`` and ``layer_norm_eps``."""
-    d = CONFIG_DEFAULTS["phi"]
-    if reader.bool("qk_layernorm", False):
-        raise DomainError(reader._field("qk_layernorm"), "Phi's LayerNorms over Q and K are not modelled")
-    heads = reader.int("num_attention_heads", d["num_attention_heads"])
-    act = reader.str("hidden_act", "gelu_new")
-    if act not in GELU_NAMES and act != "relu":
-        raise DomainError(reader._field("hidden_act"), f"unsupported activation {act!r}")
-    return Architecture(
-        num_hidden_layers=reader.layers("num_hidden_layers", d["num_hidden_layers"]),
-        hidden_size=reader.int("hidden_size", d["hidden_size"]),
-        num_attention_heads=heads,
-        num_key_value_heads=reader.int("num_key_value_heads", heads),
-        head_dim=reader.optional_int("head_dim", None),
-        intermediate_size=reader.int("intermediate_size", d["intermediate_size"]),
-        vocab_size=reader.int("vocab_size", d["vocab_size"]),
-        max_position_embeddings=reader.int("max_position_embeddings", DEFAULT_MAX_POSITIONS["phi"]),
-        tie_word_embeddings=reader.bool("tie_word_embeddings", False),
-        attention_bias=True,
-        mlp_bias=True,
-        mlp="relu" if act == "relu" else "gelu",
-        norm="layernorm",
-        norms_per_layer=1,
-        position_embedding="rope",
-        dropout=reader.float("resid_pdrop", 0.0),
-        attention_dropout=reader.float("attention_dropout", 0.0),
-        model_type="phi",
-        hidden_act=act,
-        extras=(("embedding_dropout", _probability(reader, "embd_pdrop")),
-                ("partial_rotary_factor", _partial_rotary_factor(reader, PHI_PARTIAL_ROTARY))),
-    )
 
 
 
-def _gpt_neox(reader: _Reader) -> Architecture:
-    """GPT-NeoX-20B and Pythia as GPTNeoXForCausalLM builds them (modeling_gpt_neox.py, transformers 5.24): attention
-    and the MLP side by side, each after a LayerNorm of the layer's input (``use_parallel_residual``, true in every
-    published checkpoint; false is refused), the query, key and value in one ``query_key_value`` projection, biases
-    on every linear layer but the output layer (``attention_bias`` for attention's), an MLP without a gate
-    (dense_h_to_4h, ``hidden_act``, dense_4h_to_h), and rotary positions on the first ``partial_rotary_factor`` of
-    each head (``rotary_pct``, 0.25 unless given). ``hidden_dropout`` drops the embeddings and the attention's and
-    the MLP's outputs. Not read, because they change no parameter and no saved tensor: ``rope_theta``
-    (``rotary_emb_base``), ``layer_norm_eps`` and ``classifier_dropout`` (a classification head's)."""
-    d = CONFIG_DEFAULTS["gpt_neox"]
-    if not reader.bool("use_parallel_residual", True):
-        raise DomainError(reader._field("use_parallel_residual"), "GPT-NeoX's sequential layers are not modelled")
-    act = reader.str("hidden_act", "gelu")
-    if act not in GELU_NAMES and act != "relu":
-        raise DomainError(reader._field("hidden_act"), f"unsupported activation {act!r}")
-    factor = (reader.float("rotary_pct", GPT_NEOX_PARTIAL_ROTARY) if reader.config.get("rotary_pct") is not None
-              else _partial_rotary_factor(reader, GPT_NEOX_PARTIAL_ROTARY))
-    return Architecture(
-        num_hidden_layers=reader.layers("num_hidden_layers", d["num_hidden_layers"]),
-        hidden_size=reader.int("hidden_size", d["hidden_size"]),
-        num_attention_heads=reader.int("num_attention_heads", d["num_attention_heads"]),
-        intermediate_size=reader.int("intermediate_size", d["intermediate_size"]),
-        vocab_size=reader.int("vocab_size", d["vocab_size"]),
-        max_position_embeddings=reader.int("max_position_embeddings", DEFAULT_MAX_POSITIONS["gpt_neox"]),
-        tie_word_embeddings=reader.bool("tie_word_embeddings", False),
-        attention_bias=reader.bool("attention_bias", True),
-        mlp_bias=True,
-        mlp="relu" if act == "relu" else "gelu",
-        norm="layernorm",
-        position_embedding="rope",
-        dropout=_probability(reader, "hidden_dropout"),
-        attention_dropout=reader.float("attention_dropout", 0.0),
-        fused_qkv=True,
-        model_type="gpt_neox",
-        hidden_act=act,
-        extras=(("partial_rotary_factor", factor),),
-    )
 
 
-def _glm4_moe(reader: _Reader) -> Architecture:
-    """GLM-4.5 and GLM-4.5-Air as Glm4MoeForCausalLM builds them (modeling_glm4_moe.py, transformers 5.24): Llama's
-    grouped-query attention with biases on the query, key and value projections (``attention_bias``) and none on the
-    output, rotary positions on the first ``partial_rotary_factor`` of each head (0.5 unless given), an RMSNorm over
-    each head of Q and K where ``use_qk_norm``, the first ``first_k_dense_replace`` layers dense, then DeepSeek-V3's
-    mixture: a sigmoid router in fp32 with a correction bias, group-limited (``n_group``, ``topk_group``),
-    ``n_routed_experts`` experts of ``moe_intermediate_size`` beside ``n_shared_experts`` shared ones. The multi-token
-    prediction layers (``num_mtp_layers``) are not part of the class, nor counted. Not read, because they change no
-    parameter and no saved tensor: ``rope_theta`` and ``rms_norm_eps``; ``routed_scaling_factor`` is kept as read."""
-    d = CONFIG_DEFAULTS["glm4_moe"]
-    heads = reader.int("num_attention_heads", d["num_attention_heads"])
-    hidden = reader.int("hidden_size", d["hidden_size"])
-    act = reader.str("hidden_act", "silu")
-    if act not in ("silu", "swish"):
-        raise DomainError(reader._field("hidden_act"), f"unsupported activation {act!r}")
-    return Architecture(
-        num_hidden_layers=reader.layers("num_hidden_layers", d["num_hidden_layers"]),
-        hidden_size=hidden,
-        num_attention_heads=heads,
-        num_key_value_heads=reader.int("num_key_value_heads", d["num_key_value_heads"]),
-        # Glm4MoeAttention: getattr(config, "head_dim", hidden_size // num_attention_heads), rounded down.
-        head_dim=reader.optional_int("head_dim", max(1, hidden // heads)),
-        intermediate_size=reader.int("intermediate_size", d["intermediate_size"]),
-        vocab_size=reader.int("vocab_size", d["vocab_size"]),
-        max_position_embeddings=reader.int("max_position_embeddings", DEFAULT_MAX_POSITIONS["glm4_moe"]),
-        tie_word_embeddings=reader.bool("tie_word_embeddings", False),
-        qkv_bias=reader.bool("attention_bias", False),
-        mlp="swiglu",
-        attention_dropout=reader.float("attention_dropout", 0.0),
-        num_local_experts=reader.int("n_routed_experts", d["n_routed_experts"]),
-        num_experts_per_tok=reader.int("num_experts_per_tok", d["num_experts_per_tok"]),
-        moe_intermediate_size=reader.int("moe_intermediate_size", d["moe_intermediate_size"]),
-        norm_topk_prob=reader.bool("norm_topk_prob", True),
-        n_shared_experts=reader.int("n_shared_experts", d["n_shared_experts"]),
-        first_k_dense_replace=reader.int("first_k_dense_replace", d["first_k_dense_replace"]),
-        n_group=reader.int("n_group", 1),
-        topk_group=reader.int("topk_group", 1),
-        qk_norm=reader.bool("use_qk_norm", False),
-        output_router_logits=_output_router_logits(reader),
-        model_type="glm4_moe",
-        hidden_act=act,
-        extras=(("routed_scaling_factor", reader.float("routed_scaling_factor", 1.0)),
-                ("partial_rotary_factor", _partial_rotary_factor(reader, GLM4_PARTIAL_ROTARY))),
-    )
+
+
+
+
+
+
