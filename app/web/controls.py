@@ -68,6 +68,12 @@ PAGE_HELP: Final[dict[str, str]] = {
     "virtual_stages": "Interleaved pipeline schedule (Megatron's virtual stages): model chunks per GPU; the first "
     "GPU then holds (p - 1) chunks of activations more. Needs 2 or more pipeline stages, pipeline × virtual stages "
     "dividing the layers, and gradient accumulation a multiple of the pipeline stages.",
+    "activation_checkpointing": "None keeps every tensor for backward; selective recomputes the attention core; "
+    "op-level is torchtitan's policy, each layer recomputed but every other matmul's output and the attention "
+    "kernel's kept; full keeps only each layer's input, of every layer or of those chosen below.",
+    "bitsandbytes_version": "QLoRA: the bitsandbytes version the run uses, as pip shows it. Before 0.43.2 the 4-bit "
+    "matmul keeps each 4-bit layer's input until the backward ends (fixed in bitsandbytes commit 9e75374), which "
+    "recomputation does not drop. Blank: 0.43.2 or later.",
     "recompute_every": "1: every layer. k: every k-th layer of each stage is recomputed (layer i, from 1, when "
     "i % k == 0) and the others keep all they save, as torchtitan's selective_ac_option does (its default is 2).",
     "recompute_first_layers": "Blank: every layer. N: only the first N layers of each stage are recomputed, the "
