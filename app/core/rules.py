@@ -16,6 +16,7 @@ from app.core.errors import DomainError
 from app.core.families import family_of
 from app.core.finetuning import Finetuning, experts_wrapped, validate_finetuning
 from app.core.optimizers import OPTIMIZER_IMPLEMENTATIONS, check_optimizer
+from app.core.saved.op_policy import FUSED_KERNELS
 from app.core.setup import (
     FP8_RECIPES,
     FRAMEWORKS,
@@ -190,7 +191,7 @@ def _op_policy(training: Training, parallelism: Parallelism, arch: Architecture)
         why = "is modelled for training every weight: an adapter's matmuls change which outputs the policy saves"
     elif training.fp8 != "none" or _autocast(training):
         why = "is modelled for half-precision weights without autocast or FP8"
-    elif act.attention_kernel(arch, activation_setup(training, parallelism)) not in ("flash", "memory-efficient"):
+    elif act.attention_kernel(arch, activation_setup(training, parallelism)) not in FUSED_KERNELS:
         why = "saves the fused attention kernel's outputs: choose sdpa or flash attention"
     if why:
         raise DomainError("training.activation_checkpointing", f"op (torchtitan's op-level recomputation) {why}")

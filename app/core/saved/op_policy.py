@@ -68,17 +68,14 @@ def op_layer_activations(arch: Architecture, setup: ActivationSetup) -> tuple[Sa
 def op_rebuild(arch: Architecture, setup: ActivationSetup, full: tuple[SavedTensor, ...]) -> tuple[SavedTensor, ...]:
     """What one layer's backward rebuilds beyond what it kept: everything it saves without recomputation but its
     input and the saved outputs, and the last matmul's saved output, which stays unused beside them."""
-    kept = op_layer_activations(arch, setup)
-    cached = sum(item.bytes for item in kept if item.name != "layer.input")
-    items = list(full)
-    rebuilt = sum(item.bytes for item in items) - cached
-    saved = _Saved(setup)
-    saved.items.append(SavedTensor("op.rebuilt", max(rebuilt, 0)))
+    kept = {item.name: item.bytes for item in op_layer_activations(arch, setup)}
+    cached = sum(size for name, size in kept.items() if name != "layer.input")
+    rebuilt = [SavedTensor("op.rebuilt", max(sum(item.bytes for item in full) - cached, 0))]
     matmuls = [name for name, _, is_mm in _linears(arch) if is_mm]
-    last = next((item for item in kept if matmuls and item.name == f"op.{matmuls[-1]}.output"), None)
-    if last is not None:
-        saved.items.append(SavedTensor("op.unused_last_output", last.bytes))
-    return tuple(saved.items)
+    last = f"op.{matmuls[-1]}.output" if matmuls else ""
+    if last in kept:
+        rebuilt.append(SavedTensor("op.unused_last_output", kept[last]))
+    return tuple(rebuilt)
 
 
 def op_recomputed_params(arch: Architecture) -> int:
