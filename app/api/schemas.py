@@ -36,13 +36,12 @@ from app.api.contract import (
     clauses,
     request_rules,
 )
+from app.api.declared import Section, declared_model
 from app.core import architecture as arch_limits
 from app.core import finetuning as finetuning_limits
 from app.core import gpus as core_gpus
 from app.core import setup as limits
-from app.core.allocator import ALLOCATORS
-from app.core.finetuning import METHODS as FINETUNING_METHODS
-from app.core.finetuning import QUANTIZATIONS
+from app.core.finetuning import Finetuning
 from app.core.job import JOB_FIELDS, Job
 from app.core.series import MAX_VALUES
 from app.core.solver import COST_ORDER, TARGETS
@@ -172,181 +171,45 @@ class PrecisionIn(BaseModel):
     activations: DtypeName = Field(description="Dtype of activations.")
 
 
-class TrainingIn(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"allOf": clauses(TRAINING_RULES)})
-
-    micro_batch_size: int = Field(default=1, ge=1, le=limits.MAX_MICRO_BATCH, description="Sequences per micro-batch per GPU (b).")
-    seq_len: int = Field(default=2048, ge=1, le=limits.MAX_SEQ_LEN, description="Tokens per sequence (s).")
-    precision: PrecisionPresetName | PrecisionIn = Field(
-        default="bf16-fp32-master",
-        description="A precision preset id (see GET /api/v1/presets) or an explicit dtype per tensor class.",
-    )
-    optimizer: OptimizerName = Field(default="adamw", description="Optimizer whose state is counted.")
-    optimizer_implementation: OptimizerImplementationName = Field(
-        default="foreach",
-        description="How optimizer.step() runs, which decides its scratch: foreach (torch's default on CUDA: a "
-        "state-dtype copy of every parameter for Adam), fused (none), for-loop (two copies of the largest tensor).",
-    )
-    adafactor_momentum: bool = Field(default=False, description="Adafactor keeps a first moment (beta1) as well.")
-    activation_checkpointing: CheckpointingName = Field(
-        default="none", description="none; selective: recompute the attention core; full: keep only each layer's input "
-        "(of every layer, or of those recompute_every or recompute_first_layers choose)."
-    )
-    recompute_every: int = Field(
-        default=1, ge=1, le=arch_limits.MAX_LAYERS,
-        description="With full recomputation, recompute every k-th layer of each stage (counted from 1: layer i when "
-        "i % k == 0) and keep everything of the others, as torchtitan's selective_ac_option \"k\" does (its default "
-        "is 2). 1: every layer.")
-    recompute_first_layers: int | None = Field(
-        default=None, ge=1, le=arch_limits.MAX_LAYERS,
-        description="With full recomputation, recompute only the first N layers of each pipeline stage and keep "
-        "everything of the rest, as Megatron-LM's --recompute-method block --recompute-num-layers N does. null: every "
-        "layer. Not with recompute_every.")
-    attention: AttentionName = Field(
-        default="sdpa",
-        description="eager stores the s × s score matrix; flash is a fused kernel that does not; sdpa is the kernel "
-        "PyTorch's scaled_dot_product_attention picks on CUDA (flash for fp16/bf16 and head size ≤ 256, else "
-        "memory-efficient unless K/V heads are grouped, else math). The answer's attention_kernel says which.",
-    )
-    implementation: ImplementationName = Field(
-        default="transformers",
-        description="Whose code runs the model: Hugging Face transformers modules, or Megatron-LM's fused kernels. "
-        "liger is modelled for the Llama family's gated MLPs, megatron for dense models.",
-    )
-    loop: LoopName = Field(
-        default="plain",
-        description="plain: the loop keeps the model's output (and so the logits) until the next forward replaces "
-        "it; hf-trainer: only the loss is kept, the logits are freed before backward.",
-    )
-    loss: Literal[tuple(limits.LOSSES)] = Field(  # type: ignore[valid-type]
-        default="standard", description="standard: the model returns the logits and the loss upcasts them to fp32; "
-        "chunked: the output layer and loss run loss_chunks chunks of tokens at a time (torchtune); fused-linear: "
-        "Liger Kernel's fused linear cross entropy, which never materialises the logits.")
-    loss_chunks: int = Field(default=8, ge=1, le=limits.MAX_LOSS_CHUNKS,
-                             description="Chunks of tokens for the chunked loss (torchtune's num_output_chunks).")
-    framework: Literal[tuple(limits.FRAMEWORKS)] = Field(  # type: ignore[valid-type]
-        default="pytorch", description="Whose memory convention the model states and their buffers follow: "
-        + "; ".join(f"{item.id}: {item.about}" for item in limits.FRAMEWORKS.values())
-        + ". The fsdp2 convention (or torchtitan at ZeRO stage 3) is what float8 all-gather (torchao-fsdp-fp8) needs.")
-    fp8: Literal[tuple(limits.FP8_RECIPES)] = Field(  # type: ignore[valid-type]
-        default="none", description="FP8 training: "
-        + "; ".join(f"{item.id}: {item.about}" for item in limits.FP8_RECIPES.values())
-        + ". Not with fine-tuning or a mixture of experts; Transformer Engine's recipes need the token count on a GPU "
-        "divisible by 8 and the linear layers' widths by 16 (8 for outputs), and standard attention.")
-    gradient_accumulation_steps: int = Field(
-        default=1, ge=1, le=limits.MAX_ACCUMULATION_STEPS,
-        description="Micro-batches per optimizer step. From the second on, the gradients are alive through forward "
-        "and backward; with pipeline parallelism it is also the number of micro-batches in flight (1F1B).",
-    )
-    framework_overhead_bytes: int = Field(
-        default=limits.DEFAULT_FRAMEWORK_OVERHEAD_BYTES, ge=0, le=limits.MAX_OVERHEAD_BYTES,
-        description="An extra per GPU outside what is modelled (e.g. communication buffers), in bytes (default 0; the "
-        "CUDA context, the workspaces and the allocator's cache are counted).",
-    )
-    allocator: Literal[ALLOCATORS] = Field(  # type: ignore[valid-type]
-        default="default", description="PyTorch's CUDA caching allocator: default (as shipped) or "
-        "expandable-segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: one segment per pool grown by pages, "
-        "so freed blocks and new requests fragment less).",
-    )
-
-
-class ParallelismIn(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"allOf": clauses(PARALLELISM_RULES)})
-
-    data: int = Field(default=1, ge=1, le=limits.MAX_DEGREE, description="Data-parallel degree.")
-    tensor: int = Field(default=1, ge=1, le=limits.MAX_DEGREE, description="Tensor-parallel degree; it must divide "
-                        "num_attention_heads and num_key_value_heads.")
-    pipeline: int = Field(default=1, ge=1, le=limits.MAX_DEGREE, description="Pipeline-parallel degree (stages); it "
-                          "must divide num_hidden_layers unless first_stage_layers or last_stage_layers are given.")
-    sequence_parallel: bool = Field(default=False, description="Megatron sequence parallelism over the tensor-parallel group.")
-    zero_stage: int = Field(default=0, ge=0, le=3, description="ZeRO stage: 1 shards optimizer state and master "
-                            "weights, 2 adds gradients, 3 weights. At most 1 with the megatron convention or a "
-                            "Transformer Engine fp8 recipe.")
-    offload: Literal[tuple(limits.OFFLOADS)] = Field(  # type: ignore[valid-type]
-        default="none", description="none; optimizer: optimizer state, master copy and an fp32 gradient partition in "
-        "host memory, the update on the CPU (ZeRO-Offload; needs ZeRO 1-3); optimizer+parameters: the parameter "
-        "partitions too (ZeRO-Infinity, FSDP CPU offload; needs ZeRO-3).")
-    gpus_per_node: int = Field(default=8, ge=1, le=limits.MAX_GPUS_PER_NODE,
-                               description="GPUs sharing one host, for host memory per node.")
-    context: int = Field(default=1, ge=1, le=limits.MAX_DEGREE,
-                         description="Context parallelism: each sequence split over this many GPUs (ring attention); "
-                         "activations shrink with it, ZeRO shards over data × context. 2 × context must divide "
-                         "training.seq_len; gpt-oss (attention with sinks) needs training.attention flash.")
-    expert: int = Field(default=1, ge=1, le=limits.MAX_DEGREE,
-                        description="Expert parallelism: a mixture of experts' routed experts split over this many "
-                        "GPUs (it divides the experts; with expert_tensor unset it divides data × context, in "
-                        "general expert_tensor × expert divides tensor × data × context); each expert's ZeRO shards "
-                        "spread over the rest of the stage's GPUs.")
-    expert_load: float = Field(default=1.0, ge=1, le=limits.MAX_DEGREE,
-                               description="Token copies the most-loaded expert-parallel GPU's experts take, as a "
-                               "multiple of balanced routing (1): a capacity factor bounds it (Megatron-LM's "
-                               "--moe-expert-capacity-factor, DeepSpeed-MoE's capacity_factor; exactly that with "
-                               "padding), a dropless run's imbalance raises it. At most expert × min(k, experts ÷ "
-                               "expert) ÷ k; 1 without expert parallelism and for a dense model.")
-    expert_tensor: int | None = Field(default=None, ge=1, le=limits.MAX_DEGREE,
-                                      description="Expert tensor parallelism (Megatron-LM's --expert-tensor-parallel-"
-                                      "size): each routed expert's matrices split over this many GPUs instead of the "
-                                      "tensor-parallel degree; absent or null: the tensor-parallel degree. expert_tensor "
-                                      "× expert must divide tensor × data × context; with fewer expert-tensor than "
-                                      "tensor-parallel GPUs the tensor-parallel ranks share the routed tokens out. A dense model takes only the "
-                                      "tensor-parallel degree.")
-    reduce_bucket_size: int = Field(default=limits.DEEPSPEED_REDUCE_BUCKET_SIZE, ge=1, le=limits.MAX_REDUCE_BUCKET_SIZE,
-                                    description="DeepSpeed's zero_optimization.reduce_bucket_size, in elements (its "
-                                    "default 500,000,000): the contiguous gradient bucket it reduces from, counted "
-                                    "in the gradients' dtype under training.framework deepspeed.")
-    virtual_stages: int = Field(default=1, ge=1, le=limits.MAX_DEGREE,
-                                description="Interleaved pipeline schedule (Megatron's virtual stages): model chunks "
-                                "per device; the first device then holds (p - 1) chunks of activations more. Needs "
-                                "pipeline ≥ 2, pipeline × virtual_stages dividing num_hidden_layers, and "
-                                "gradient_accumulation_steps a multiple of pipeline.")
-    first_stage_layers: int | None = Field(default=None, ge=1, le=arch_limits.MAX_LAYERS,
-                                           description="Uneven pipeline stages: decoder layers on the first stage "
-                                           "(Megatron-LM's --decoder-first-pipeline-num-layers); the layers left "
-                                           "split evenly over the other stages, at least one each (with two stages, first and last add up to "
-                                           "num_hidden_layers). Absent or null: an even split.")
-    last_stage_layers: int | None = Field(default=None, ge=1, le=arch_limits.MAX_LAYERS,
-                                          description="Uneven pipeline stages: decoder layers on the last stage "
-                                          "(--decoder-last-pipeline-num-layers). Absent or null: an even split.")
-
-
-class FinetuningIn(BaseModel):
-    """What trains: everything (full, optionally freezing the embeddings or the first layers), or LoRA/QLoRA adapters
-    beside a frozen base, counted as peft counts them."""
-
-    model_config = ConfigDict(extra="forbid", strict=True,
-                              json_schema_extra={"allOf": clauses(FINETUNING_RULES),
-                                                 "examples": [{"method": "qlora", "rank": 16,
-                                                               "target_modules": ["all-linear"]}]})
-
-    method: Literal[FINETUNING_METHODS] = Field(  # type: ignore[valid-type]
-        default="full", description="full: every parameter trains; lora: rank-r adapters beside the frozen base "
-        "(peft); qlora: the same beside a base quantized by bitsandbytes. Anything but the default fine-tuning needs "
-        "an architecture (not num_params), the transformers or liger implementation, no fp8, and outside the fsdp2 "
-        "convention; adapters need a precision without autocast. Of mixtures of experts, which parts may be frozen "
-        "or adapted depends on the family.")
-    rank: int = Field(default=16, ge=1, le=finetuning_limits.MAX_RANK, description="LoRA rank r.")
-    target_modules: list[str] = Field(
-        default_factory=lambda: ["q_proj", "v_proj"], min_length=1, max_length=64,
-        description="Module names as the model family spells them (q_proj, v_proj, ... for Llama-style models; "
-        "c_attn, c_proj, c_fc for GPT-2), or ['all-linear'] for every linear layer but the output layer, as peft "
-        "means it.")
-    dropout: float = Field(default=0.0, ge=0, lt=1, description="LoRA dropout (lora_dropout); above 0 each adapter "
-                           "keeps its own dropped copy of its input.")
-    modules_to_save: list[Literal["embed_tokens", "lm_head"]] = Field(
-        default_factory=list, max_length=2, description="Modules trained in full beside the adapters (peft keeps a "
-        "trainable copy beside the frozen original).")
-    quantization: Literal[QUANTIZATIONS] = Field(  # type: ignore[valid-type]
-        default="nf4-double", description="QLoRA's base storage: nf4 (4 bits + an fp32 scale per 64), nf4-double "
-        "(scales quantized again: ~4.127 bits), int8 (LLM.int8(): a byte and a scale per row).")
-    freeze_embeddings: bool = Field(default=False, description="Full fine-tuning: keep the embeddings frozen.")
-    frozen_layers: int = Field(default=0, ge=0, le=arch_limits.MAX_LAYERS,
-                               description="Full fine-tuning: keep the first k decoder layers frozen; fewer than "
-                               "num_hidden_layers, and with pipeline stages at most the first stage's layers.")
-    bitsandbytes_version: str | None = Field(
-        default=None, min_length=1, max_length=finetuning_limits.MAX_VERSION_CHARS, examples=["0.41.1"],
-        description="QLoRA: the bitsandbytes version the run uses, as pip shows it. Before 0.43.2 the 4-bit matmul "
-        "keeps each 4-bit layer's input until the backward ends (fixed in bitsandbytes commit 9e75374), which "
-        "recomputation does not drop. Absent or null: 0.43.2 or later.")
+# The run's sections: a field for each of the core's declared inputs (app/core/inputs.py), and the fields of other
+# shapes given here. For the type checker they are plain models; pydantic builds them at import.
+if TYPE_CHECKING:
+    TrainingIn: TypeAlias = Section
+    ParallelismIn: TypeAlias = Section
+    FinetuningIn: TypeAlias = Section
+else:
+    TrainingIn = declared_model(
+        "TrainingIn", core.Training,
+        ConfigDict(extra="forbid", strict=True, json_schema_extra={"allOf": clauses(TRAINING_RULES)}),
+        leave_out=("finetuning",),
+        given={"precision": (PrecisionPresetName | PrecisionIn, Field(
+            default="bf16-fp32-master",
+            description="A precision preset id (see GET /api/v1/presets) or an explicit dtype per tensor class."))})
+    ParallelismIn = declared_model(
+        "ParallelismIn", core.Parallelism,
+        ConfigDict(extra="forbid", strict=True, json_schema_extra={"allOf": clauses(PARALLELISM_RULES)}), given={})
+    FinetuningIn = declared_model(
+        "FinetuningIn", Finetuning,
+        ConfigDict(extra="forbid", strict=True, json_schema_extra={
+            "allOf": clauses(FINETUNING_RULES),
+            "examples": [{"method": "qlora", "rank": 16, "target_modules": ["all-linear"]}]}),
+        doc="What trains: everything (full, optionally freezing the embeddings or the first layers), or LoRA/QLoRA "
+        "adapters beside a frozen base, counted as peft counts them.",
+        given={
+            "target_modules": (list[str], Field(
+                default_factory=lambda: ["q_proj", "v_proj"], min_length=1, max_length=64,
+                description="Module names as the model family spells them (q_proj, v_proj, ... for Llama-style "
+                "models; c_attn, c_proj, c_fc for GPT-2), or ['all-linear'] for every linear layer but the output "
+                "layer, as peft means it.")),
+            "modules_to_save": (list[Literal["embed_tokens", "lm_head"]], Field(
+                default_factory=list, max_length=2, description="Modules trained in full beside the adapters (peft "
+                "keeps a trainable copy beside the frozen original).")),
+            "bitsandbytes_version": (str | None, Field(
+                default=None, min_length=1, max_length=finetuning_limits.MAX_VERSION_CHARS, examples=["0.41.1"],
+                description="QLoRA: the bitsandbytes version the run uses, as pip shows it. Before 0.43.2 the 4-bit "
+                "matmul keeps each 4-bit layer's input until the backward ends (fixed in bitsandbytes commit "
+                "9e75374), which recomputation does not drop. Absent or null: 0.43.2 or later.")),
+        })
 
 
 class CustomGpuIn(BaseModel):

@@ -37,9 +37,10 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-from app.core.architecture import Architecture, ParamTensor, layer_tensors
+from app.core.architecture import MAX_LAYERS, Architecture, ParamTensor, layer_tensors
 from app.core.errors import DomainError
 from app.core.families import family_of
+from app.core.inputs import check_declared, declarations, declared
 from app.core.units import ceil_div
 
 METHODS: Final = ("full", "lora", "qlora")
@@ -84,14 +85,27 @@ class Finetuning:
     """What trains. ``full`` trains everything except what is frozen (the embeddings, the first k layers);
     ``lora`` and ``qlora`` train adapters of rank `rank` on `target_modules` and the `modules_to_save`."""
 
-    method: str = "full"
-    rank: int = 16
+    method: str = declared(
+        "full", "choice", "Method",
+        "full: every parameter trains; lora: rank-r adapters beside the frozen base (peft); qlora: the same beside a "
+        "base quantized by bitsandbytes. Anything but the default fine-tuning needs an architecture (not num_params), "
+        "the transformers or liger implementation, no fp8, and outside the fsdp2 convention; adapters need a precision "
+        "without autocast. Of mixtures of experts, which parts may be frozen or adapted depends on the family.",
+        choices=METHODS)
+    rank: int = declared(16, "int", "LoRA rank", "LoRA rank r.", low=1, high=MAX_RANK)
     target_modules: tuple[str, ...] = ("q_proj", "v_proj")
-    dropout: float = 0.0
+    dropout: float = declared(0.0, "float", "LoRA dropout", "LoRA dropout (lora_dropout); above 0 each adapter keeps "
+                              "its own dropped copy of its input.", low=0, high=1, below_high=True)
     modules_to_save: tuple[str, ...] = ()
-    quantization: str = "nf4-double"  # qlora only
-    freeze_embeddings: bool = False  # full only
-    frozen_layers: int = 0  # full only: the first k decoder layers
+    quantization: str = declared(  # qlora only
+        "nf4-double", "choice", "Base quantization",
+        "QLoRA's base storage: nf4 (4 bits + an fp32 scale per 64), nf4-double (scales quantized again: ~4.127 "
+        "bits), int8 (LLM.int8(): a byte and a scale per row).", choices=QUANTIZATIONS)
+    freeze_embeddings: bool = declared(False, "bool", "Freeze the embeddings",  # full only
+                                       "Full fine-tuning: keep the embeddings frozen.")
+    frozen_layers: int = declared(  # full only: the first k decoder layers
+        0, "int", "Frozen layers", "Full fine-tuning: keep the first k decoder layers frozen; fewer than "
+        "num_hidden_layers, and with pipeline stages at most the first stage's layers.", low=0, high=MAX_LAYERS)
     bitsandbytes_version: str | None = None  # qlora only; None: a release from 0.43.2 on
 
     @property
@@ -105,6 +119,9 @@ class Finetuning:
         if self.method != "qlora" or self.quantization == "int8" or self.bitsandbytes_version is None:
             return False
         return version_before(self.bitsandbytes_version, BNB_4BIT_INPUT_FIX)
+
+
+FINETUNING_INPUTS: Final = declarations(Finetuning)
 
 
 def version_before(version: str, release: tuple[int, ...]) -> bool:
@@ -148,19 +165,10 @@ def _module_of(tensor: ParamTensor) -> str:
 
 def _validate_fields(f: Finetuning) -> None:
     """Each field in its range, and the fields that belong to one method only."""
-    if f.method not in METHODS:
-        raise DomainError("finetuning.method", f"must be one of {', '.join(METHODS)}, got {f.method!r}")
-    if isinstance(f.rank, bool) or not isinstance(f.rank, int) or not 1 <= f.rank <= MAX_RANK:
-        raise DomainError("finetuning.rank", f"must be an integer from 1 to {MAX_RANK:,}, got {f.rank!r}")
-    if not 0.0 <= f.dropout < 1.0:
-        raise DomainError("finetuning.dropout", f"must be a probability in [0, 1), got {f.dropout}")
-    if f.quantization not in QUANTIZATIONS:
-        raise DomainError("finetuning.quantization", f"must be one of {', '.join(QUANTIZATIONS)}, got {f.quantization!r}")
+    check_declared("finetuning", f, FINETUNING_INPUTS)
     for name in f.modules_to_save:
         if name not in SAVABLE_MODULES:
             raise DomainError("finetuning.modules_to_save", f"must name {' or '.join(SAVABLE_MODULES)}, got {name!r}")
-    if isinstance(f.frozen_layers, bool) or not isinstance(f.frozen_layers, int) or f.frozen_layers < 0:
-        raise DomainError("finetuning.frozen_layers", f"must be a whole number, got {f.frozen_layers!r}")
     if f.method != "full" and (f.freeze_embeddings or f.frozen_layers):
         raise DomainError("finetuning.frozen_layers" if f.frozen_layers else "finetuning.freeze_embeddings",
                           "freezing applies to full fine-tuning; with adapters the whole base is frozen")

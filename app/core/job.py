@@ -11,33 +11,20 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from app.core import activations as act
 from app.core import finetuning as ft
-from app.core.allocator import ALLOCATORS
-from app.core.architecture import MAX_LAYERS, Architecture
+from app.core.architecture import Architecture
 from app.core.communicators import communicator_bytes
 from app.core.errors import DomainError
 from app.core.estimate import Estimate, estimate
 from app.core.gpus import Gpu, get_gpu, gpu_catalogue
-from app.core.optimizers import OPTIMIZER_IMPLEMENTATIONS, OPTIMIZERS
+from app.core.inputs import Input
 from app.core.precision import PRECISION_PRESETS, precision_preset
 from app.core.presets import get_preset, model_presets
 from app.core.reserve import tensors_pass
 from app.core.setup import (
-    FP8_RECIPES,
-    FRAMEWORKS,
-    LOOPS,
-    LOSSES,
-    MAX_ACCUMULATION_STEPS,
-    MAX_DEGREE,
-    MAX_GPUS_PER_NODE,
-    MAX_LOSS_CHUNKS,
-    MAX_MICRO_BATCH,
-    MAX_OVERHEAD_BYTES,
     MAX_PARAM_COUNT,
-    MAX_REDUCE_BUCKET_SIZE,
-    MAX_SEQ_LEN,
-    OFFLOADS,
+    PARALLELISM_INPUTS,
+    TRAINING_INPUTS,
     Parallelism,
     Training,
     check_int,
@@ -85,8 +72,10 @@ class JobField:
     nullable: bool = False  # None stands for "not set" (e.g. recompute_first_layers: every layer)
 
 
-def _ints(section: str, limits: dict[str, tuple[int, int]]) -> list[JobField]:
-    return [JobField(f"{section}.{name}", "int", low, high) for name, (low, high) in limits.items()]
+def _declared(section: str, specs: dict[str, Input]) -> list[JobField]:
+    """A section's declared inputs a question may vary: its integers, choices and switches (not its fractions)."""
+    return [JobField(f"{section}.{name}", spec.kind, int(spec.low), int(spec.high), spec.choices, spec.nullable)
+            for name, spec in specs.items() if spec.kind != "float"]
 
 
 # Architecture integers are range-checked by the Architecture itself (architecture.validate_architecture).
@@ -100,41 +89,10 @@ _ARCH_BOOLS: Final = ("tie_word_embeddings", "attention_bias", "qkv_bias", "mlp_
 
 def _job_fields() -> dict[str, JobField]:
     fields = [
-        *_ints("training", {"micro_batch_size": (1, MAX_MICRO_BATCH), "seq_len": (1, MAX_SEQ_LEN),
-                            "gradient_accumulation_steps": (1, MAX_ACCUMULATION_STEPS),
-                            "framework_overhead_bytes": (0, MAX_OVERHEAD_BYTES)}),
         JobField("training.precision", "choice", choices=tuple(PRECISION_PRESETS)),
-        JobField("training.optimizer", "choice", choices=OPTIMIZERS),
-        JobField("training.optimizer_implementation", "choice", choices=tuple(OPTIMIZER_IMPLEMENTATIONS)),
-        JobField("training.activation_checkpointing", "choice", choices=tuple(act.CHECKPOINTING_CHOICES)),
-        JobField("training.attention", "choice", choices=tuple(act.ATTENTION_CHOICES)),
-        JobField("training.implementation", "choice", choices=tuple(act.IMPLEMENTATION_CHOICES)),
-        JobField("training.loop", "choice", choices=tuple(LOOPS)),
-        JobField("training.allocator", "choice", choices=ALLOCATORS),
-        JobField("training.loss", "choice", choices=tuple(LOSSES)),
-        JobField("training.loss_chunks", "int", 1, MAX_LOSS_CHUNKS),
-        JobField("training.recompute_every", "int", 1, MAX_LAYERS),
-        JobField("training.recompute_first_layers", "int", 1, MAX_LAYERS, nullable=True),
-        JobField("training.framework", "choice", choices=tuple(FRAMEWORKS)),
-        JobField("training.fp8", "choice", choices=tuple(FP8_RECIPES)),
-        JobField("training.adafactor_momentum", "bool"),
-        *_ints("parallelism", {"data": (1, MAX_DEGREE), "tensor": (1, MAX_DEGREE), "pipeline": (1, MAX_DEGREE),
-                               "zero_stage": (0, 3)}),
-        JobField("parallelism.sequence_parallel", "bool"),
-        JobField("parallelism.offload", "choice", choices=tuple(OFFLOADS)),
-        JobField("parallelism.gpus_per_node", "int", 1, MAX_GPUS_PER_NODE),
-        JobField("parallelism.virtual_stages", "int", 1, MAX_DEGREE),
-        JobField("parallelism.first_stage_layers", "int", 1, MAX_LAYERS),
-        JobField("parallelism.last_stage_layers", "int", 1, MAX_LAYERS),
-        JobField("parallelism.context", "int", 1, MAX_DEGREE),
-        JobField("parallelism.reduce_bucket_size", "int", 1, MAX_REDUCE_BUCKET_SIZE),
-        JobField("parallelism.expert", "int", 1, MAX_DEGREE),
-        JobField("parallelism.expert_tensor", "int", 1, MAX_DEGREE),
-        JobField("finetuning.method", "choice", choices=ft.METHODS),
-        JobField("finetuning.rank", "int", 1, ft.MAX_RANK),
-        JobField("finetuning.quantization", "choice", choices=ft.QUANTIZATIONS),
-        JobField("finetuning.freeze_embeddings", "bool"),
-        JobField("finetuning.frozen_layers", "int", 0, MAX_DEGREE),
+        *_declared("training", TRAINING_INPUTS),
+        *_declared("parallelism", PARALLELISM_INPUTS),
+        *_declared("finetuning", ft.FINETUNING_INPUTS),
         JobField("gpu", "choice", choices=tuple(gpu_catalogue())),
         JobField("model.preset", "choice", choices=tuple(model_presets())),
         JobField("model.num_params", "int", 1, MAX_PARAM_COUNT),

@@ -10,31 +10,22 @@ from dataclasses import dataclass
 from typing import Final
 
 from app.core import activations as act
-from app.core.allocator import ALLOCATORS
-from app.core.architecture import MAX_LAYERS, Architecture
+from app.core.architecture import Architecture
 from app.core.errors import DomainError
 from app.core.families import family_of
 from app.core.finetuning import Finetuning, experts_wrapped, validate_finetuning
-from app.core.optimizers import OPTIMIZER_IMPLEMENTATIONS, check_optimizer
+from app.core.inputs import check_declared
+from app.core.optimizers import check_optimizer
 from app.core.saved.op_policy import FUSED_KERNELS
 from app.core.setup import (
     FP8_RECIPES,
     FRAMEWORKS,
-    LOOPS,
-    LOSSES,
-    MAX_ACCUMULATION_STEPS,
-    MAX_DEGREE,
-    MAX_GPUS_PER_NODE,
-    MAX_LOSS_CHUNKS,
-    MAX_MICRO_BATCH,
-    MAX_OVERHEAD_BYTES,
-    MAX_REDUCE_BUCKET_SIZE,
-    MAX_SEQ_LEN,
     OFFLOADS,
+    PARALLELISM_INPUTS,
+    TRAINING_INPUTS,
     Parallelism,
     Training,
     activation_setup,
-    check_choice,
     check_int,
     fsdp2_convention,
 )
@@ -140,31 +131,15 @@ def _check_expert_grid(parallelism: Parallelism) -> None:
 
 
 def _training_ranges(training: Training, parallelism: Parallelism, arch: Architecture | None) -> None:
-    """Each training field within its range or among its choices."""
-    check_int("training.micro_batch_size", training.micro_batch_size, low=1, high=MAX_MICRO_BATCH)
-    check_int("training.seq_len", training.seq_len, low=1, high=MAX_SEQ_LEN)
-    check_int("training.gradient_accumulation_steps", training.gradient_accumulation_steps, low=1,
-              high=MAX_ACCUMULATION_STEPS)
-    check_int("training.framework_overhead_bytes", training.framework_overhead_bytes, low=0, high=MAX_OVERHEAD_BYTES)
+    """Each training field of its kind, within its range or among its choices (an optimizer refused by name)."""
     check_optimizer(training.optimizer)
-    check_choice("training.optimizer_implementation", training.optimizer_implementation, OPTIMIZER_IMPLEMENTATIONS)
-    check_choice("training.activation_checkpointing", training.activation_checkpointing, act.CHECKPOINTING_CHOICES)
-    check_choice("training.attention", training.attention, act.ATTENTION_CHOICES)
-    check_choice("training.implementation", training.implementation, act.IMPLEMENTATION_CHOICES)
-    check_choice("training.loop", training.loop, LOOPS)
-    check_choice("training.allocator", training.allocator, ALLOCATORS)
-    check_choice("training.loss", training.loss, LOSSES)
-    check_int("training.loss_chunks", training.loss_chunks, low=1, high=MAX_LOSS_CHUNKS)
+    check_declared("training", training, TRAINING_INPUTS)
     _recomputed_layers(training)
-    check_choice("training.framework", training.framework, FRAMEWORKS)
 
 
 def _recomputed_layers(training: Training) -> None:
     """Which layers recomputation applies to: every k-th or the first N, of full recomputation only."""
-    check_int("training.recompute_every", training.recompute_every, low=1, high=MAX_LAYERS)
     first = training.recompute_first_layers
-    if first is not None:
-        check_int("training.recompute_first_layers", first, low=1, high=MAX_LAYERS)
     partial = [name for name, given in (("recompute_every", training.recompute_every != 1),
                                         ("recompute_first_layers", first is not None)) if given]
     if partial and training.activation_checkpointing != "full":
@@ -215,7 +190,6 @@ def _framework_implementation(training: Training, parallelism: Parallelism, arch
 def _fp8_recipe(training: Training, parallelism: Parallelism, arch: Architecture | None) -> None:
     """An FP8 recipe runs where it was measured: Transformer Engine's as Megatron-LM runs it in bf16 without FSDP;
     torchao's in bf16 with PyTorch's modules; neither with adapters; float8 all-gather under FSDP2."""
-    check_choice("training.fp8", training.fp8, FP8_RECIPES)
     if FP8_RECIPES[training.fp8].transformer_engine is not None:
         if training.implementation != "megatron" or training.precision.activations != "bf16":
             raise DomainError("training.fp8", "Transformer Engine's FP8 recipes are modelled as Megatron-LM runs them "
@@ -273,17 +247,8 @@ def _loss_implementation(training: Training, parallelism: Parallelism, arch: Arc
 
 def _parallel_ranges(training: Training, parallelism: Parallelism, arch: Architecture | None) -> None:
     """Each parallel degree within its range, and the expert grid carved from a stage's GPUs."""
-    for name in ("data", "tensor", "pipeline"):
-        check_int(f"parallelism.{name}", getattr(parallelism, name), low=1, high=MAX_DEGREE)
-    check_int("parallelism.zero_stage", parallelism.zero_stage, low=0, high=3)
-    check_choice("parallelism.offload", parallelism.offload, OFFLOADS)
-    check_int("parallelism.gpus_per_node", parallelism.gpus_per_node, low=1, high=MAX_GPUS_PER_NODE)
-    check_int("parallelism.virtual_stages", parallelism.virtual_stages, low=1, high=MAX_DEGREE)
-    check_int("parallelism.context", parallelism.context, low=1, high=MAX_DEGREE)
-    check_int("parallelism.reduce_bucket_size", parallelism.reduce_bucket_size, low=1, high=MAX_REDUCE_BUCKET_SIZE)
-    check_int("parallelism.expert", parallelism.expert, low=1, high=MAX_DEGREE)
-    if parallelism.expert_tensor is not None:
-        check_int("parallelism.expert_tensor", parallelism.expert_tensor, low=1, high=MAX_DEGREE)
+    # expert_load's upper bound depends on the mixture: _check_expert_load says which
+    check_declared("parallelism", parallelism, PARALLELISM_INPUTS, skip=("expert_load",))
     _check_expert_grid(parallelism)
 
 

@@ -8,8 +8,12 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from app.core import activations as act
+from app.core.allocator import ALLOCATORS
+from app.core.architecture import MAX_LAYERS
 from app.core.errors import DomainError
 from app.core.finetuning import Finetuning
+from app.core.inputs import declarations, declared
+from app.core.optimizers import OPTIMIZER_IMPLEMENTATIONS, OPTIMIZERS
 from app.core.precision import DEFAULT_PRECISION_PRESET, Precision, precision_preset
 
 GIB: Final = 1 << 30
@@ -262,65 +266,167 @@ LOOPS: Final[dict[str, Loop]] = {
 }
 
 
+_FRAMEWORKS_HELP: Final = ("Whose memory convention the model states and their buffers follow: "
+                           + "; ".join(f"{item.id}: {item.about}" for item in FRAMEWORKS.values())
+                           + ". The fsdp2 convention (or torchtitan at ZeRO stage 3) is what float8 all-gather "
+                           "(torchao-fsdp-fp8) needs.")
+_FP8_HELP: Final = ("FP8 training: " + "; ".join(f"{item.id}: {item.about}" for item in FP8_RECIPES.values())
+                    + ". Not with fine-tuning or a mixture of experts; Transformer Engine's recipes need the token "
+                    "count on a GPU divisible by 8 and the linear layers' widths by 16 (8 for outputs), and standard "
+                    "attention.")
+
+
 @dataclass(frozen=True)
 class Training:
-    micro_batch_size: int = 1
-    seq_len: int = 2048
+    micro_batch_size: int = declared(1, "int", "Micro-batch size", "Sequences per micro-batch per GPU (b).",
+                                     low=1, high=MAX_MICRO_BATCH)
+    seq_len: int = declared(2048, "int", "Sequence length", "Tokens per sequence (s).", low=1, high=MAX_SEQ_LEN)
     precision: Precision = field(default_factory=lambda: precision_preset(DEFAULT_PRECISION_PRESET))
-    optimizer: str = "adamw"
-    optimizer_implementation: str = "foreach"
-    adafactor_momentum: bool = False
-    activation_checkpointing: act.Checkpointing = "none"
+    optimizer: str = declared("adamw", "choice", "Optimizer", "Optimizer whose state is counted.", choices=OPTIMIZERS)
+    optimizer_implementation: str = declared(
+        "foreach", "choice", "Optimizer implementation",
+        "How optimizer.step() runs, which decides its scratch: foreach (torch's default on CUDA: a state-dtype copy of "
+        "every parameter for Adam), fused (none), for-loop (two copies of the largest tensor).",
+        choices=OPTIMIZER_IMPLEMENTATIONS)
+    adafactor_momentum: bool = declared(False, "bool", "Adafactor keeps momentum",
+                                        "Adafactor keeps a first moment (beta1) as well.")
+    activation_checkpointing: act.Checkpointing = declared(
+        "none", "choice", "Activation checkpointing",
+        "none; selective: recompute the attention core; full: keep only each layer's input (of every layer, or of "
+        "those recompute_every or recompute_first_layers choose).", choices=act.CHECKPOINTING_CHOICES)
     # Which layers full recomputation applies to (`app.core.recompute`): every k-th layer of a stage, or its first N
-    recompute_every: int = 1
-    recompute_first_layers: int | None = None
-    attention: act.Attention = "sdpa"
-    implementation: act.Implementation = "transformers"
-    loop: LoopId = "plain"
-    gradient_accumulation_steps: int = 1
-    framework_overhead_bytes: int = DEFAULT_FRAMEWORK_OVERHEAD_BYTES
-    allocator: str = "default"  # a key of ALLOCATORS: PyTorch's caching allocator as shipped, or expandable segments
-    loss: str = "standard"  # a key of LOSSES
-    loss_chunks: int = 8  # for the chunked loss
-    framework: str = "pytorch"  # a key of FRAMEWORKS
-    fp8: str = "none"  # a key of FP8_RECIPES
+    recompute_every: int = declared(
+        1, "int", "Recompute every k-th layer",
+        "With full recomputation, recompute every k-th layer of each stage (counted from 1: layer i when i % k == 0) "
+        "and keep everything of the others, as torchtitan's selective_ac_option \"k\" does (its default is 2). 1: "
+        "every layer.", low=1, high=MAX_LAYERS)
+    recompute_first_layers: int | None = declared(
+        None, "int", "Recompute only the first N layers",
+        "With full recomputation, recompute only the first N layers of each pipeline stage and keep everything of the "
+        "rest, as Megatron-LM's --recompute-method block --recompute-num-layers N does. null: every layer. Not with "
+        "recompute_every.", low=1, high=MAX_LAYERS, nullable=True)
+    attention: act.Attention = declared(
+        "sdpa", "choice", "Attention kernel",
+        "eager stores the s × s score matrix; flash is a fused kernel that does not; sdpa is the kernel PyTorch's "
+        "scaled_dot_product_attention picks on CUDA (flash for fp16/bf16 and head size ≤ 256, else memory-efficient "
+        "unless K/V heads are grouped, else math). The answer's attention_kernel says which.",
+        choices=act.ATTENTION_CHOICES)
+    implementation: act.Implementation = declared(
+        "transformers", "choice", "Implementation",
+        "Whose code runs the model: Hugging Face transformers modules, or Megatron-LM's fused kernels. liger is "
+        "modelled for the Llama family's gated MLPs, megatron for dense models.", choices=act.IMPLEMENTATION_CHOICES)
+    loop: LoopId = declared(
+        "plain", "choice", "Training loop",
+        "plain: the loop keeps the model's output (and so the logits) until the next forward replaces it; hf-trainer: "
+        "only the loss is kept, the logits are freed before backward.", choices=LOOPS)
+    gradient_accumulation_steps: int = declared(
+        1, "int", "Gradient accumulation",
+        "Micro-batches per optimizer step. From the second on, the gradients are alive through forward and backward; "
+        "with pipeline parallelism it is also the number of micro-batches in flight (1F1B).",
+        low=1, high=MAX_ACCUMULATION_STEPS)
+    framework_overhead_bytes: int = declared(
+        DEFAULT_FRAMEWORK_OVERHEAD_BYTES, "int", "Extra per GPU, outside what is modelled",
+        "An extra per GPU outside what is modelled (e.g. communication buffers), in bytes (default 0; the CUDA "
+        "context, the workspaces and the allocator's cache are counted).", low=0, high=MAX_OVERHEAD_BYTES)
+    # PyTorch's caching allocator as shipped, or expandable segments
+    allocator: str = declared(
+        "default", "choice", "PyTorch's CUDA allocator",
+        "PyTorch's CUDA caching allocator: default (as shipped) or expandable-segments "
+        "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: one segment per pool grown by pages, so freed blocks and "
+        "new requests fragment less).", choices=ALLOCATORS)
+    loss: str = declared(
+        "standard", "choice", "Loss",
+        "standard: the model returns the logits and the loss upcasts them to fp32; chunked: the output layer and loss "
+        "run loss_chunks chunks of tokens at a time (torchtune); fused-linear: Liger Kernel's fused linear cross "
+        "entropy, which never materialises the logits.", choices=LOSSES)
+    loss_chunks: int = declared(8, "int", "Loss chunks",
+                                "Chunks of tokens for the chunked loss (torchtune's num_output_chunks).",
+                                low=1, high=MAX_LOSS_CHUNKS)
+    framework: str = declared("pytorch", "choice", "Memory convention", _FRAMEWORKS_HELP, choices=FRAMEWORKS)
+    fp8: str = declared("none", "choice", "FP8 training", _FP8_HELP, choices=FP8_RECIPES)
     finetuning: Finetuning = Finetuning()
 
 
 @dataclass(frozen=True)
 class Parallelism:
-    data: int = 1
-    tensor: int = 1
-    pipeline: int = 1
-    sequence_parallel: bool = False
-    zero_stage: int = 0
-    offload: str = "none"  # a key of OFFLOADS
-    gpus_per_node: int = 8  # for host memory per node
-    virtual_stages: int = 1  # interleaved pipeline schedule: model chunks per device (Megatron's virtual stages)
+    data: int = declared(1, "int", "Data parallel", "Data-parallel degree.", low=1, high=MAX_DEGREE)
+    tensor: int = declared(1, "int", "Tensor parallel", "Tensor-parallel degree; it must divide num_attention_heads "
+                           "and num_key_value_heads.", low=1, high=MAX_DEGREE)
+    pipeline: int = declared(1, "int", "Pipeline stages", "Pipeline-parallel degree (stages); it must divide "
+                             "num_hidden_layers unless first_stage_layers or last_stage_layers are given.",
+                             low=1, high=MAX_DEGREE)
+    sequence_parallel: bool = declared(False, "bool", "Sequence parallelism",
+                                       "Megatron sequence parallelism over the tensor-parallel group.")
+    zero_stage: int = declared(0, "int", "ZeRO stage", "ZeRO stage: 1 shards optimizer state and master weights, 2 "
+                               "adds gradients, 3 weights. At most 1 with the megatron convention or a Transformer "
+                               "Engine fp8 recipe.", low=0, high=3)
+    offload: str = declared(
+        "none", "choice", "Offload to host memory",
+        "none; optimizer: optimizer state, master copy and an fp32 gradient partition in host memory, the update on "
+        "the CPU (ZeRO-Offload; needs ZeRO 1-3); optimizer+parameters: the parameter partitions too (ZeRO-Infinity, "
+        "FSDP CPU offload; needs ZeRO-3).", choices=OFFLOADS)
+    gpus_per_node: int = declared(8, "int", "GPUs per node", "GPUs sharing one host, for host memory per node.",
+                                  low=1, high=MAX_GPUS_PER_NODE)
+    # Megatron's virtual stages
+    virtual_stages: int = declared(
+        1, "int", "Virtual stages per GPU",
+        "Interleaved pipeline schedule (Megatron's virtual stages): model chunks per device; the first device then "
+        "holds (p - 1) chunks of activations more. Needs pipeline ≥ 2, pipeline × virtual_stages dividing "
+        "num_hidden_layers, and gradient_accumulation_steps a multiple of pipeline.", low=1, high=MAX_DEGREE)
     # Uneven pipeline stages: the decoder layers on the first and on the last stage (Megatron-LM's
     # --decoder-first-pipeline-num-layers and --decoder-last-pipeline-num-layers), the rest split evenly over the
     # stages between; None splits every stage evenly. Fewer layers where the embedding or the output layer and loss
     # sit balance the stages' memory and time.
-    first_stage_layers: int | None = None
-    last_stage_layers: int | None = None
-    context: int = 1  # context parallelism: each sequence split over this many GPUs (ring attention)
+    first_stage_layers: int | None = declared(
+        None, "int", "Layers on the first stage",
+        "Uneven pipeline stages: decoder layers on the first stage (Megatron-LM's --decoder-first-pipeline-num-layers); "
+        "the layers left split evenly over the other stages, at least one each (with two stages, first and last add "
+        "up to num_hidden_layers). Absent or null: an even split.", low=1, high=MAX_LAYERS, nullable=True)
+    last_stage_layers: int | None = declared(
+        None, "int", "Layers on the last stage",
+        "Uneven pipeline stages: decoder layers on the last stage (--decoder-last-pipeline-num-layers). Absent or "
+        "null: an even split.", low=1, high=MAX_LAYERS, nullable=True)
+    context: int = declared(
+        1, "int", "Context parallel",
+        "Context parallelism: each sequence split over this many GPUs (ring attention); activations shrink with it, "
+        "ZeRO shards over data × context. 2 × context must divide training.seq_len; gpt-oss (attention with sinks) "
+        "needs training.attention flash.", low=1, high=MAX_DEGREE)
     # Expert parallelism: a mixture's routed experts split over this many GPUs of the data-parallel group (as
     # Megatron-LM and DeepSpeed-MoE carve their expert-parallel groups); each expert is then replicated over
     # data × context ÷ expert GPUs, over which ZeRO shards its states.
-    expert: int = 1
+    expert: int = declared(
+        1, "int", "Expert parallel",
+        "Expert parallelism: a mixture of experts' routed experts split over this many GPUs (it divides the experts; "
+        "with expert_tensor unset it divides data × context, in general expert_tensor × expert divides tensor × data "
+        "× context); each expert's ZeRO shards spread over the rest of the stage's GPUs.", low=1, high=MAX_DEGREE)
     # Expert tensor parallelism: each routed expert's matrices split over this many GPUs instead of the tensor-parallel
     # degree (Megatron-LM's --expert-tensor-parallel-size, whose default is the tensor-parallel degree; None here
     # means the same). The expert grid, expert_tensor × expert GPUs, is carved from tensor × data × context ("MoE
     # parallel folding", Liu et al. 2025, arXiv:2504.14960, section 3).
-    expert_tensor: int | None = None
+    expert_tensor: int | None = declared(
+        None, "int", "Expert tensor parallel",
+        "Expert tensor parallelism (Megatron-LM's --expert-tensor-parallel-size): each routed expert's matrices split "
+        "over this many GPUs instead of the tensor-parallel degree; absent or null: the tensor-parallel degree. "
+        "expert_tensor × expert must divide tensor × data × context; with fewer expert-tensor than tensor-parallel "
+        "GPUs the tensor-parallel ranks share the routed tokens out. A dense model takes only the tensor-parallel "
+        "degree.", low=1, high=MAX_DEGREE, nullable=True)
     # The token copies the most-loaded expert-parallel GPU's experts take, as a multiple of balanced routing's: a
     # capacity factor bounds it (Megatron-LM's --moe-expert-capacity-factor, DeepSpeed-MoE's capacity_factor; exactly
     # that with padding to capacity), a dropless run's routing imbalance raises it. The most-loaded GPU decides
     # the peak (Fedus et al. 2021, Switch Transformers, arXiv:2101.03961, section 2.2, on the capacity factor).
-    expert_load: float = 1.0
+    expert_load: float = declared(
+        1.0, "float", "Most-loaded expert GPU's load",
+        "Token copies the most-loaded expert-parallel GPU's experts take, as a multiple of balanced routing (1): a "
+        "capacity factor bounds it (Megatron-LM's --moe-expert-capacity-factor, DeepSpeed-MoE's capacity_factor; "
+        "exactly that with padding), a dropless run's imbalance raises it. At most expert × min(k, experts ÷ expert) "
+        "÷ k; 1 without expert parallelism and for a dense model.", low=1, high=MAX_DEGREE)
     # DeepSpeed's zero_optimization.reduce_bucket_size, in elements (its default): the contiguous gradient bucket
     # it reduces from, counted under training.framework deepspeed.
-    reduce_bucket_size: int = DEEPSPEED_REDUCE_BUCKET_SIZE
+    reduce_bucket_size: int = declared(
+        DEEPSPEED_REDUCE_BUCKET_SIZE, "int", "Reduce bucket (elements)",
+        "DeepSpeed's zero_optimization.reduce_bucket_size, in elements (its default 500,000,000): the contiguous "
+        "gradient bucket it reduces from, counted in the gradients' dtype under training.framework deepspeed.",
+        low=1, high=MAX_REDUCE_BUCKET_SIZE)
 
     @property
     def world_size(self) -> int:
@@ -357,6 +463,10 @@ class Parallelism:
         """Whether a GPU holds the routed experts otherwise than the rest of a layer (expert parallelism, or an
         expert-tensor degree other than the tensor-parallel one)."""
         return self.expert > 1 or self.expert_tensor_degree != self.tensor
+
+
+TRAINING_INPUTS: Final = declarations(Training)
+PARALLELISM_INPUTS: Final = declarations(Parallelism)
 
 
 def check_int(field_name: str, value: int, *, low: int, high: int) -> None:

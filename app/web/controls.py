@@ -10,12 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final, Literal, get_args, get_origin
 
-from pydantic import BaseModel
-
 from app import core
 from app.api.schemas import ARCHITECTURE_FIELDS, FinetuningIn, ModelIn, ParallelismIn, PrecisionIn, TrainingIn
 from app.core.units import DTYPE_BITS
 from app.web.form import CUSTOM_GPU, CUSTOM_PRECISION, GPU_LIKE, NO_GPU, NO_MASTER, SOURCES, UNITS
+from app.web.form import LOOP_SHOWN as LOOP_SHOWN  # noqa: F401  (the page reads them through controls)
+from app.web.form import condition_holds as condition_holds  # noqa: F401
+from app.web.labels import DECLARED_CONTROLS
 from app.web.labels import LABELS as LABELS  # the page's labels, read by the templates as controls.LABELS
 
 EXTRA_HELP: Final[dict[str, str]] = {
@@ -187,16 +188,8 @@ def _labelled(name: str, values: tuple[str, ...]) -> tuple[Option, ...]:
     return tuple(Option(value, labels.get(value, value)) for value in values)
 
 
-# The selects whose options are a schema field's allowed values, with the schema model that declares them.
-LITERAL_CHOICES: Final[tuple[tuple[type[BaseModel], tuple[str, ...]], ...]] = (
-    (TrainingIn, ("activation_checkpointing", "attention", "implementation", "loop", "optimizer_implementation",
-                  "allocator")),
-    (ModelIn, ("mlp", "norm", "position_embedding")),
-    (TrainingIn, ("loss",)),
-    (ParallelismIn, ("offload",)),
-    (TrainingIn, ("framework", "fp8")),
-    (FinetuningIn, ("method", "quantization")),
-)
+# The model's selects whose options are a schema field's allowed values; the run's come from their declarations.
+MODEL_CHOICES: Final = ("mlp", "norm", "position_embedding")
 
 
 def options() -> dict[str, tuple[Option, ...]]:
@@ -212,9 +205,11 @@ def options() -> dict[str, tuple[Option, ...]]:
     }
     for name in ("weights", "gradients", "optimizer_states", "activations"):
         result[name] = tuple(Option(d, d) for d in dtypes)
-    for model, names in LITERAL_CHOICES:
-        for name in names:
-            result[name] = _labelled(name, _literal_values(model.model_fields[name].annotation))
+    for name in MODEL_CHOICES:
+        result[name] = _labelled(name, _literal_values(ModelIn.model_fields[name].annotation))
+    for control, (_, _, spec) in DECLARED_CONTROLS.items():
+        if spec.kind == "choice" and control not in result:
+            result[control] = _labelled(control, spec.choices)
     return result
 
 
@@ -236,18 +231,3 @@ ARCH_MAIN: Final = ("num_hidden_layers", "hidden_size", "num_attention_heads", "
 ARCH_MORE: Final = tuple(name for name in ARCHITECTURE_FIELDS if name not in ARCH_MAIN)
 
 
-# The training-loop control shows under the conventions that do not run a loop of their own (setup.FRAMEWORKS).
-LOOP_SHOWN: Final = "framework=" + ",".join(key for key, item in core.FRAMEWORKS.items() if item.loop is None)
-
-
-def condition_holds(expression: str, values: dict[str, str]) -> bool:
-    """When a control is shown: ``name=a,b`` (value is one of) or ``name>n`` (a number above n).
-
-    static/app.js evaluates the same expressions in the browser as the person changes the form.
-    """
-    if ">" in expression:
-        name, threshold = expression.split(">", 1)
-        text = "".join(values.get(name, "").replace(",", "").replace("_", "").split())
-        return text.isdigit() and int(text) > int(threshold)
-    name, choices = expression.split("=", 1)
-    return values.get(name, "") in choices.split(",")

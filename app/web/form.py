@@ -15,6 +15,7 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ValidationError
@@ -25,14 +26,14 @@ from app.api.schemas import (
     EstimateRequest,
     FinetuningIn,
     ModelIn,
-    ParallelismIn,
     PrecisionIn,
     TrainingIn,
     to_job,
 )
 from app.core.gpus import CUSTOM_ID, DEFAULT_LIKE
+from app.core.inputs import Input
 from app.core.job import Job
-from app.web.labels import LABELS
+from app.web.labels import DECLARED_CONTROLS, LABELS, SECTIONS
 from app.web.parse import (  # noqa: F401  (read from here by the page's other rooms and the tests)
     _SEPARATORS,
     BYTE_UNITS,
@@ -69,21 +70,43 @@ CUSTOM_PRECISION: Final = "custom"
 NO_MASTER: Final = "none"
 TRUE: Final = "true"
 
-TRAINING_INTS: Final = ("micro_batch_size", "seq_len", "gradient_accumulation_steps")
-PARALLEL_INTS: Final = ("data", "tensor", "pipeline", "zero_stage", "context")
-TRAINING_CHOICES: Final = ("optimizer", "optimizer_implementation", "activation_checkpointing", "attention",
-                           "implementation", "loop", "loss", "framework", "fp8", "allocator")
-# Controls read only when shown (the rest of the time the API's default stands): name -> (control, values shown for).
-LOSS_CHUNKS: Final = "loss_chunks"
-RECOMPUTED_LAYERS: Final = ("recompute_every", "recompute_first_layers")  # shown under full recomputation
-PARALLEL_SHOWN: Final = ("offload", "gpus_per_node", "virtual_stages", "reduce_bucket_size", "expert", "expert_tensor",
-                         "expert_load", "first_stage_layers", "last_stage_layers")
-# Fine-tuning: the API's finetuning fields; the page's names where one would clash with an architecture field.
+# The run's declared inputs are controls of their own names (app/web/labels.py, DECLARED_CONTROLS). Each counts
+# only while the page shows it: the conditions of the fieldsets around it in templates/page.html, all of them (a
+# value left in the URL from before never errs on a hidden control, and the API's default stands). Those with none
+# always count. tests/web/test_declared_controls.py keeps this table and the template in step.
+LOOP_SHOWN: Final = "framework=" + ",".join(key for key, item in core.FRAMEWORKS.items() if item.loop is None)
+ADAPTERS: Final = "method=lora,qlora"
+SHOWN_WHEN: Final[dict[str, tuple[str, ...]]] = {
+    "adafactor_momentum": ("optimizer=adafactor",),
+    "recompute_every": ("activation_checkpointing=full",),
+    "recompute_first_layers": ("activation_checkpointing=full",),
+    "loss_chunks": ("loss=chunked",),
+    "loop": (LOOP_SHOWN,),
+    "sequence_parallel": ("tensor>1",),
+    "expert_tensor": ("tensor>1",),
+    "virtual_stages": ("pipeline>1",),
+    "first_stage_layers": ("pipeline>1",),
+    "last_stage_layers": ("pipeline>1",),
+    "expert": ("data>1",),
+    "expert_load": ("data>1", "expert>1"),
+    "reduce_bucket_size": ("framework=deepspeed",),
+    "gpus_per_node": ("offload=optimizer,optimizer+parameters",),
+    "rank": (ADAPTERS,),
+    "lora_dropout": (ADAPTERS,),
+    "quantization": ("method=qlora",),
+    "freeze_embeddings": ("method=full",),
+    "frozen_layers": ("method=full",),
+}
+# The declared controls templates/page.html does not place (a setting added since): shown under its Advanced
+# settings, each as its kind asks, so that a new input reaches the page with its declaration alone.
+_PAGE: Final = Path(__file__).resolve().parents[2] / "templates" / "page.html"
+PLACED: Final = frozenset(re.findall(r'm\.(?:text|select|checkbox|radios)\("(\w+)"', _PAGE.read_text(encoding="utf-8")))
+EXTRA_CONTROLS: Final = tuple((control, spec.kind) for control, (_, _, spec) in DECLARED_CONTROLS.items()
+                              if control not in PLACED)
+# How a control's text is read where it is not a plain whole number (int) or factor (float).
+PARSERS: Final = {"seq_len": parse_tokens, "framework_overhead_bytes": parse_bytes, "lora_dropout": parse_probability}
+# Fine-tuning's fields of other shapes: the page's names where one would clash with an architecture field.
 FINETUNING_METHOD: Final = "method"
-ADAPTER_CONTROLS: Final = ("rank", "target_modules", "lora_dropout", "save_embed_tokens", "save_lm_head")
-FULL_CONTROLS: Final = ("freeze_embeddings", "frozen_layers")
-QLORA_CONTROLS: Final = ("quantization", "bitsandbytes_version")
-FINETUNING_CONTROLS: Final = (FINETUNING_METHOD, *ADAPTER_CONTROLS, *QLORA_CONTROLS, *FULL_CONTROLS)
 FINETUNING_ALIASES: Final = {"dropout": "lora_dropout", "modules_to_save": "save_embed_tokens"}
 SAVABLE: Final = {"save_embed_tokens": "embed_tokens", "save_lm_head": "lm_head"}
 HOST_RAM: Final = "host_ram"  # the page's own: host memory per node, for the offloading bar
@@ -110,9 +133,8 @@ MAIN_CONTROL: Final[dict[str, str]] = {"preset": "preset", "custom": "num_hidden
 FILE_CONTROLS: Final = ("hf_config", "hub")
 
 COMMON_CONTROLS: Final = (
-    "source", "unit", "gpu", GPU_CAPACITY, GPU_LIKE, "precision", *DTYPE_FIELDS, *TRAINING_INTS, *TRAINING_CHOICES,
-    "adafactor_momentum", "framework_overhead_bytes", *PARALLEL_INTS, "sequence_parallel",
-    LOSS_CHUNKS, *RECOMPUTED_LAYERS, *PARALLEL_SHOWN, HOST_RAM, *FINETUNING_CONTROLS,
+    "source", "unit", "gpu", GPU_CAPACITY, GPU_LIKE, "precision", *DTYPE_FIELDS, *DECLARED_CONTROLS, HOST_RAM,
+    "target_modules", *SAVABLE, "bitsandbytes_version",
 )
 ALL_CONTROLS: Final = frozenset(COMMON_CONTROLS) | {c for controls in SOURCE_CONTROLS.values() for c in controls}
 
@@ -187,37 +209,23 @@ def default_values() -> dict[str, str]:
         "hf_config": "",
         "hub": "",
         "precision": str(_field_default(TrainingIn, "precision")),
-        "framework_overhead_bytes": str(_field_default(TrainingIn, "framework_overhead_bytes")),
-        "adafactor_momentum": _flag(_field_default(TrainingIn, "adafactor_momentum")),
-        "sequence_parallel": _flag(_field_default(ParallelismIn, "sequence_parallel")),
-        LOSS_CHUNKS: str(_field_default(TrainingIn, LOSS_CHUNKS)),
-        "recompute_every": str(_field_default(TrainingIn, "recompute_every")),
-        "recompute_first_layers": "",  # blank: every layer (the API's null)
-        "offload": str(_field_default(ParallelismIn, "offload")),
-        "gpus_per_node": str(_field_default(ParallelismIn, "gpus_per_node")),
-        "virtual_stages": str(_field_default(ParallelismIn, "virtual_stages")),
-        "reduce_bucket_size": str(_field_default(ParallelismIn, "reduce_bucket_size")),
-        "expert": str(_field_default(ParallelismIn, "expert")),
-        "expert_tensor": "",  # blank: the tensor-parallel degree (the API's null)
-        "first_stage_layers": "",  # blank: an even split (the API's null)
-        "last_stage_layers": "",
-        "expert_load": format(_field_default(ParallelismIn, "expert_load"), "g"),
         HOST_RAM: DEFAULT_HOST_RAM,
-        FINETUNING_METHOD: str(_field_default(FinetuningIn, "method")),
-        "rank": str(_field_default(FinetuningIn, "rank")),
         "target_modules": ",".join(_field_default(FinetuningIn, "target_modules")),
-        "lora_dropout": str(_field_default(FinetuningIn, "dropout")),
-        "quantization": str(_field_default(FinetuningIn, "quantization")),
         "bitsandbytes_version": "",  # blank: 0.43.2 or later (the API's null)
-        "frozen_layers": str(_field_default(FinetuningIn, "frozen_layers")),
-        "freeze_embeddings": _flag(_field_default(FinetuningIn, "freeze_embeddings")),
         **{name: "" for name in SAVABLE},
     }
-    for name in (*TRAINING_INTS, *TRAINING_CHOICES):
-        values[name] = str(_field_default(TrainingIn, name))
-    for name in PARALLEL_INTS:
-        values[name] = str(_field_default(ParallelismIn, name))
+    for control, (section, name, spec) in DECLARED_CONTROLS.items():
+        values[control] = _shown_default(spec, getattr(SECTIONS[section](), name))
     return values
+
+
+def _shown_default(spec: Input, default: Any) -> str:
+    """A declared field's default as its control shows it: blank for the API's null (e.g. an even split)."""
+    if default is None:
+        return ""
+    if spec.kind == "bool":
+        return _flag(default)
+    return format(default, "g") if spec.kind == "float" else str(default)
 
 
 def _flag(value: bool | None) -> str:
@@ -287,7 +295,7 @@ def parse_form(params: Mapping[str, str]) -> ParsedForm:
     read = _Reader(values)
     model = _model_dict(values, source, read)
     training = _training_dict(values, read)
-    parallelism = _parallelism_dict(values, read)
+    parallelism = _declared("parallelism", values, read)
     host_ram = read(HOST_RAM, parse_bytes) if parallelism.get("offload", "none") != "none" else None
     finetuning = _finetuning_dict(values, read)
     gpu = _gpu(values, read)
@@ -312,62 +320,43 @@ def parse_form(params: Mapping[str, str]) -> ParsedForm:
     return parsed(request=request, job=job, estimate=result, host_ram_bytes=host_ram)
 
 
+def condition_holds(expression: str, values: Mapping[str, str]) -> bool:
+    """When a control is shown: ``name=a,b`` (value is one of) or ``name>n`` (a number above n).
+
+    static/app.js evaluates the same expressions in the browser as the person changes the form.
+    """
+    if ">" in expression:
+        name, threshold = expression.split(">", 1)
+        text = "".join(values.get(name, "").replace(",", "").replace("_", "").split())
+        return text.isdigit() and int(text) > int(threshold)
+    name, choices = expression.split("=", 1)
+    return values.get(name, "") in choices.split(",")
+
+
+def _declared(section: str, values: Mapping[str, str], read: _Reader) -> dict[str, Any]:
+    """A section's declared fields, each from its control while the page shows it; a blank one that may be null
+    (e.g. the layers on the first stage) is left to the API's default."""
+    fields: dict[str, Any] = {}
+    for control, (where, name, spec) in DECLARED_CONTROLS.items():
+        if where != section or not all(condition_holds(when, values) for when in SHOWN_WHEN.get(control, ())):
+            continue
+        raw = values[control]
+        if spec.kind == "choice":
+            fields[name] = raw
+        elif spec.kind == "bool":
+            fields[name] = raw == TRUE
+        elif raw.strip() or not spec.nullable:
+            fields[name] = read(control, PARSERS.get(control, parse_int if spec.kind == "int" else parse_factor))
+    return fields
+
+
 def _training_dict(values: Mapping[str, str], read: _Reader) -> dict[str, Any]:
-    training: dict[str, Any] = {name: read(name, parse_tokens if name == "seq_len" else parse_int)
-                                for name in TRAINING_INTS}
-    training |= {name: values[name] for name in TRAINING_CHOICES}
-    training["adafactor_momentum"] = values["adafactor_momentum"] == TRUE
-    training["framework_overhead_bytes"] = read("framework_overhead_bytes", parse_bytes)
+    training = _declared("training", values, read)
     if values["precision"] == CUSTOM_PRECISION:
         training["precision"] = {name: None if values[name] == NO_MASTER else values[name] for name in DTYPE_FIELDS}
     else:
         training["precision"] = values["precision"]
-    if values["loss"] == "chunked":
-        training[LOSS_CHUNKS] = read(LOSS_CHUNKS, parse_int)
-    if values["activation_checkpointing"] == "full":
-        training |= _recomputed_layers(values, read)
     return training
-
-
-def _recomputed_layers(values: Mapping[str, str], read: _Reader) -> dict[str, Any]:
-    """Which layers full recomputation applies to, where the controls say (blank: every layer)."""
-    return {name: read(name, parse_int) for name in RECOMPUTED_LAYERS if values[name].strip()}
-
-
-def _parallelism_dict(values: Mapping[str, str], read: _Reader) -> dict[str, Any]:
-    """Each control counts only while the page shows it (see templates/page.html), so a value left in the URL from
-    before never errs on a hidden control."""
-    parallelism: dict[str, Any] = {name: read(name, parse_int) for name in PARALLEL_INTS}
-    parallelism["sequence_parallel"] = values["sequence_parallel"] == TRUE
-    if _above(values["data"], 1):
-        parallelism["expert"] = read("expert", parse_int)
-        if _above(values["expert"], 1):
-            parallelism["expert_load"] = read("expert_load", parse_factor)
-    # ZeRO and offloading count at one GPU too: ZeRO-Offload runs the optimizer on the host for a single GPU.
-    parallelism["offload"] = values["offload"]
-    if values["offload"] != "none":
-        parallelism["gpus_per_node"] = read("gpus_per_node", parse_int)
-    if _above(values["tensor"], 1) and values["expert_tensor"].strip():
-        parallelism["expert_tensor"] = read("expert_tensor", parse_int)
-    if _above(values["pipeline"], 1):
-        parallelism |= _pipeline_dict(values, read)
-    if values["framework"] == "deepspeed":
-        parallelism["reduce_bucket_size"] = read("reduce_bucket_size", parse_int)
-    return parallelism
-
-
-def _pipeline_dict(values: Mapping[str, str], read: _Reader) -> dict[str, Any]:
-    """The interleaving and the uneven stages, read when there is more than one pipeline stage."""
-    pipeline = {"virtual_stages": read("virtual_stages", parse_int)}
-    for name in ("first_stage_layers", "last_stage_layers"):
-        if values[name].strip():
-            pipeline[name] = read(name, parse_int)
-    return pipeline
-
-
-def _above(raw: str, threshold: int) -> bool:
-    text = _SEPARATORS.sub("", raw)
-    return text.isdigit() and int(text) > threshold
 
 
 def parse_modules(control: str, raw: str) -> list[str]:
@@ -380,20 +369,13 @@ def parse_modules(control: str, raw: str) -> list[str]:
 
 def _finetuning_dict(values: Mapping[str, str], read: Any) -> dict[str, Any]:
     """The finetuning fields the chosen method shows: adapters' for LoRA/QLoRA, freezing for full."""
+    finetuning = _declared("finetuning", values, read)
     method = values[FINETUNING_METHOD]
-    finetuning: dict[str, Any] = {"method": method}
     if method in ("lora", "qlora"):
-        finetuning["rank"] = read("rank", parse_int)
         finetuning["target_modules"] = read("target_modules", parse_modules)
-        finetuning["dropout"] = read("lora_dropout", parse_probability)
         finetuning["modules_to_save"] = [module for name, module in SAVABLE.items() if values[name] == TRUE]
-        if method == "qlora":
-            finetuning["quantization"] = values["quantization"]
-            if values["bitsandbytes_version"].strip():
-                finetuning["bitsandbytes_version"] = read("bitsandbytes_version", parse_version)
-    elif method == "full":
-        finetuning["freeze_embeddings"] = values["freeze_embeddings"] == TRUE
-        finetuning["frozen_layers"] = read("frozen_layers", parse_int)
+        if method == "qlora" and values["bitsandbytes_version"].strip():
+            finetuning["bitsandbytes_version"] = read("bitsandbytes_version", parse_version)
     return finetuning
 
 

@@ -1,35 +1,28 @@
-"""The page's name for each control, in its own words: what its label says, and what its messages call it."""
+"""The page's name for each control, in its own words: what its label says, and what its messages call it. A run's
+declared inputs carry their labels (app/core/inputs.py); the page's own controls and the model's fields are named
+here."""
 
 from __future__ import annotations
 
 from typing import Final
 
-LABELS: Final[dict[str, str]] = {
+from app.core.finetuning import Finetuning
+from app.core.inputs import declarations
+from app.core.setup import Parallelism, Training
+
+# Controls named apart from their field: fine-tuning's dropout would clash with the architecture's.
+CONTROL_NAMES: Final = {"finetuning.dropout": "lora_dropout"}
+SECTIONS: Final = {"training": Training, "parallelism": Parallelism, "finetuning": Finetuning}
+DECLARED_CONTROLS: Final = {CONTROL_NAMES.get(f"{section}.{name}", name): (section, name, spec)
+                            for section, cls in SECTIONS.items() for name, spec in declarations(cls).items()}
+
+_OWN: Final[dict[str, str]] = {
     "source": "Describe the model by",
     "preset": "Model",
     "num_params": "Parameter count",
     "hf_config": "config.json",
     "hub": "Hub id",
-    "micro_batch_size": "Micro-batch size",
-    "seq_len": "Sequence length",
     "precision": "Precision",
-    "optimizer": "Optimizer",
-    "optimizer_implementation": "Optimizer implementation",
-    "loop": "Training loop",
-    "gradient_accumulation_steps": "Gradient accumulation",
-    "adafactor_momentum": "Adafactor keeps momentum",
-    "activation_checkpointing": "Activation checkpointing",
-    "attention": "Attention kernel",
-    "implementation": "Implementation",
-    "framework_overhead_bytes": "Extra per GPU, outside what is modelled",
-    "allocator": "PyTorch's CUDA allocator",
-    "data": "Data parallel",
-    "zero_stage": "ZeRO stage",
-    "framework": "Memory convention",
-    "fp8": "FP8 training",
-    "tensor": "Tensor parallel",
-    "sequence_parallel": "Sequence parallelism",
-    "pipeline": "Pipeline stages",
     "gpu": "GPU",
     "gpu_capacity": "GPU memory",
     "gpu_like": "Context and interconnect as on",
@@ -62,29 +55,10 @@ LABELS: Final[dict[str, str]] = {
     "moe_intermediate_size": "Expert MLP inner size",
     "norm_topk_prob": "Renormalise routing weights",
     "qk_norm": "Query/key norms",
-    "loss": "Loss",
-    "loss_chunks": "Loss chunks",
-    "recompute_every": "Recompute every k-th layer",
-    "recompute_first_layers": "Recompute only the first N layers",
-    "context": "Context parallel",
-    "virtual_stages": "Virtual stages per GPU",
-    "first_stage_layers": "Layers on the first stage",
-    "last_stage_layers": "Layers on the last stage",
-    "reduce_bucket_size": "Reduce bucket (elements)",
-    "expert": "Expert parallel",
-    "expert_tensor": "Expert tensor parallel",
-    "expert_load": "Most-loaded expert GPU's load",
-    "offload": "Offload to host memory",
-    "gpus_per_node": "GPUs per node",
     "host_ram": "Host RAM per node",
-    "method": "Method",
-    "rank": "LoRA rank",
     "target_modules": "Target modules",
-    "lora_dropout": "LoRA dropout",
     "save_embed_tokens": "Train the embeddings in full (embed_tokens)",
     "save_lm_head": "Train the output layer in full (lm_head)",
-    "quantization": "Base quantization",
     "bitsandbytes_version": "bitsandbytes version",
-    "freeze_embeddings": "Freeze the embeddings",
-    "frozen_layers": "Frozen layers",
 }
+LABELS: Final = {**_OWN, **{control: spec.label for control, (_, _, spec) in DECLARED_CONTROLS.items()}}

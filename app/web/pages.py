@@ -38,7 +38,16 @@ from app.web import controls, imports, links, update
 from app.web.accuracy import accuracy
 from app.web.answers import fit_answers
 from app.web.compare import pin
-from app.web.form import ALL_CONTROLS, CUSTOM_PRECISION, DEFAULT_PRESET, DTYPE_FIELDS, HOST_RAM, ParsedForm, parse_form
+from app.web.form import (
+    ALL_CONTROLS,
+    CUSTOM_PRECISION,
+    DEFAULT_PRESET,
+    DTYPE_FIELDS,
+    EXTRA_CONTROLS,
+    HOST_RAM,
+    ParsedForm,
+    parse_form,
+)
 from app.web.links import EXPORT_LABELS, TEMPLATES_DIR
 from app.web.recompute import recompute_choices
 from app.web.sweeps import sweeps
@@ -114,6 +123,7 @@ def page_context(form: ParsedForm, params: Mapping[str, str], *, later_answers: 
         "arch_main": controls.ARCH_MAIN,
         "arch_more": controls.ARCH_MORE,
         "loop_shown": controls.LOOP_SHOWN,
+        "extra_controls": EXTRA_CONTROLS,
         "dtype_fields": DTYPE_FIELDS,
         "module_names": _module_hint(_architecture(form, job)),
         "finetuning_presets": finetuning_presets(form, params, _architecture(form, job)),
