@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from app.core.architecture import Architecture, ParamTensor, embedding_tensors, head_tensors, layer_tensors
 from app.core.finetuning import Finetuning, adapter_tensors, stored_weight_bytes
@@ -411,24 +411,32 @@ def _saved_copies(arch: Architecture, ft: Finetuning, *, first: bool,
 
 def _trained_stage(arch: Architecture, ft: Finetuning, weight_bits: int, *, layers: int, first: bool,
                    head: list[ParamTensor], first_layer: int) -> _Tuned:
-    """Full fine-tuning or frozen parts: the layers from ft.frozen_layers on train; the embedding trains unless
-    freeze_embeddings, and the `head` does but for the embedding's matrix then; the rest is frozen."""
+    """Full fine-tuning or frozen parts: the layers from ft.frozen_layers on train, the others are frozen; the
+    embedding and the head as `_trained_ends` says."""
     one_layer = layer_tensors(arch)
     trained_layers = max(0, first_layer + layers - max(first_layer, ft.frozen_layers))
     frozen_layers = layers - trained_layers
     frozen: _Tensors = [(tensor, frozen_layers) for tensor in one_layer if frozen_layers]
     trained = {"layers": ([(tensor, trained_layers) for tensor in one_layer if trained_layers], weight_bits,
                           f"{trained_layers} trained layers")}
-    if first:
-        embedding = [(tensor, 1) for tensor in embedding_tensors(arch)]
-        if ft.freeze_embeddings:
-            frozen += embedding
-        else:
-            trained["embedding"] = (embedding, weight_bits, "the embedding")
-    frozen += [(x, 1) for x in head if ft.freeze_embeddings and x.name.startswith("embed")]
-    trained["head"] = ([(x, 1) for x in head if not (ft.freeze_embeddings and x.name.startswith("embed"))],
-                       weight_bits, "the final norm and output layer")
-    return _Tuned(trained, frozen)
+    frozen_ends, trained_ends = _trained_ends(arch, ft, weight_bits, first=first, head=head)
+    return _Tuned(trained | trained_ends, frozen + frozen_ends)
+
+
+_ENDS: Final = {"embedding": "the embedding", "head": "the final norm and output layer"}
+
+
+def _trained_ends(arch: Architecture, ft: Finetuning, weight_bits: int, *, first: bool,
+                  head: list[ParamTensor]) -> tuple[_Tensors, dict[str, tuple[_Tensors, int, str]]]:
+    """Under full fine-tuning the embedding (if `first`) and the `head` (none off the last stage) train, but for
+    their embedding matrices under freeze_embeddings: the embedding's tables and a tied output layer's copy."""
+    ends = {"embedding": list(embedding_tensors(arch)) if first else [], "head": head}
+
+    def frozen(tensor: ParamTensor) -> bool:
+        return ft.freeze_embeddings and tensor.name.startswith("embed")
+
+    return ([(x, 1) for tensors in ends.values() for x in tensors if frozen(x)],
+            {name: ([(x, 1) for x in tensors if not frozen(x)], weight_bits, _ENDS[name]) for name, tensors in ends.items()})
 
 
 def module_name(tensor: ParamTensor) -> str:

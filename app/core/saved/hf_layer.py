@@ -142,18 +142,11 @@ def _layer_attention_core(saved: _Saved, arch: Architecture, setup: ActivationSe
 
 def _layer_mlp(saved: _Saved, arch: Architecture, setup: ActivationSetup, tuning: _LayerTuning, form: _LayerForm, *,
                grad: bool, dense: bool) -> None:
-    """A layer's MLP block (`grad`: whether its input needs a gradient): its norm (before it, or after it with
-    `post` norms), its input and the adapters that read it, the MLP or mixture of experts (`_hf_mlp`) where
-    anything in or below it needs a gradient, and the down projection's adapters."""
+    """A layer's MLP block (`grad`: whether its input needs a gradient): its input (`_layer_mlp_input`), the MLP or
+    mixture of experts (`_hf_mlp`) where anything in or below it needs a gradient, the down projection's adapters,
+    and its norm after it with `post` norms."""
     weights = tuning.weights
-    mlp_in = tuning.adapters_on("mlp.gate", "mlp.up", "mlp.gate_up")
-    if form.pre_norms and not form.one_norm:
-        # GPT-NeoX's second norm reads the layer's input too, which the first norm keeps already.
-        _hf_norm(saved, "mlp_norm", arch, setup, weight_grad=weights, input_grad=grad, input_kept=form.parallel)
-    if weights and (dense or not arch.is_moe) and not form.one_norm:  # a MoE block's router keeps its input (_hf_moe)
-        _hf_linear_input(saved, "mlp.input", form.mlp_consumers, arch, setup)
-    _hf_adapters(saved, mlp_in, setup.stream_bytes, input_kept=weights, input_grad=grad, name="mlp.input",
-                 arch=arch, setup=setup)
+    mlp_in = _layer_mlp_input(saved, arch, setup, tuning, form, grad=grad, dense=dense)
     wrapped = "moe.experts.gate_up" in tuning.adapted and not dense  # the router and experts adapted (experts_wrapped)
     mlp_records = grad or weights or bool(mlp_in) or wrapped
     if mlp_records:
@@ -164,6 +157,22 @@ def _layer_mlp(saved: _Saved, arch: Architecture, setup: ActivationSetup, tuning
                  name="mlp.down_input", arch=arch, setup=setup)
     if not form.pre_norms:
         _hf_norm(saved, "mlp_post_norm", arch, setup, weight_grad=weights, input_grad=mlp_records)
+
+
+def _layer_mlp_input(saved: _Saved, arch: Architecture, setup: ActivationSetup, tuning: _LayerTuning,
+                     form: _LayerForm, *, grad: bool, dense: bool) -> _Adapters:
+    """The MLP's input: its norm before it (unless Phi's one norm feeds both blocks), the input its linears keep,
+    and the adapters that read it, which it returns."""
+    weights = tuning.weights
+    mlp_in = tuning.adapters_on("mlp.gate", "mlp.up", "mlp.gate_up")
+    if form.pre_norms and not form.one_norm:
+        # GPT-NeoX's second norm reads the layer's input too, which the first norm keeps already.
+        _hf_norm(saved, "mlp_norm", arch, setup, weight_grad=weights, input_grad=grad, input_kept=form.parallel)
+    if weights and (dense or not arch.is_moe) and not form.one_norm:  # a MoE block's router keeps its input (_hf_moe)
+        _hf_linear_input(saved, "mlp.input", form.mlp_consumers, arch, setup)
+    _hf_adapters(saved, mlp_in, setup.stream_bytes, input_kept=weights, input_grad=grad, name="mlp.input",
+                 arch=arch, setup=setup)
+    return mlp_in
 
 
 def _hf_embedding(arch: Architecture, setup: ActivationSetup) -> list[SavedTensor]:
