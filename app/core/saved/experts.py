@@ -28,7 +28,7 @@ def _hf_moe(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, weight
     With the router's and the experts' weights frozen (`weights` False: adapters elsewhere, a frozen layer that
     gradients pass through) their F.linear calls need no weight gradient and keep no input: neither the router's
     input, nor the gathered tokens, nor the down matmul's input; what the gradients to the tokens need stays.
-    The shared experts' weights train as `shared_weights` says, where not as the router's.
+    The shared experts' weights train as `shared_weights` says (as `weights` where it is None).
     Measured on CPU: docs/VALIDATION.md.
     """
     _hf_routing(saved, arch, setup, weights=weights)
