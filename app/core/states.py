@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from app.core.architecture import Architecture, ParamTensor, embedding_tensors, head_tensors, layer_tensors
 from app.core.finetuning import Finetuning, adapter_tensors, stored_weight_bytes
@@ -314,77 +314,129 @@ class FinetunedStage:
 
 def finetuned_stage(arch: Architecture, finetuning: Finetuning, weight_bits: int, tensor_parallel: int, *,
                     layers: int, first: bool, last: bool, first_layer: int) -> FinetunedStage:
-    """What trains on a stage of layers first_layer .. first_layer + layers - 1 (finetuning module docstring)."""
-    t = tensor_parallel
-    ft = finetuning
-    one_layer = layer_tensors(arch)
-    head = list(head_tensors(arch))
+    """What trains on a stage of layers first_layer .. first_layer + layers - 1 (finetuning module docstring): with
+    adapters, the adapters and any trainable copies (`_adapted_stage`), otherwise the layers and ends not frozen
+    (`_trained_stage`); the rest is frozen, at `weight_bits` or, QLoRA's linear weights, quantized."""
+    t, ft = tensor_parallel, finetuning
+    head = list(head_tensors(arch)) if last else []
     if last and arch.tie_word_embeddings and not first:
         head.append(embedding_tensors(arch)[0])
-    adapter_bits = FP32_BITS if ft.adapters else weight_bits
-    parts: dict[str, TrainedPart] = {}
-
-    def part(name: str, tensors: list[tuple[ParamTensor, int]], bits: int, what: str) -> None:
-        if tensors:
-            parts[name] = TrainedPart(tuple(rank_shapes(tensors, t)), tuple(all_rank_shapes(tensors, t)), bits, what)
-
-    frozen: list[tuple[ParamTensor, int]] = []
-    quantized_rank = quantized_cluster = 0
-    added = 0
     if ft.adapters:
-        # A mixture's dense first layers (first_k_dense_replace) hold a dense MLP, frozen like the rest, and adapters
-        # on their attention alone: those on the router and the stacked experts (all-linear) sit in the sparse ones.
-        dense = dense_layers_on(arch, first_layer=first_layer, layers=layers, count=1)
-        adapters = adapter_tensors(arch, ft)
-        adapted = [(tensor, layers - dense if tensor.name.startswith("moe.") else layers) for tensor in adapters]
-        part("layers", adapted, adapter_bits, f"LoRA adapters (r = {ft.rank}) of {layers} layers, fp32")
-        added += sum(tensor.elements * count for tensor, count in adapted)
-        quantized = ft.method == "qlora"
-        kinds = [(one_layer, layers - dense), (layer_tensors(arch, dense=True), dense)] if dense else [(one_layer, layers)]
-        for kind_tensors, count in kinds:
-            for tensor in kind_tensors:
-                if quantized and tensor.matmul and len(tensor.shape) == 2:  # nn.Linear weights (finetuning)
-                    size = stored_weight_bytes(tensor.shape, ft.quantization)
-                    quantized_rank += count * ceil_div(size, t) if tensor.split != "replicated" else count * size
-                    quantized_cluster += count * size
-                else:
-                    frozen.append((tensor, count))
-        saved: dict[str, list[tuple[ParamTensor, int]]] = {"embedding": [], "head": []}
-        if first:
-            frozen += [(tensor, 1) for tensor in embedding_tensors(arch)]
-            if "embed_tokens" in ft.modules_to_save:
-                saved["embedding"].append((embedding_tensors(arch)[0], 1))
-        if last:
-            frozen += [(tensor, 1) for tensor in head]
-            if "lm_head" in ft.modules_to_save:
-                # A tied output layer's trainable copy is of the embedding's matrix, and still the head's: its
-                # gradient comes with the output layer's backward, on the last stage.
-                saved["head"].append((next((x for x in head if x.matmul), embedding_tensors(arch)[0]), 1))
-        for name, tensors in saved.items():
-            part(name, tensors, weight_bits, "trainable copy (modules_to_save)")
-            added += sum(tensor.elements for tensor, _ in tensors)
+        tuned = _adapted_stage(arch, ft, weight_bits, t, layers=layers, first=first, head=head, first_layer=first_layer)
     else:
-        trained_layers = max(0, first_layer + layers - max(first_layer, ft.frozen_layers))
-        frozen_layers = layers - trained_layers
-        frozen += [(tensor, frozen_layers) for tensor in one_layer if frozen_layers]
-        part("layers", [(tensor, trained_layers) for tensor in one_layer if trained_layers], weight_bits,
-             f"{trained_layers} trained layers")
-        if first:
-            embedding = [(tensor, 1) for tensor in embedding_tensors(arch)]
-            if ft.freeze_embeddings:
-                frozen += embedding
+        tuned = _trained_stage(arch, ft, weight_bits, layers=layers, first=first, head=head, first_layer=first_layer)
+    parts = {name: TrainedPart(tuple(rank_shapes(tensors, t)), tuple(all_rank_shapes(tensors, t)), bits, what)
+             for name, (tensors, bits, what) in tuned.trained.items() if tensors}
+    frozen_rank = elements(rank_shapes(tuned.frozen, t))
+    text = f"{frozen_rank:,} frozen params × {weight_bits} bit ÷ 8"
+    if tuned.quantized_rank:
+        text += f" + {layers} layers' linear weights in {ft.quantization} ({tuned.quantized_rank:,} B)"
+    return FinetunedStage(parts, tensor_bytes(frozen_rank, weight_bits) + tuned.quantized_rank,
+                          tensor_bytes(elements(all_rank_shapes(tuned.frozen, t)), weight_bits) + tuned.quantized_cluster,
+                          text, tuned.added)
+
+
+_Tensors = list[tuple[ParamTensor, int]]  # tensors with their repeats
+
+
+@dataclass(frozen=True)
+class _Tuned:
+    """What a fine-tuning method makes of a stage: the parts that train (part -> tensors, width in bits, what they
+    are), the frozen tensors, the quantized weights' bytes on tensor-parallel rank 0 and over every rank, and the
+    parameters it adds (adapters, trainable copies) on every rank together."""
+
+    trained: dict[str, tuple[_Tensors, int, str]]
+    frozen: _Tensors
+    quantized_rank: int = 0
+    quantized_cluster: int = 0
+    added: int = 0
+
+
+def _adapted_stage(arch: Architecture, ft: Finetuning, weight_bits: int, t: int, *, layers: int, first: bool,
+                   head: list[ParamTensor], first_layer: int) -> _Tuned:
+    """LoRA or QLoRA: the adapters train in fp32, the base weights are frozen (`_frozen_base`) and the ends too,
+    but for the trainable copies that modules_to_save makes (`_saved_copies`)."""
+    # A mixture's dense first layers (first_k_dense_replace) hold a dense MLP, frozen like the rest, and adapters
+    # on their attention alone: those on the router and the stacked experts (all-linear) sit in the sparse ones.
+    dense = dense_layers_on(arch, first_layer=first_layer, layers=layers, count=1)
+    adapted = [(tensor, layers - dense if tensor.name.startswith("moe.") else layers)
+               for tensor in adapter_tensors(arch, ft)]
+    kinds = [(layer_tensors(arch), layers - dense)]
+    if dense:
+        kinds.append((layer_tensors(arch, dense=True), dense))
+    frozen, quantized_rank, quantized_cluster = _frozen_base(kinds, ft, t)
+    ends, copies = _saved_copies(arch, ft, first=first, head=head)
+    trained = {"layers": (adapted, FP32_BITS, f"LoRA adapters (r = {ft.rank}) of {layers} layers, fp32")}
+    trained |= {name: (tensors, weight_bits, "trainable copy (modules_to_save)") for name, tensors in copies.items()}
+    added = sum(tensor.elements * count for tensor, count in adapted)
+    added += sum(tensor.elements for tensors in copies.values() for tensor, _ in tensors)
+    return _Tuned(trained, frozen + ends, quantized_rank, quantized_cluster, added)
+
+
+def _frozen_base(kinds: list[tuple[tuple[ParamTensor, ...], int]], ft: Finetuning,
+                 t: int) -> tuple[_Tensors, int, int]:
+    """The layers' base weights under adapters (`kinds`: each kind of layer's tensors and how many), frozen; under
+    QLoRA the nn.Linear weights (finetuning) are stored quantized instead: their bytes on tensor-parallel rank 0 and
+    over every rank."""
+    frozen: _Tensors = []
+    quantized_rank = quantized_cluster = 0
+    for kind_tensors, count in kinds:
+        for tensor in kind_tensors:
+            if ft.method == "qlora" and tensor.matmul and len(tensor.shape) == 2:  # nn.Linear weights (finetuning)
+                size = stored_weight_bytes(tensor.shape, ft.quantization)
+                quantized_rank += count * ceil_div(size, t) if tensor.split != "replicated" else count * size
+                quantized_cluster += count * size
             else:
-                part("embedding", embedding, weight_bits, "the embedding")
-        if last:
-            trained_head = [(x, 1) for x in head if not (ft.freeze_embeddings and x.name.startswith("embed"))]
-            frozen += [(x, 1) for x in head if ft.freeze_embeddings and x.name.startswith("embed")]
-            part("head", trained_head, weight_bits, "the final norm and output layer")
-    frozen_rank = tensor_bytes(elements(rank_shapes(frozen, t)), weight_bits) + quantized_rank
-    frozen_cluster = tensor_bytes(elements(all_rank_shapes(frozen, t)), weight_bits) + quantized_cluster
-    text = f"{elements(rank_shapes(frozen, t)):,} frozen params × {weight_bits} bit ÷ 8"
-    if quantized_rank:
-        text += f" + {layers} layers' linear weights in {ft.quantization} ({quantized_rank:,} B)"
-    return FinetunedStage(parts, frozen_rank, frozen_cluster, text, added)
+                frozen.append((tensor, count))
+    return frozen, quantized_rank, quantized_cluster
+
+
+def _saved_copies(arch: Architecture, ft: Finetuning, *, first: bool,
+                  head: list[ParamTensor]) -> tuple[_Tensors, dict[str, _Tensors]]:
+    """Under adapters, the stage's embedding (if `first`) and `head` tensors (none off the last stage), frozen, and
+    the trainable copies of them that modules_to_save asks for, by part."""
+    frozen: _Tensors = []
+    copies: dict[str, _Tensors] = {"embedding": [], "head": []}
+    if first:
+        frozen += [(tensor, 1) for tensor in embedding_tensors(arch)]
+        if "embed_tokens" in ft.modules_to_save:
+            copies["embedding"].append((embedding_tensors(arch)[0], 1))
+    frozen += [(tensor, 1) for tensor in head]
+    if head and "lm_head" in ft.modules_to_save:
+        # A tied output layer's trainable copy is of the embedding's matrix, and still the head's: its
+        # gradient comes with the output layer's backward, on the last stage.
+        copies["head"].append((next((x for x in head if x.matmul), embedding_tensors(arch)[0]), 1))
+    return frozen, copies
+
+
+def _trained_stage(arch: Architecture, ft: Finetuning, weight_bits: int, *, layers: int, first: bool,
+                   head: list[ParamTensor], first_layer: int) -> _Tuned:
+    """Full fine-tuning or frozen parts: the layers from ft.frozen_layers on train, the others are frozen; the
+    embedding and the head as `_trained_ends` says."""
+    one_layer = layer_tensors(arch)
+    trained_layers = max(0, first_layer + layers - max(first_layer, ft.frozen_layers))
+    frozen_layers = layers - trained_layers
+    frozen: _Tensors = [(tensor, frozen_layers) for tensor in one_layer if frozen_layers]
+    trained = {"layers": ([(tensor, trained_layers) for tensor in one_layer if trained_layers], weight_bits,
+                          f"{trained_layers} trained layers")}
+    frozen_ends, trained_ends = _trained_ends(arch, ft, weight_bits, first=first, head=head)
+    return _Tuned(trained | trained_ends, frozen + frozen_ends)
+
+
+_ENDS: Final = {"embedding": "the embedding", "head": "the final norm and output layer"}
+
+
+def _trained_ends(arch: Architecture, ft: Finetuning, weight_bits: int, *, first: bool,
+                  head: list[ParamTensor]) -> tuple[_Tensors, dict[str, tuple[_Tensors, int, str]]]:
+    """Under full fine-tuning the embedding (if `first`) and the `head` (none off the last stage) train, but for
+    their embedding matrices under freeze_embeddings: the embedding's tables and a tied output layer's copy."""
+    ends = {"embedding": list(embedding_tensors(arch)) if first else [], "head": head}
+
+    def frozen(tensor: ParamTensor) -> bool:
+        return ft.freeze_embeddings and tensor.name.startswith("embed")
+
+    return ([(x, 1) for tensors in ends.values() for x in tensors if frozen(x)],
+            {name: ([(x, 1) for x in tensors if not frozen(x)], weight_bits, _ENDS[name]) for name, tensors in ends.items()})
 
 
 def module_name(tensor: ParamTensor) -> str:

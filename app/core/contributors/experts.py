@@ -86,65 +86,15 @@ class Experts(StageBase):
 
     def _gpt_oss_backward(self) -> None:
         """gpt-oss's layer backward trained in full (GptOssDecoderLayer: eager attention with sinks, GptOssExperts
-        with biases and the clamped GLU), in half precision: the largest of its moments.
-
-        - The routed tokens' gradients, before any of the layer's gradients is written: three n·k × h tensors
-          beside the layer's output gradient (`_routed_gradients`; the routing weights are in the activations'
-          dtype), and under recomputation n × h more: 3 n·k·h·w + n·h·w (+ n·h·w).
-        - Inside the experts' MLP backward, as Mixtral's trained in full (`_experts_mlp_backward`): 2 n·k·I·w −
-          n·k·h·w + n·h·w with the down projections' gradient written. Under recomputation also before it:
-          3 n·k·I·w + 2 n·h·w.
-        - The post-attention norm's backward, in fp32, once the experts' tensors are freed and their gradients
-          written: five fp32 n × h tensors, less the tensors the mixture kept and an n × h one.
-        - The attention's softmax backward, once the norm's tensors are freed too and the output projection's
-          gradient written: two b·a·s·(s + 1) tensors (the probabilities with the sinks' column), in place of the
-          fp32 gradient of the probabilities other eager attention makes (`_attention_backward`). Under
-          recomputation the rebuilt attention's softmax holds more for long sequences: the scores (b·a·s²), the
-          scores with the sinks' column and less their maximum at once, before what is kept from the
-          probabilities on is rebuilt, beside the routed tokens' first gradient (n·k × h) and 2 n × h.
-        Each is beyond the layer's kept (or rebuilt) tensors and the gradients of the layers whose backward has ended
-        (the `GRADS_DONE` ramp). Measured on CPU (docs/VALIDATION.md, "gpt-oss"): k from 1 to 4, I/h 0.5 to 4, 4 to
-        8 experts, 256 to 1,024 tokens and 128 to 512 positions, with and without recomputation, each layer event
-        within 0.07%; the attention's moments at 1,024 and 2,048 positions within 0.33 n·h·w bytes."""
-        arch, setup, training = self.arch, self.setup, self.training
-        n, h, k, w, _ = self._routing()
-        b, s, a, inter = setup.micro_batch_size, setup.seq_len, arch.num_attention_heads, arch.expert_size
-        recomputed = self.recomputed.top  # the top layer's backward is the one counted
-        bits = training.precision.bits("gradients")
-        tensors = layer_tensors(arch)
-
-        def gradients(*prefixes: str) -> int:
-            return sum(tensor_bytes(x.elements, bits) for x in tensors if x.name.startswith(prefixes))
-
-        def kept(*prefixes: str) -> int:
-            return sum(x.bytes for x in self.layer_saved if x.name.startswith(prefixes))
-
-        experts = gradients("moe.")
-        mixture = kept("moe.")
-        routed, routed_terms = self._routed_gradients()
-        later, down, later_terms = self._experts_mlp_backward(full=True)
-        moments = {
-            "routed": (routed + n * h * w, f"{routed_terms} + {n:,} × {h:,} × {w} B") if recomputed
-            else (routed, routed_terms),
-            "experts": (later + down, f"{later_terms} + {down:,} B of the down projections' gradient"),
-            "norm": (5 * n * h * act.FP32_BYTES + experts - mixture - n * h * w,
-                     f"5 × {n:,} × {h:,} × 4 B + {experts:,} B of the mixture's gradients − {mixture:,} B it kept − "
-                     f"{n:,} × {h:,} × {w} B"),
-            "attention": (2 * b * a * s * (s + 1) * w + experts + gradients("attn.o.") - mixture - kept("mlp_norm."),
-                          f"2 × {b} × {a} × {s:,} × {s + 1:,} × {w} B + {experts + gradients('attn.o.'):,} B of "
-                          f"gradients − {mixture + kept('mlp_norm.'):,} B kept"),
-        }
-        if recomputed:
-            # The experts' MLP backward before the down projections' gradient is written; and the rebuilt
-            # attention's softmax, with the scores, the scores with the sinks' column and less their maximum at once,
-            # before the tensors kept from the probabilities on are rebuilt.
-            later = mixture + kept("mlp_norm.", "attn.softmax_with_sink", "attn.out_proj_input")
-            moments["experts, early"] = (3 * n * k * inter * w + 2 * n * h * w,
-                                         f"3 × {n:,} × {k} × {inter:,} × {w} B + 2 × {n:,} × {h:,} × {w} B")
-            moments["attention, rebuilt"] = (
-                b * a * s * s * w + 2 * b * a * s * (s + 1) * w + n * k * h * w + 2 * n * h * w - later,
-                f"{b} × {a} × {s:,}² × {w} B + 2 × {b} × {a} × {s:,} × {s + 1:,} × {w} B + {n:,} × {k} × {h:,} × "
-                f"{w} B + 2 × {n:,} × {h:,} × {w} B − {later:,} B kept from the probabilities on")
+        with biases and the clamped GLU), in half precision: the largest of its moments (`_gpt_oss_moments`, and
+        under recomputation `_gpt_oss_rebuilt_moments`), each beyond the layer's kept (or rebuilt) tensors and the
+        gradients of the layers whose backward has ended (the `GRADS_DONE` ramp). Measured on CPU
+        (docs/VALIDATION.md, "gpt-oss"): k from 1 to 4, I/h 0.5 to 4, 4 to 8 experts, 256 to 1,024 tokens and 128 to
+        512 positions, with and without recomputation, each layer event within 0.07%; the attention's moments at
+        1,024 and 2,048 positions within 0.33 n·h·w bytes."""
+        moments = self._gpt_oss_moments()
+        if self.recomputed.top:  # the top layer's backward is the one counted
+            moments |= self._gpt_oss_rebuilt_moments()
         name = max(moments, key=lambda key: moments[key][0])
         size, terms = moments[name]
         if size <= 0:
@@ -152,6 +102,66 @@ class Experts(StageBase):
         self.add("moe.backward", "temporary", f"One gpt-oss layer's backward at its largest moment ({name}), beyond "
                  "its kept tensors and the gradients of the layers before it", terms,
                  size, self.per_stage(size), Life("micro-batch", BWD_LAYER_LAST, self.bwd_end))
+
+    def _gpt_oss_moments(self) -> dict[str, tuple[int, str]]:
+        """gpt-oss's layer backward moment by moment (`_gpt_oss_backward`), each as (bytes, formula):
+
+        - The routed tokens' gradients, before any of the layer's gradients is written: three n·k × h tensors
+          beside the layer's output gradient (`_routed_gradients`; the routing weights are in the activations'
+          dtype), and under recomputation n × h more: 3 n·k·h·w + n·h·w (+ n·h·w).
+        - Inside the experts' MLP backward, as Mixtral's trained in full (`_experts_mlp_backward`): 2 n·k·I·w −
+          n·k·h·w + n·h·w with the down projections' gradient written.
+        - The post-attention norm's backward, in fp32, once the experts' tensors are freed and their gradients
+          written: five fp32 n × h tensors, less the tensors the mixture kept and an n × h one.
+        - The attention's softmax backward, once the norm's tensors are freed too and the output projection's
+          gradient written: two b·a·s·(s + 1) tensors (the probabilities with the sinks' column), in place of the
+          fp32 gradient of the probabilities other eager attention makes (`_attention_backward`)."""
+        n, h, _, w, _ = self._routing()
+        b, s, a = self.setup.micro_batch_size, self.setup.seq_len, self.arch.num_attention_heads
+        experts, mixture = self._gradient_bytes_of("moe."), self._kept_bytes_of("moe.")
+        routed, routed_terms = self._routed_gradients()
+        later, down, later_terms = self._experts_mlp_backward(full=True)
+        out_proj = self._gradient_bytes_of("attn.o.")
+        norm_kept = self._kept_bytes_of("mlp_norm.")
+        return {
+            "routed": (routed + n * h * w, f"{routed_terms} + {n:,} × {h:,} × {w} B") if self.recomputed.top
+            else (routed, routed_terms),
+            "experts": (later + down, f"{later_terms} + {down:,} B of the down projections' gradient"),
+            "norm": (5 * n * h * act.FP32_BYTES + experts - mixture - n * h * w,
+                     f"5 × {n:,} × {h:,} × 4 B + {experts:,} B of the mixture's gradients − {mixture:,} B it kept − "
+                     f"{n:,} × {h:,} × {w} B"),
+            "attention": (2 * b * a * s * (s + 1) * w + experts + out_proj - mixture - norm_kept,
+                          f"2 × {b} × {a} × {s:,} × {s + 1:,} × {w} B + {experts + out_proj:,} B of "
+                          f"gradients − {mixture + norm_kept:,} B kept"),
+        }
+
+    def _gpt_oss_rebuilt_moments(self) -> dict[str, tuple[int, str]]:
+        """gpt-oss's layer backward under recomputation, two moments more (`_gpt_oss_backward`), as (bytes, formula):
+        the experts' MLP backward before the down projections' gradient is written, 3 n·k·I·w + 2 n·h·w; and the
+        rebuilt attention's softmax, which holds more for long sequences: the scores (b·a·s²), the scores with the
+        sinks' column and less their maximum at once, before what is kept from the probabilities on is rebuilt,
+        beside the routed tokens' first gradient (n·k × h) and 2 n × h."""
+        n, h, k, w, _ = self._routing()
+        setup, arch = self.setup, self.arch
+        b, s, a, inter = setup.micro_batch_size, setup.seq_len, arch.num_attention_heads, arch.expert_size
+        kept = self._kept_bytes_of("moe.", "mlp_norm.", "attn.softmax_with_sink", "attn.out_proj_input")
+        return {
+            "experts, early": (3 * n * k * inter * w + 2 * n * h * w,
+                               f"3 × {n:,} × {k} × {inter:,} × {w} B + 2 × {n:,} × {h:,} × {w} B"),
+            "attention, rebuilt": (
+                b * a * s * s * w + 2 * b * a * s * (s + 1) * w + n * k * h * w + 2 * n * h * w - kept,
+                f"{b} × {a} × {s:,}² × {w} B + 2 × {b} × {a} × {s:,} × {s + 1:,} × {w} B + {n:,} × {k} × {h:,} × "
+                f"{w} B + 2 × {n:,} × {h:,} × {w} B − {kept:,} B kept from the probabilities on"),
+        }
+
+    def _gradient_bytes_of(self, *prefixes: str) -> int:
+        """The gradients of one layer's parameters whose names start with one of `prefixes`, unsharded."""
+        bits = self.training.precision.bits("gradients")
+        return sum(tensor_bytes(x.elements, bits) for x in layer_tensors(self.arch) if x.name.startswith(prefixes))
+
+    def _kept_bytes_of(self, *prefixes: str) -> int:
+        """What one layer keeps (`layer_saved`) under names that start with one of `prefixes`."""
+        return sum(x.bytes for x in self.layer_saved if x.name.startswith(prefixes))
 
     def _wrapped_experts_backward(self) -> None:
         """With adapters on a mixture's stacked experts (`finetuning.experts_wrapped`), in half precision, a layer's

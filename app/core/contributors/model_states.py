@@ -211,32 +211,48 @@ class ModelStates(StageBase):
     def _finetuned_states(self) -> None:
         """Model states under fine-tuning: every weight, but gradients, master copy and optimizer state only for
         what trains (finetuning module docstring), each part in its own dtype."""
-        training, p, ft = self.training, self.parallelism, self.finetuned
+        ft = self.finetuned
         assert ft is not None
-        precision = training.precision
-        count = self.kind.count
-        trained = ft.parts.items()
-        weights_rank = ft.frozen_rank_bytes + sum(tensor_bytes(part.rank_elements, part.bits) for _, part in trained)
+        self._finetuned_weights(ft)
+        self._finetuned_master(ft)
+        bits = self._finetuned_optimizer(ft)
+        self._finetuned_gradients(ft)
+        largest = max((states.largest_elements(list(part.rank_shapes)) for part in ft.parts.values()), default=0)
+        self._optimizer_scratch(bits, params=ft.trainable_rank, largest=largest)
+
+    def _finetuned_weights(self, ft: states.FinetunedStage) -> None:
+        """The frozen base and what trains, each part at its own width."""
+        p, trained = self.parallelism, ft.parts.values()
+        weights_rank = ft.frozen_rank_bytes + sum(tensor_bytes(part.rank_elements, part.bits) for part in trained)
         weights_cluster = ft.frozen_cluster_bytes + sum(tensor_bytes(part.cluster_elements, part.bits)
-                                                        for _, part in trained)
+                                                        for part in trained)
         trained_text = " + ".join(f"{part.rank_elements:,} trainable params ({part.what}) × {part.bits} bit ÷ 8"
-                                  for _, part in trained)
-        always = Life("run", START)
-        self.add("weights", "weights", f"Weights: the frozen base in {precision.weights}, and what trains",
+                                  for part in trained)
+        self.add("weights", "weights", f"Weights: the frozen base in {self.training.precision.weights}, and what trains",
                  f"{ft.frozen_text} + {trained_text}{self._shard_note('weights')}",
-                 states.on_rank(weights_rank, "weights", p), states.over_group(weights_cluster, "weights", p) * count,
-                 always)
+                 states.on_rank(weights_rank, "weights", p),
+                 states.over_group(weights_cluster, "weights", p) * self.kind.count, Life("run", START))
+
+    def _finetuned_master(self, ft: states.FinetunedStage) -> None:
+        """A master copy of the trained parts narrower than the master weights' dtype (none where none is)."""
+        p, precision = self.parallelism, self.training.precision
         master_bits = precision.bits("master_weights")
-        master = [(name, part) for name, part in trained if master_bits > part.bits]
-        if master:
-            rank = sum(tensor_bytes(part.rank_elements, master_bits) for _, part in master)
-            cluster = sum(tensor_bytes(part.cluster_elements, master_bits) for _, part in master)
-            self.add("master_weights", "master_weights", f"Master copy in {precision.master_weights} of what trains "
-                     "in a narrower dtype", " + ".join(f"{part.rank_elements:,} params × {master_bits} bit ÷ 8"
-                                                       for _, part in master) + self._shard_note("master_weights"),
-                     states.on_rank(rank, "master_weights", p),
-                     states.over_group(cluster, "master_weights", p) * count, always)
-        bits = precision.bits("optimizer_states")
+        master = [part for part in ft.parts.values() if master_bits > part.bits]
+        if not master:
+            return
+        rank = sum(tensor_bytes(part.rank_elements, master_bits) for part in master)
+        cluster = sum(tensor_bytes(part.cluster_elements, master_bits) for part in master)
+        self.add("master_weights", "master_weights", f"Master copy in {precision.master_weights} of what trains "
+                 "in a narrower dtype", " + ".join(f"{part.rank_elements:,} params × {master_bits} bit ÷ 8"
+                                                   for part in master) + self._shard_note("master_weights"),
+                 states.on_rank(rank, "master_weights", p),
+                 states.over_group(cluster, "master_weights", p) * self.kind.count, Life("run", START))
+
+    def _finetuned_optimizer(self, ft: states.FinetunedStage) -> int:
+        """The optimizer's state of what trains (adapters' in fp32, as they are) and what a paged optimizer moves
+        out of it; returns the state's width in bits."""
+        training, p = self.training, self.parallelism
+        precision = training.precision
         # torch's optimizers make their state like the parameter (torch.zeros_like): fp32 adapters get fp32 state.
         adapter_training = replace(training, precision=replace(precision, optimizer_states="fp32"))
 
@@ -244,8 +260,9 @@ class ModelStates(StageBase):
             owner = adapter_training if training.finetuning.adapters and name == "layers" else training
             return states.states_bytes(list(shapes), owner)["optimizer_states"]
 
-        rank_states = sum(optimizer_bytes(name, part.rank_shapes) for name, part in trained)
-        cluster_states = sum(optimizer_bytes(name, part.cluster_shapes) for name, part in trained)
+        rank_states = sum(optimizer_bytes(name, part.rank_shapes) for name, part in ft.parts.items())
+        cluster_states = sum(optimizer_bytes(name, part.cluster_shapes) for name, part in ft.parts.items())
+        bits = precision.bits("optimizer_states")
         if training.finetuning.adapters:
             bits = max(bits, FP32_BITS)
         share = f"{ft.trainable_rank:,} trainable params"
@@ -254,10 +271,15 @@ class ModelStates(StageBase):
                  optimizer_formula(training.optimizer, share=share, bits=bits,
                                    adafactor_momentum=training.adafactor_momentum) + self._shard_note("optimizer_states"),
                  states.on_rank(rank_states, "optimizer_states", p),
-                 states.over_group(cluster_states, "optimizer_states", p) * count, Life("run", OPTIMIZER_STEP))
-        self._page_out(tuple(shape for _, part in trained for shape in part.rank_shapes),
-                       tuple(shape for _, part in trained for shape in part.cluster_shapes))
-        gradient_bits = precision.bits("gradients")
+                 states.over_group(cluster_states, "optimizer_states", p) * self.kind.count, Life("run", OPTIMIZER_STEP))
+        self._page_out(tuple(shape for part in ft.parts.values() for shape in part.rank_shapes),
+                       tuple(shape for part in ft.parts.values() for shape in part.cluster_shapes))
+        return bits
+
+    def _finetuned_gradients(self, ft: states.FinetunedStage) -> None:
+        """The gradients of each part that trains, at the adapters' width or the gradients' dtype."""
+        training, p = self.training, self.parallelism
+        gradient_bits = training.precision.bits("gradients")
         for name, (what, life) in self._gradient_lives().items():
             part = ft.parts.get(name)
             if part is None:
@@ -266,9 +288,8 @@ class ModelStates(StageBase):
             self.add(f"gradients.{name}", "gradients", f"Gradients {what} ({part.what})",
                      f"{part.rank_elements:,} params × {part_bits} bit ÷ 8{self._shard_note('gradients')}",
                      states.on_rank(tensor_bytes(part.rank_elements, part_bits), "gradients", p),
-                     states.over_group(tensor_bytes(part.cluster_elements, part_bits), "gradients", p) * count, life)
-        largest = max((states.largest_elements(list(part.rank_shapes)) for _, part in trained), default=0)
-        self._optimizer_scratch(bits, params=ft.trainable_rank, largest=largest)
+                     states.over_group(tensor_bytes(part.cluster_elements, part_bits), "gradients", p) * self.kind.count,
+                     life)
 
     def _gradients(self, bits: int) -> None:
         p = self.parallelism

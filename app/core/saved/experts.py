@@ -3,8 +3,10 @@ experts, and experts wrapped for fine-tuning."""
 
 from __future__ import annotations
 
+from typing import Final, Protocol
+
 from app.core.architecture import Architecture
-from app.core.families import family_of
+from app.core.families import Router, family_of
 from app.core.saved.common import (
     FP32_BYTES,
     INDEX_BYTES,
@@ -19,64 +21,83 @@ from app.core.saved.hf_parts import _hf_adapters
 def _hf_moe(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, weights: bool = True,
             shared_weights: bool | None = None, shared_adapters: tuple[_Adapters, _Adapters] = ((), ())) -> None:
     """A sparse MoE block as transformers 5.24 runs Mixtral's (modeling_mixtral.py: MixtralTopKRouter, then
-    MixtralExperts over the tokens sorted by expert), for n tokens, k experts each, E experts of width I.
+    MixtralExperts over the tokens sorted by expert), for n tokens, k experts each, E experts of width I: the
+    family's router and the routing (`_hf_routing`), the routed experts (`_hf_routed_experts`), and the shared
+    experts where the family has them.
 
-    The router's linear keeps its input (n × h); softmax its fp32 output (n × E); top-k its int64 indices
-    (n × k); the renormalisation of the k weights keeps them and their sum (fp32). Routing keeps the
-    int64 order of the n·k routed tokens twice and int32 counts per expert; the experts' gate-and-up
-    matmul keeps the gathered tokens (n·k × h) and SiLU its whole (n·k × 2I) output, the product the
-    activation's output (n·k × I), the down matmul its input (n·k × I); the weighting keeps the fp32
-    routing weights (n·k) and the experts' outputs (n·k × h); the scatter back its int64 index.
-    The sum over experts does not depend on how evenly tokens are routed. Qwen3-MoE renormalises
-    only with ``norm_topk_prob`` and casts the weights to the activations' dtype. Experts with biases (gpt-oss)
-    gather each routed token's biases by its expert, an index that keeps the n·k sorted int64 expert ids;
-    gpt-oss's router and clamped SwiGLU keep what `_hf_gpt_oss_router` and `_hf_clamped_swiglu` say.
     With the router's and the experts' weights frozen (`weights` False: adapters elsewhere, a frozen layer that
     gradients pass through) their F.linear calls need no weight gradient and keep no input: neither the router's
     input, nor the gathered tokens, nor the down matmul's input; what the gradients to the tokens need stays.
+    The shared experts' weights train as `shared_weights` says (as `weights` where it is None).
+    Measured on CPU: docs/VALIDATION.md.
+    """
+    _hf_routing(saved, arch, setup, weights=weights)
+    _hf_routed_experts(saved, arch, setup, weights=weights)
+    shared = weights if shared_weights is None else shared_weights
+    if arch.n_shared_experts or family_of(arch).deepseek_experts:
+        _hf_shared_experts(saved, arch, setup, weights=shared)
+    elif arch.shared_expert_gate:
+        _hf_gated_shared_expert(saved, arch, setup, weights=shared, adapters=shared_adapters)
+
+
+def _hf_routing(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, weights: bool) -> None:
+    """The family's router (`_ROUTERS`); with ``norm_topk_prob`` the renormalisation of the k weights, which keeps
+    them and their sum (fp32; Qwen3-MoE renormalises only with it, and gpt-oss's weights already sum to one); and
+    the int64 order of the n·k routed tokens, which routing keeps twice."""
+    n, k = setup.tokens, arch.num_experts_per_tok
+    router = family_of(arch).router
+    _ROUTERS[router](saved, arch, setup, weights=weights)
+    if arch.norm_topk_prob and router != "gpt-oss":  # the division by their sum keeps the k weights and the sum
+        saved.add("moe.topk_weights_fp32", n * k, FP32_BYTES, "none")
+        saved.add("moe.topk_weight_sum_fp32", n, FP32_BYTES, "none")
+    saved.add("moe.routing_order", 2 * n * k, INDEX_BYTES, "none")
+
+
+def _hf_softmax_router(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, weights: bool = True) -> None:
+    """MixtralTopKRouter (modeling_mixtral.py, transformers 5.24; Qwen3-MoE's is the same): the router's linear
+    keeps its input (n × h), softmax its fp32 output (n × E), top-k its int64 indices (n × k). Frozen (`weights`
+    False), its linear keeps no input.
 
     Under autocast the block's input is the post-attention norm's fp32 output (the residual stream's width). The
     router is an F.linear, which autocast runs in half precision: it keeps its own half cast of the input (n × h,
     the same bytes as above) and returns half-precision logits, so Qwen3-MoE's cast of the weights to the logits'
-    dtype makes them half precision, as in a half-precision model. The routed experts run transformers' default
-    ``grouped_mm`` path (integrations/moe.py, grouped_mm_experts_forward): torch._grouped_mm has no autocast kernel
-    (neither AutocastCPU nor AutocastCUDA, torch 2.13), and `_grouped_mm` casts the tokens to the weights' dtype,
-    fp32; so the experts compute in fp32 on the stacked fp32 parameters, which they keep by reference (no half
-    copies of the experts' weights), and every n·k-row tensor of the experts (gathered tokens, gate-and-up output,
-    activation, product, outputs) is kept at the stream's width (`ActivationSetup.stream_bytes`).
-    Measured on CPU: docs/VALIDATION.md.
-    """
+    dtype makes them half precision, as in a half-precision model."""
     n, h, e, k = setup.tokens, arch.hidden_size, arch.num_local_experts, arch.num_experts_per_tok
-    width, wa = arch.expert_size, setup.half_bytes
+    if weights:
+        saved.add("moe.router_input", n * h, setup.half_bytes, "sequence")
+    saved.add("moe.router_probs_fp32", n * e, FP32_BYTES, "none")
+    saved.add("moe.topk_indices", n * k, INDEX_BYTES, "none")
+
+
+def _hf_routed_experts(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, weights: bool) -> None:
+    """MixtralExperts over the n·k routed tokens sorted by expert: routing keeps int32 counts per expert; the
+    experts' gate-and-up matmul keeps the gathered tokens (n·k × h) and SiLU its whole (n·k × 2I) output, the
+    product the activation's output (n·k × I), the down matmul its input (n·k × I); the weighting keeps the fp32
+    routing weights (n·k) and the experts' outputs (n·k × h); the scatter back its int64 index. The sum over
+    experts does not depend on how evenly tokens are routed. Qwen3-MoE casts the weights to the activations'
+    dtype. Experts with biases (gpt-oss) gather each routed token's biases by its expert, an index that keeps the
+    n·k sorted int64 expert ids; gpt-oss's clamped SwiGLU keeps what `_hf_clamped_swiglu` says. Frozen (`weights`
+    False), neither the gathered tokens nor the down matmul's input are kept.
+
+    Under autocast the routed experts run transformers' default ``grouped_mm`` path (integrations/moe.py,
+    grouped_mm_experts_forward): torch._grouped_mm has no autocast kernel (neither AutocastCPU nor AutocastCUDA,
+    torch 2.13), and `_grouped_mm` casts the tokens to the weights' dtype, fp32; so the experts compute in fp32 on
+    the stacked fp32 parameters, which they keep by reference (no half copies of the experts' weights), and every
+    n·k-row tensor of the experts (gathered tokens, gate-and-up output, activation, product, outputs) is kept at
+    the stream's width (`ActivationSetup.stream_bytes`).
+    """
+    h, e, width = arch.hidden_size, arch.num_local_experts, arch.expert_size
     we = setup.stream_bytes  # the routed experts' dtype: the activations', or fp32 under autocast (grouped_mm)
-    routed = n * k
-    router = family_of(arch).router
-    gpt_oss = router == "gpt-oss"
-    if router == "deepseek-v3":
-        _hf_deepseek_v3_router(saved, arch, setup, weights=weights)
-    elif router == "deepseek-v2":
-        _hf_deepseek_v2_router(saved, arch, setup, weights=weights)
-    elif gpt_oss:
-        _hf_gpt_oss_router(saved, arch, setup, weights=weights)
-    else:
-        if weights:
-            saved.add("moe.router_input", n * h, wa, "sequence")
-        saved.add("moe.router_probs_fp32", n * e, FP32_BYTES, "none")
-        saved.add("moe.topk_indices", n * k, INDEX_BYTES, "none")
-    if arch.norm_topk_prob and not gpt_oss:  # the division by their sum keeps the k weights and the sum
-        saved.add("moe.topk_weights_fp32", n * k, FP32_BYTES, "none")
-        saved.add("moe.topk_weight_sum_fp32", n, FP32_BYTES, "none")
-    saved.add("moe.routing_order", 2 * routed, INDEX_BYTES, "none")
     # What the experts keep per token copy follows the copies this GPU's experts take (ActivationSetup.received_on_rank),
     # their intermediate tensors at each expert's width over the expert-tensor GPUs.
-    received = setup.received_on_rank(routed)
+    received = setup.received_on_rank(setup.tokens * arch.num_experts_per_tok)
     if arch.mlp_bias and weights:  # the biases' gathers by expert id keep the ids (one storage) for the biases' grads
         saved.add("moe.sorted_expert_ids", received, INDEX_BYTES, "none")
     saved.add("moe.tokens_per_expert", e, 4, "none")
     if weights:
         saved.add("moe.gathered_tokens", received * h, we, "none")
     saved.add("moe.gate_up", received * 2 * width, we, "expert")
-    if gpt_oss:
+    if family_of(arch).router == "gpt-oss":
         _hf_clamped_swiglu(saved, received * width, we, down_input=weights)
     else:
         saved.add("moe.act_output", received * width, we, "expert")
@@ -84,14 +105,9 @@ def _hf_moe(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, weight
             saved.add("moe.product", received * width, we, "expert")
     # Mixtral and DeepSeek-V3 apply their fp32 routing weights as they are; Qwen3-MoE casts them to the router
     # logits' dtype first (the activations', half precision under autocast).
-    saved.add("moe.routing_weights", received, FP32_BYTES if family_of(arch).fp32_routing else wa, "none")
+    saved.add("moe.routing_weights", received, FP32_BYTES if family_of(arch).fp32_routing else setup.half_bytes, "none")
     saved.add("moe.expert_output", received * h, we, "none")
     saved.add("moe.scatter_index", received, INDEX_BYTES, "none")
-    shared = weights if shared_weights is None else shared_weights  # the shared experts', if not the router's
-    if arch.n_shared_experts or family_of(arch).deepseek_experts:
-        _hf_shared_experts(saved, arch, setup, weights=shared)
-    elif arch.shared_expert_gate:
-        _hf_gated_shared_expert(saved, arch, setup, weights=shared, adapters=shared_adapters)
 
 
 def _hf_wrapped_experts(saved: _Saved, arch: Architecture, setup: ActivationSetup) -> None:
@@ -248,3 +264,15 @@ def _hf_gated_shared_expert(saved: _Saved, arch: Architecture, setup: Activation
                  arch=arch, setup=setup)
     _hf_adapters(saved, down, wa, input_kept=weights, input_grad=True, name="moe.shared.product", arch=arch,
                  setup=setup)
+
+
+class _RouterKeeps(Protocol):
+    """What a router keeps (its linear's input only with trainable `weights`)."""
+
+    def __call__(self, saved: _Saved, arch: Architecture, setup: ActivationSetup, *, weights: bool = True) -> None: ...
+
+
+# Each family's router (`Family.router`): what its linear, scores and choice of experts keep.
+_ROUTERS: Final[dict[Router, _RouterKeeps]] = {
+    "softmax": _hf_softmax_router, "gpt-oss": _hf_gpt_oss_router, "deepseek-v2": _hf_deepseek_v2_router,
+    "deepseek-v3": _hf_deepseek_v3_router}

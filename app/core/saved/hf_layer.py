@@ -3,6 +3,9 @@ and the router's auxiliary loss."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+
 from app.core.architecture import Architecture
 from app.core.families import family_of
 from app.core.finetuning import Role, embeddings_train, head_trains
@@ -22,7 +25,8 @@ from app.core.saved.mlp import _hf_mlp, _layer_tuning
 
 def _hf_layer(arch: Architecture, setup: ActivationSetup, role: Role = "full", *,
               dense: bool = False) -> list[SavedTensor]:
-    """One decoder layer as Hugging Face's modules save it (see module docstring).
+    """One decoder layer as Hugging Face's modules save it (see module docstring): the attention block
+    (`_layer_attention`), the MLP block (`_layer_mlp`) and any extra norms.
 
     `role` says how the layer takes part in backward (finetuning.layer_role). With frozen weights
     autograd keeps only what the gradients still needed ask for: a frozen linear layer keeps no
@@ -33,70 +37,142 @@ def _hf_layer(arch: Architecture, setup: ActivationSetup, role: Role = "full", *
     saved = _Saved(setup)
     if role == "off":
         return saved.items
-    weights, input_grad, names, adapted = _layer_tuning(arch, setup, role)
+    tuning, form = _LayerTuning.of(arch, setup, role), _LayerForm.of(arch)
+    _layer_attention(saved, arch, setup, tuning, form)
+    mlp_grad = tuning.through("attn.q", "attn.k", "attn.v", "attn.qkv", "attn.o")
+    _layer_mlp(saved, arch, setup, tuning, form, grad=mlp_grad, dense=dense)
+    for index in range(2, arch.norms_per_layer):
+        # Extra norms (Gemma 2's post-attention and post-feedforward norms) feed the residual add,
+        # which keeps nothing, so only their internals count.
+        _hf_norm(saved, f"extra_norm{index}", arch, setup, weight_grad=tuning.weights, input_grad=True)
+    return saved.items
 
-    def adapters_on(*modules: str) -> _Adapters:
-        return tuple((names.get(m, m) + ("" if m not in ("attn.o", "mlp.down") or not family_of(arch).gpt2_modules
-                                         else f" ({m.split('.')[0]})"), adapted[m][1]) for m in modules if m in adapted)
 
-    attn_in = adapters_on("attn.q", "attn.k", "attn.v", "attn.qkv")
-    attn_out = adapters_on("attn.o")
-    mlp_in = adapters_on("mlp.gate", "mlp.up", "mlp.gate_up")
-    mlp_out = adapters_on("mlp.down")
-    mlp_consumers = 1 if (arch.fused_gate_up or not arch.is_gated) else 2
-    parallel = family_of(arch).parallel_blocks  # attention and the MLP read the layer's input
-    one_norm = parallel and arch.norms_per_layer == 1  # Phi: one norm's output feeds both
-    attn_consumers = (1 if arch.fused_qkv else 3) + (mlp_consumers if one_norm else 0)
-    pre_norms = arch.norm_placement == "pre"  # OLMo 2 normalises each block's output instead (`post`)
-    if pre_norms:
+@dataclass(frozen=True)
+class _LayerTuning:
+    """How a layer trains (`_layer_tuning`): whether its weights do, whether its input needs a gradient, the
+    family's module names and the adapted weights (internal name -> shape)."""
+
+    weights: bool
+    input_grad: bool
+    names: Mapping[str, str]
+    adapted: dict[str, tuple[int, ...]]
+    gpt2_modules: bool  # GPT-2's attention and MLP both name their output projection c_proj
+
+    @classmethod
+    def of(cls, arch: Architecture, setup: ActivationSetup, role: Role) -> _LayerTuning:
+        return cls(*_layer_tuning(arch, setup, role), gpt2_modules=family_of(arch).gpt2_modules)
+
+    def adapters_on(self, *modules: str) -> _Adapters:
+        """The adapters on these modules, each by its module's name (with its block's where GPT-2's repeat)."""
+        return tuple((self._label(m), self.adapted[m][1]) for m in modules if m in self.adapted)
+
+    def _label(self, module: str) -> str:
+        name = self.names.get(module, module)
+        if module in ("attn.o", "mlp.down") and self.gpt2_modules:
+            return f"{name} ({module.split('.')[0]})"
+        return name
+
+    def through(self, *modules: str) -> bool:
+        """Whether a gradient passes through here: the layer's input needs one, its weights train, or one of these
+        modules is adapted."""
+        return self.input_grad or self.weights or any(m in self.adapted for m in modules)
+
+
+@dataclass(frozen=True)
+class _LayerForm:
+    """How a family lays out a decoder layer's blocks: its norms and what reads each norm's output."""
+
+    pre_norms: bool  # each block's input normalised (OLMo 2 normalises each block's output instead: `post`)
+    parallel: bool  # attention and the MLP read the layer's input
+    one_norm: bool  # Phi: one norm's output feeds both blocks
+    mlp_consumers: int  # the MLP's linears that read its input
+    attn_consumers: int  # the linears that read the attention's normalised input
+
+    @classmethod
+    def of(cls, arch: Architecture) -> _LayerForm:
+        mlp_consumers = 1 if (arch.fused_gate_up or not arch.is_gated) else 2
+        parallel = family_of(arch).parallel_blocks
+        one_norm = parallel and arch.norms_per_layer == 1
+        return cls(pre_norms=arch.norm_placement == "pre", parallel=parallel, one_norm=one_norm,
+                   mlp_consumers=mlp_consumers,
+                   attn_consumers=(1 if arch.fused_qkv else 3) + (mlp_consumers if one_norm else 0))
+
+
+def _layer_attention(saved: _Saved, arch: Architecture, setup: ActivationSetup, tuning: _LayerTuning,
+                     form: _LayerForm) -> None:
+    """A layer's attention block: its norm (before it, or after it with `post` norms), the input of the query, key
+    and value projections and their adapters, the attention itself (`_layer_attention_core`) where anything in or
+    below it needs a gradient, and the output projection's adapters."""
+    weights, input_grad = tuning.weights, tuning.input_grad
+    attn_in = tuning.adapters_on("attn.q", "attn.k", "attn.v", "attn.qkv")
+    if form.pre_norms:
         _hf_norm(saved, "attn_norm", arch, setup, weight_grad=weights, input_grad=input_grad)
     if weights:
-        _hf_linear_input(saved, "attn.qkv_input", attn_consumers, arch, setup)
+        _hf_linear_input(saved, "attn.qkv_input", form.attn_consumers, arch, setup)
     _hf_adapters(saved, attn_in, setup.stream_bytes, input_kept=weights, input_grad=input_grad, name="attn.qkv_input",
                  arch=arch, setup=setup)
     attention_records = input_grad or weights or bool(attn_in)
-
-    def grad(*modules: str) -> bool:
-        return input_grad or weights or any(m in adapted for m in (*modules, "attn.qkv"))
-
-    if family_of(arch).rotary_per_layer and attention_records:
-        # This layer's interleaved cos and sin (1 x s x d_rot each), which the rotary multiplies keep.
-        saved.add("rope.cos_sin (this layer's)", 2 * setup.seq_len * arch.rope_size, setup.stream_bytes, "none")
-    if arch.qk_norm and attention_records:
-        _hf_qk_norms(saved, arch, setup, weight_grad=weights, input_grads=(grad("attn.q"), grad("attn.k")))
     if attention_records:
-
-        _hf_attention(saved, arch, setup, out_proj_input=weights,
-                      grads=(grad("attn.q"), grad("attn.k"), grad("attn.v")))
+        _layer_attention_core(saved, arch, setup, tuning)
+    attn_out = tuning.adapters_on("attn.o")
     if attn_out:
         kernel_keeps_output = attention_records and attention_kernel(arch, setup) not in ("eager", "math")
         _hf_adapters(saved, attn_out, setup.half_bytes, input_kept=weights or kernel_keeps_output,
                      input_grad=attention_records, name="attn.out_proj_input", arch=arch, setup=setup)
-    if not pre_norms:
+    if not form.pre_norms:
         _hf_norm(saved, "attn_post_norm", arch, setup, weight_grad=weights, input_grad=attention_records)
-    mlp_grad = input_grad or weights or bool(attn_in or attn_out)
-    if pre_norms and not one_norm:
-        # GPT-NeoX's second norm reads the layer's input too, which the first norm keeps already.
-        _hf_norm(saved, "mlp_norm", arch, setup, weight_grad=weights, input_grad=mlp_grad, input_kept=parallel)
-    if weights and (dense or not arch.is_moe) and not one_norm:  # a MoE block's router keeps its input (_hf_moe)
-        _hf_linear_input(saved, "mlp.input", mlp_consumers, arch, setup)
-    _hf_adapters(saved, mlp_in, setup.stream_bytes, input_kept=weights, input_grad=mlp_grad, name="mlp.input",
-                 arch=arch, setup=setup)
-    wrapped = "moe.experts.gate_up" in adapted and not dense  # the router and experts adapted (experts_wrapped)
-    mlp_records = mlp_grad or weights or bool(mlp_in) or wrapped
+
+
+def _layer_attention_core(saved: _Saved, arch: Architecture, setup: ActivationSetup, tuning: _LayerTuning) -> None:
+    """Between the projections and the output projection: GLM-4's per-layer rotary tables, the q and k norms and
+    the attention, where Q, K and V each need a gradient as their projection or a fused one does."""
+
+    def grad(module: str) -> bool:
+        return tuning.through(module, "attn.qkv")
+
+    if family_of(arch).rotary_per_layer:
+        # This layer's interleaved cos and sin (1 x s x d_rot each), which the rotary multiplies keep.
+        saved.add("rope.cos_sin (this layer's)", 2 * setup.seq_len * arch.rope_size, setup.stream_bytes, "none")
+    if arch.qk_norm:
+        _hf_qk_norms(saved, arch, setup, weight_grad=tuning.weights, input_grads=(grad("attn.q"), grad("attn.k")))
+    _hf_attention(saved, arch, setup, out_proj_input=tuning.weights,
+                  grads=(grad("attn.q"), grad("attn.k"), grad("attn.v")))
+
+
+def _layer_mlp(saved: _Saved, arch: Architecture, setup: ActivationSetup, tuning: _LayerTuning, form: _LayerForm, *,
+               grad: bool, dense: bool) -> None:
+    """A layer's MLP block (`grad`: whether its input needs a gradient): its input (`_layer_mlp_input`), the MLP or
+    mixture of experts (`_hf_mlp`) where anything in or below it needs a gradient, the down projection's adapters,
+    and its norm after it with `post` norms."""
+    weights = tuning.weights
+    mlp_in = _layer_mlp_input(saved, arch, setup, tuning, form, grad=grad, dense=dense)
+    wrapped = "moe.experts.gate_up" in tuning.adapted and not dense  # the router and experts adapted (experts_wrapped)
+    mlp_records = grad or weights or bool(mlp_in) or wrapped
     if mlp_records:
         _hf_mlp(saved, arch, setup, down_input=weights, dense=dense, wrapped=wrapped,
-                shared_adapters=(adapters_on("moe.shared.gate", "moe.shared.up", "moe.shared_gate"),
-                                 adapters_on("moe.shared.down")))
-    _hf_adapters(saved, mlp_out, setup.half_bytes, input_kept=weights, input_grad=mlp_records, name="mlp.down_input",
-                 arch=arch, setup=setup)
-    if not pre_norms:
+                shared_adapters=(tuning.adapters_on("moe.shared.gate", "moe.shared.up", "moe.shared_gate"),
+                                 tuning.adapters_on("moe.shared.down")))
+    _hf_adapters(saved, tuning.adapters_on("mlp.down"), setup.half_bytes, input_kept=weights, input_grad=mlp_records,
+                 name="mlp.down_input", arch=arch, setup=setup)
+    if not form.pre_norms:
         _hf_norm(saved, "mlp_post_norm", arch, setup, weight_grad=weights, input_grad=mlp_records)
-    for index in range(2, arch.norms_per_layer):
-        # Extra norms (Gemma 2's post-attention and post-feedforward norms) feed the residual add,
-        # which keeps nothing, so only their internals count.
-        _hf_norm(saved, f"extra_norm{index}", arch, setup, weight_grad=weights, input_grad=True)
-    return saved.items
+
+
+def _layer_mlp_input(saved: _Saved, arch: Architecture, setup: ActivationSetup, tuning: _LayerTuning,
+                     form: _LayerForm, *, grad: bool, dense: bool) -> _Adapters:
+    """The MLP's input: its norm before it (unless Phi's one norm feeds both blocks), the input its linears keep,
+    and the adapters that read it, which it returns."""
+    weights = tuning.weights
+    mlp_in = tuning.adapters_on("mlp.gate", "mlp.up", "mlp.gate_up")
+    if form.pre_norms and not form.one_norm:
+        # GPT-NeoX's second norm reads the layer's input too, which the first norm keeps already.
+        _hf_norm(saved, "mlp_norm", arch, setup, weight_grad=weights, input_grad=grad, input_kept=form.parallel)
+    if weights and (dense or not arch.is_moe) and not form.one_norm:  # a MoE block's router keeps its input (_hf_moe)
+        _hf_linear_input(saved, "mlp.input", form.mlp_consumers, arch, setup)
+    _hf_adapters(saved, mlp_in, setup.stream_bytes, input_kept=weights, input_grad=grad, name="mlp.input",
+                 arch=arch, setup=setup)
+    return mlp_in
 
 
 def _hf_embedding(arch: Architecture, setup: ActivationSetup) -> list[SavedTensor]:

@@ -3,14 +3,23 @@ what it refuses."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Final
 
 from app.core.architecture import Architecture
 from app.core.errors import DomainError
 from app.core.finetuning import Finetuning, Role
 from app.core.saved.attention import attention_kernel
-from app.core.saved.common import FP32_BYTES, MEM_EFFICIENT_LSE_ALIGN, ActivationSetup, SavedTensor, _Adapters, _Saved
+from app.core.saved.common import (
+    FP32_BYTES,
+    MEM_EFFICIENT_LSE_ALIGN,
+    ActivationSetup,
+    Kernel,
+    SavedTensor,
+    _Adapters,
+    _Saved,
+)
 from app.core.saved.hf_parts import _hf_adapters, _hf_linear_input, _hf_norm
 from app.core.saved.mlp import _hf_mlp, _layer_tuning
 from app.core.units import ceil_div
@@ -78,6 +87,11 @@ class _MlaGrads:
         kv_b = kv_a or "attn.kv_b" in adapted
         return cls(q_a=q_a, kv_a=kv_a, query=query, key=kv_b, value=kv_b)
 
+    @property
+    def scores(self) -> bool:
+        """Whether the scores need a gradient: Q's or K's."""
+        return self.query or self.key
+
 
 def _hf_mla_attention(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, weights: bool = True,
                       grads: _MlaGrads | None = None, q_b: _Adapters = (),
@@ -93,18 +107,9 @@ def _hf_mla_attention(saved: _Saved, arch: Architecture, setup: ActivationSetup,
     for its rotary embedding, complex multiplies of fp32 views of Q's and K's rotary parts that keep only the
     embedding's complex frequencies (`COMPLEX_ROTARY_MODELS`); its fp32 copies and casts back keep nothing.
 
-    The attention, Q and K of n × a × (d_n + d_r) each and V of n × a × d_v:
-
-    * eager: the matmuls keep Q, K, the probabilities (fp32 softmax and its cast, as `_hf_eager_attention`) and
-      V; V is a view of kv_b_proj's output (n × a × (d_n + d_v)) that the matmul's fold copies, except at
-      micro-batch 1 where the fold stays a view and the whole output is kept;
-    * math (CPU sdpa, whose fused kernel wants one head size): the scaled fp32 copies of Q and K, the fp32 V
-      (an upcast copy of n × a × d_v; in an fp32 model the view itself, with the same rule as eager), and the
-      fp32 softmax that the second matmul keeps too; with dropout its mask and output as well;
-    * a fused kernel (CUDA's memory-efficient kernel under sdpa, or flash): Q, K, V as passed (the view keeps
-      kv_b_proj's whole output), its output and the fp32 log-sum-exp (not measured: no GPU in the harness).
-
-    o_proj keeps its input, n × a × d_v. Measured on CPU: docs/VALIDATION.md, "Multi-head latent attention".
+    The attention, Q and K of n × a × (d_n + d_r) each and V of n × a × d_v, keeps what its kernel keeps
+    (`_mla_eager`, `_mla_math`, `_mla_fused`); o_proj keeps its input, n × a × d_v. Measured on CPU:
+    docs/VALIDATION.md, "Multi-head latent attention".
 
     With frozen weights (`weights` False) the projections keep no input and the latent norms no normalised tensor;
     a norm keeps its fp32 input and reciprocal RMS where its input needs a gradient, adapters on q_b_proj and
@@ -113,62 +118,101 @@ def _hf_mla_attention(saved: _Saved, arch: Architecture, setup: ActivationSetup,
     where any of Q, K and V needs one. Measured on CPU: docs/VALIDATION.md, "Fine-tuning".
     """
     g = grads or _MlaGrads(True, True, True, True, True)
-    b, s, n = setup.micro_batch_size, setup.seq_len, setup.tokens
-    a, d_qk, d_v, d_n = arch.num_attention_heads, arch.head_size, arch.v_head_dim or 0, arch.qk_nope_head_dim or 0
-    r_kv, d_r = arch.kv_lora_rank or 0, arch.rope_size
-    wa = setup.half_bytes
+    r_kv, d_r, wa = arch.kv_lora_rank or 0, arch.rope_size, setup.half_bytes
     if arch.q_lora_rank is not None:
         _mla_latent_path(saved, arch, setup, "q", arch.q_lora_rank, arch.q_lora_rank, grad=g.q_a, weights=weights,
                          adapters=q_b)
     _mla_latent_path(saved, arch, setup, "kv", r_kv, r_kv + (d_r if wa == FP32_BYTES else 0), grad=g.kv_a,
                      weights=weights, adapters=kv_b)
-    scores_grad = g.query or g.key
-    scores = b * a * s * s
-    value_view = n * a * ((d_n + d_v) if b == 1 else d_v)  # V as the matmul keeps it: a copy, or at b = 1 the view
     kernel = attention_kernel(arch, setup)
-    if not (scores_grad or g.value):
-        pass  # nothing before the attention needs a gradient: it keeps nothing
-    elif kernel == "eager":
-        if g.key:
-            saved.add("attn.query", n * a * d_qk, wa, "tensor")
-        if g.query:
-            saved.add("attn.key", n * a * d_qk, wa, "tensor")
-        if scores_grad:
-            saved.add("attn.softmax", scores, FP32_BYTES, "tensor", core=True)
-        if arch.attn_dropout > 0:
-            if scores_grad:
-                saved.mask("attn.softmax_dropout_mask", scores, wa, "tensor", core=True)
-            if g.value:
-                saved.add("attn.softmax_dropout_output", scores, wa, "tensor", core=True)
-        elif wa != FP32_BYTES and g.value:
-            saved.add("attn.probs_half", scores, wa, "tensor", core=True)
-        if scores_grad:
-            saved.add("attn.value", value_view, wa, "tensor")
-    elif kernel == "math":
-        if g.key:
-            saved.add("attn.query_scaled_fp32", n * a * d_qk, FP32_BYTES, "tensor")
-        if g.query:
-            saved.add("attn.key_scaled_fp32", n * a * d_qk, FP32_BYTES, "tensor")
-        if scores_grad:
-            saved.add("attn.value_fp32", value_view if wa == FP32_BYTES else n * a * d_v, FP32_BYTES, "tensor")
-        if scores_grad or g.value:
-            saved.add("attn.softmax", scores, FP32_BYTES, "tensor", core=True)
-        if arch.attn_dropout > 0:
-            if scores_grad:
-                saved.mask("attn.softmax_dropout_mask", scores, FP32_BYTES, "tensor", core=True)
-            if g.value:
-                saved.add("attn.softmax_dropout_output", scores, FP32_BYTES, "tensor", core=True)
-    else:
-        saved.add("attn.query", n * a * d_qk, wa, "tensor")
-        saved.add("attn.key", n * a * d_qk, wa, "tensor")
-        saved.add("attn.value", n * a * (d_n + d_v), wa, "tensor")
-        saved.add("attn.output", n * a * d_v, wa, "tensor")
-        queries = s if kernel == "flash" else ceil_div(s, MEM_EFFICIENT_LSE_ALIGN) * MEM_EFFICIENT_LSE_ALIGN
-        saved.add("attn.logsumexp", b * a * queries, FP32_BYTES, "tensor", core=True)
+    sizes = _MlaSizes.of(arch, setup, kernel)
+    if g.scores or g.value:  # where nothing before the attention needs a gradient, it keeps nothing
+        _MLA_KERNELS[kernel](saved, sizes, g, arch.attn_dropout > 0)
     if kernel in ("eager", "math") and weights:  # a fused kernel's output is o_proj's input
-        saved.add("attn.out_proj_input", n * a * d_v, wa, "tensor")
+        saved.add("attn.out_proj_input", sizes.value, wa, "tensor")
     if arch.dropout > 0:
-        saved.mask("attn.residual_dropout_mask", n * arch.hidden_size, wa, "sequence")
+        saved.mask("attn.residual_dropout_mask", setup.tokens * arch.hidden_size, wa, "sequence")
+
+
+@dataclass(frozen=True)
+class _MlaSizes:
+    """Elements of multi-head latent attention's tensors (`_hf_mla_attention`), for n tokens of b × s positions and
+    a heads, and the bytes of an activation (`wa`)."""
+
+    query: int  # Q, and K: n × a × (d_n + d_r)
+    value: int  # V, and the output: n × a × d_v
+    value_view: int  # V as the matmul keeps it: a copy, or at b = 1 the view of kv_b_proj's whole output
+    kv_b_output: int  # kv_b_proj's output, n × a × (d_n + d_v), of which V is a view
+    scores: int  # b × a × s × s
+    logsumexp: int  # b × a × the fused kernel's rows of queries
+    wa: int
+
+    @classmethod
+    def of(cls, arch: Architecture, setup: ActivationSetup, kernel: Kernel) -> _MlaSizes:
+        b, s, n, a = setup.micro_batch_size, setup.seq_len, setup.tokens, arch.num_attention_heads
+        d_v, d_n = arch.v_head_dim or 0, arch.qk_nope_head_dim or 0
+        aligned = ceil_div(s, MEM_EFFICIENT_LSE_ALIGN) * MEM_EFFICIENT_LSE_ALIGN
+        return cls(query=n * a * arch.head_size, value=n * a * d_v, value_view=n * a * ((d_n + d_v) if b == 1 else d_v),
+                   kv_b_output=n * a * (d_n + d_v), scores=b * a * s * s,
+                   logsumexp=b * a * (s if kernel == "flash" else aligned), wa=setup.half_bytes)
+
+
+def _mla_eager(saved: _Saved, x: _MlaSizes, g: _MlaGrads, dropout: bool) -> None:
+    """eager: the matmuls keep Q, K, the probabilities (fp32 softmax and its cast, as `_hf_eager_attention`) and
+    V; V is a view of kv_b_proj's output (n × a × (d_n + d_v)) that the matmul's fold copies, except at
+    micro-batch 1 where the fold stays a view and the whole output is kept."""
+    if g.key:
+        saved.add("attn.query", x.query, x.wa, "tensor")
+    if g.query:
+        saved.add("attn.key", x.query, x.wa, "tensor")
+    if g.scores:
+        saved.add("attn.softmax", x.scores, FP32_BYTES, "tensor", core=True)
+    if dropout:
+        _mla_softmax_dropout(saved, x.scores, x.wa, g)
+    elif x.wa != FP32_BYTES and g.value:
+        saved.add("attn.probs_half", x.scores, x.wa, "tensor", core=True)
+    if g.scores:
+        saved.add("attn.value", x.value_view, x.wa, "tensor")
+
+
+def _mla_math(saved: _Saved, x: _MlaSizes, g: _MlaGrads, dropout: bool) -> None:
+    """math (CPU sdpa, whose fused kernel wants one head size): the scaled fp32 copies of Q and K, the fp32 V
+    (an upcast copy of n × a × d_v; in an fp32 model the view itself, with the same rule as eager), and the
+    fp32 softmax that the second matmul keeps too; with dropout its mask and output as well."""
+    if g.key:
+        saved.add("attn.query_scaled_fp32", x.query, FP32_BYTES, "tensor")
+    if g.query:
+        saved.add("attn.key_scaled_fp32", x.query, FP32_BYTES, "tensor")
+    if g.scores:
+        saved.add("attn.value_fp32", x.value_view if x.wa == FP32_BYTES else x.value, FP32_BYTES, "tensor")
+    saved.add("attn.softmax", x.scores, FP32_BYTES, "tensor", core=True)
+    if dropout:
+        _mla_softmax_dropout(saved, x.scores, FP32_BYTES, g)
+
+
+def _mla_fused(saved: _Saved, x: _MlaSizes, g: _MlaGrads, dropout: bool) -> None:
+    """A fused kernel (CUDA's memory-efficient kernel under sdpa, or flash), where any of Q, K and V needs a
+    gradient: Q, K, V as passed (the view keeps kv_b_proj's whole output), its output and the fp32 log-sum-exp
+    (not measured: no GPU in the harness)."""
+    saved.add("attn.query", x.query, x.wa, "tensor")
+    saved.add("attn.key", x.query, x.wa, "tensor")
+    saved.add("attn.value", x.kv_b_output, x.wa, "tensor")
+    saved.add("attn.output", x.value, x.wa, "tensor")
+    saved.add("attn.logsumexp", x.logsumexp, FP32_BYTES, "tensor", core=True)
+
+
+def _mla_softmax_dropout(saved: _Saved, scores: int, width: int, g: _MlaGrads) -> None:
+    """Attention dropout on the probabilities (`width` bytes each): its mask where Q or K needs a gradient, its
+    output where V does."""
+    if g.scores:
+        saved.mask("attn.softmax_dropout_mask", scores, width, "tensor", core=True)
+    if g.value:
+        saved.add("attn.softmax_dropout_output", scores, width, "tensor", core=True)
+
+
+# What each kernel keeps where Q, K or V needs a gradient.
+_MLA_KERNELS: Final[dict[Kernel, Callable[[_Saved, _MlaSizes, _MlaGrads, bool], None]]] = {
+    "eager": _mla_eager, "math": _mla_math, "flash": _mla_fused, "memory-efficient": _mla_fused}
 
 
 def _mla_latent_path(saved: _Saved, arch: Architecture, setup: ActivationSetup, path: str, rank: int, fp32_width: int,
