@@ -570,6 +570,7 @@ class TimelineCase:
     checkpointing: str = "none"  # "none" or "full"
     recompute_every: int = 1  # under "full": only every k-th layer of the stage, counted from 1 (`recomputed_layers`)
     recompute_first_layers: int | None = None  # under "full": only the first N layers (None: all)
+    use_reentrant: bool = False  # under "full": torch.utils.checkpoint's reentrant variant (transformers': False)
     accumulation: int = 1
     loop: str = "plain"  # "plain" or "hf-trainer"
     batch: int = 1
@@ -595,6 +596,8 @@ class TimelineCase:
                 parts.append(f"every {self.recompute_every}")
             if self.recompute_first_layers is not None:
                 parts.append(f"first {self.recompute_first_layers}")
+            if self.use_reentrant:
+                parts.append("reentrant")
         if self.accumulation > 1:
             parts.append(f"ga{self.accumulation}")
         parts.append(self.loop)
@@ -606,7 +609,10 @@ class TimelineCase:
         return " ".join(parts)
 
     def as_dict(self) -> dict:
-        return asdict(self) | {"label": self.label, "fake": self.fake}
+        data = asdict(self) | {"label": self.label, "fake": self.fake}
+        if not self.use_reentrant:
+            del data["use_reentrant"]  # as the cases published before the field was read
+        return data
 
     def recomputed_layers(self, layers: int) -> tuple[bool, ...]:
         """Which of `layers` decoder layers (from the bottom) are recomputed in backward.
@@ -706,7 +712,7 @@ def build_model(case: TimelineCase, *, in_dtype: bool = False) -> tuple[nn.Modul
     model.train()
     if case.checkpointing == "full":
         enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
-        enable()
+        enable({"use_reentrant": True}) if case.use_reentrant else enable()
         # Each decoder layer is a GradientCheckpointingLayer: it checkpoints its forward only while its own
         # `gradient_checkpointing` flag is set (transformers/modeling_layers.py), so a layer left out keeps everything.
         layers = decoder_layers(model)

@@ -58,6 +58,7 @@ def _batch(data: dict[str, Any], r: Reading) -> tuple[str, ...]:
 def _recomputation(data: dict[str, Any], r: Reading) -> tuple[str, ...]:
     """transformers 5 reads activation_checkpointing and keeps gradient_checkpointing as its alias; the keys read."""
     ckpt_key = next((k for k in ("activation_checkpointing", "gradient_checkpointing") if data.get(k) is not None), None)
+    on = False
     if ckpt_key:
         on = r.boolean(ckpt_key, data[ckpt_key])
         r.said("training.activation_checkpointing", "full" if on else "none", ckpt_key, on,
@@ -69,9 +70,22 @@ def _recomputation(data: dict[str, Any], r: Reading) -> tuple[str, ...]:
                   "TrainingArguments' default: no gradient checkpointing")
     for name in ("activation_checkpointing_kwargs", "gradient_checkpointing_kwargs"):
         if name in data:
-            r.ignore_all(data[name], name, "checkpointing options (use_reentrant) change no count trainmem keeps")
+            _checkpoint_kwargs(data[name], name, r, checkpointing=on)
     return ("activation_checkpointing", "gradient_checkpointing", "activation_checkpointing_kwargs",
             "gradient_checkpointing_kwargs")
+
+
+def _checkpoint_kwargs(options: Any, name: str, r: Reading, *, checkpointing: bool) -> None:
+    """torch.utils.checkpoint's options: use_reentrant picks the variant (transformers' default false), read where
+    checkpointing is on; the rest change no count."""
+    rest = dict(options) if isinstance(options, dict) else options
+    if checkpointing and isinstance(rest, dict) and rest.get("use_reentrant") is not None:
+        value = r.boolean(f"{name}.use_reentrant", rest.pop("use_reentrant"))
+        r.said("training.use_reentrant", value, f"{name}.use_reentrant", value,
+               note="the reentrant checkpoint holds each rebuilt layer's output through its backward" if value else
+               "the non-reentrant checkpoint, as transformers runs it by default")
+    if rest:
+        r.ignore_all(rest, name, "checkpointing options other than use_reentrant change no count trainmem keeps")
 
 
 def _old_checkpointing_name(value: Any, on: bool, r: Reading) -> None:

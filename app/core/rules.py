@@ -135,6 +135,7 @@ def _training_ranges(training: Training, parallelism: Parallelism, arch: Archite
     check_optimizer(training.optimizer)
     check_declared("training", training, TRAINING_INPUTS)
     _recomputed_layers(training)
+    _reentrant(training, parallelism)
 
 
 def _recomputed_layers(training: Training) -> None:
@@ -148,6 +149,20 @@ def _recomputed_layers(training: Training) -> None:
     if len(partial) == 2:
         raise DomainError("training.recompute_first_layers", "give either recompute_every (every k-th layer) or "
                                                              "recompute_first_layers (the first N of each stage)")
+
+
+def _reentrant(training: Training, parallelism: Parallelism) -> None:
+    """The reentrant checkpoint where it was measured: transformers' modules recomputing every layer, on one GPU's
+    share of a layer (docs/VALIDATION.md, "Reentrant checkpoints")."""
+    if not training.use_reentrant:
+        return
+    partial = training.recompute_every != 1 or training.recompute_first_layers is not None
+    if training.activation_checkpointing != "full" or partial:
+        raise DomainError("training.use_reentrant", "is the checkpoint variant of full recomputation of every layer: "
+                                                    "set activation_checkpointing to full, of every layer")
+    if training.implementation == "megatron" or parallelism.tensor > 1:
+        raise DomainError("training.use_reentrant", "is modelled for Hugging Face's modules without tensor "
+                                                    "parallelism (Megatron-LM has a checkpoint function of its own)")
 
 
 def _op_policy(training: Training, parallelism: Parallelism, arch: Architecture) -> None:

@@ -305,6 +305,14 @@ class Training:
         "With full recomputation, recompute only the first N layers of each pipeline stage and keep everything of the "
         "rest, as Megatron-LM's --recompute-method block --recompute-num-layers N does. null: every layer. Not with "
         "recompute_every.", low=1, high=MAX_LAYERS, nullable=True)
+    # torch.utils.checkpoint's variant: transformers 5 passes use_reentrant=False unless told otherwise
+    # (modeling_utils.py, _activation_checkpointing_enable); many fine-tuning scripts still pass True.
+    use_reentrant: bool = declared(
+        False, "bool", "Reentrant checkpoint",
+        "With full recomputation of every layer, torch.utils.checkpoint's reentrant variant (use_reentrant=True, "
+        "which gradient_checkpointing_kwargs may ask for): in backward it runs the whole layer again, its output "
+        "too, and holds that output through the layer's backward; the non-reentrant one (false: transformers' "
+        "default) stops once the tensors backward needs are rebuilt.")
     attention: act.Attention = declared(
         "sdpa", "choice", "Attention kernel",
         "eager stores the s × s score matrix; flash is a fused kernel that does not; sdpa is the kernel PyTorch's "

@@ -150,3 +150,20 @@ def test_use_liger_kernel_means_liger_modules_and_its_fused_loss():
     answer = read("training-arguments", {"per_device_train_batch_size": 2, "use_liger_kernel": True, "bf16": True})
     training = answer["request"]["training"]
     assert (training["implementation"], training["loss"]) == ("liger", "fused-linear")
+
+
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_use_reentrant_picks_the_checkpoint_variant(reentrant):
+    args = {"output_dir": "out", "bf16": True, "gradient_checkpointing": True,
+            "gradient_checkpointing_kwargs": {"use_reentrant": reentrant, "preserve_rng_state": False}}
+    answer = imported("training-arguments", args)
+    assert answer["request"]["training"]["use_reentrant"] is reentrant
+    assert understood(answer)["gradient_checkpointing_kwargs.use_reentrant"] == ["training.use_reentrant"]
+    assert ignored(answer)["gradient_checkpointing_kwargs.preserve_rng_state"]
+
+
+def test_use_reentrant_without_checkpointing_is_left_aside():
+    args = {"output_dir": "out", "gradient_checkpointing_kwargs": {"use_reentrant": True}}
+    answer = imported("training-arguments", args)
+    assert "use_reentrant" not in answer["request"]["training"]
+    assert ignored(answer)["gradient_checkpointing_kwargs.use_reentrant"]

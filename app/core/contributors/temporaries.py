@@ -63,6 +63,19 @@ class Temporaries(StageBase):
         self.add("recompute", "temporary", "One layer rebuilt during backward (recomputation)",
                  text, size, self.per_stage(size),
                  Life("micro-batch", BWD_LAYER_LAST, self.bwd_end))
+        if self.training.use_reentrant:
+            self._reentrant_output()
+
+    def _reentrant_output(self) -> None:
+        """The reentrant checkpoint runs the whole layer again in its backward, the residual sum that is the layer's
+        output too, and holds that output until the layer's backward returns (torch.utils.checkpoint,
+        CheckpointFunction.backward); the non-reentrant one stops once the saved tensors are rebuilt
+        (set_checkpoint_early_stop). Measured on CPU: docs/VALIDATION.md, "Reentrant checkpoints"."""
+        setup, h = self.setup, self.arch.hidden_size
+        size = setup.micro_batch_size * setup.seq_len * h * setup.stream_bytes
+        self.add("recompute.output", "temporary", "The rebuilt layer's output, which the reentrant checkpoint holds "
+                 "through the layer's backward", f"{setup.micro_batch_size} × {setup.seq_len:,} × {h:,} × "
+                 f"{setup.stream_bytes} B", size, self.per_stage(size), Life("micro-batch", BWD_LAYER_LAST, self.bwd_end))
 
     def _partial_rebuilds(self, size: int, text: str) -> None:
         """Some layers recomputed: at the top layer's backward, the highest recomputed layer's rebuild beyond what the
