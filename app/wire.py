@@ -121,7 +121,8 @@ def architecture_from(model: Mapping[str, Any],
     overrides = {name: model[name] for name in ARCHITECTURE_FIELDS if model.get(name) is not None}
     _check_sources(model, overrides)
     if model.get("hub") is not None:
-        return _from_hub(model["hub"], hub_config)
+        stored = _stored(model)
+        return stored.architecture if stored else _from_hub(model["hub"], hub_config)
     if model.get("num_params") is not None:
         return None
     if model.get("hf_config") is not None:
@@ -161,6 +162,14 @@ def _check_revision(model: Mapping[str, Any]) -> None:
         raise core.DomainError(hub.REVISION_FIELD, "is a revision of a Hub model: give it with hub")
 
 
+def _stored(model: Mapping[str, Any]) -> core.ModelPreset | None:
+    """The preset stored for a `model` given by Hub id at no revision: answered from its stored config.json, with
+    nothing fetched."""
+    if model.get("revision") is not None or not isinstance(model.get("hub"), str):
+        return None
+    return core.hub_preset(model["hub"])
+
+
 def _from_hub(repo_id: Any, config: Mapping[str, Any] | None) -> core.Architecture:
     """A model by Hub id, from the config.json fetched for it; refused where nothing fetches it."""
     if config is None:
@@ -182,7 +191,9 @@ def _fetched(model: Mapping[str, Any], fetch: hub.Fetch | None) -> hub.HubModel 
     """The Hub's model for a `model` given by Hub id alone; otherwise None, and architecture_from says what is
     wrong with it before anything is fetched."""
     given = [name for name in (*MODEL_SOURCES, *ARCHITECTURE_FIELDS) if model.get(name) is not None]
-    return fetch(model["hub"], model.get("revision")) if fetch is not None and given == ["hub"] else None
+    if fetch is None or given != ["hub"] or _stored(model):
+        return None
+    return fetch(model["hub"], model.get("revision"))
 
 
 def hub_config(found: hub.HubModel) -> dict[str, Any]:
@@ -236,6 +247,10 @@ def job_from(body: Mapping[str, Any], *, fetch: hub.Fetch | None = None) -> Job:
     warning = None
     if found and config and architecture:
         warning = hub.weights_warning(found, config, core.param_count(architecture))
+    stored = _stored(model) if model.get("hub") is not None else None
+    if stored:
+        warning = (f"{model['hub']}: the architecture stored as the preset {stored.id} "
+                   f"({stored.architecture_source}); nothing was fetched from the Hub")
     return Job(
         architecture=architecture,
         num_params=model.get("num_params") if architecture is None else None,

@@ -141,6 +141,8 @@ class ModelPresetOut(BaseModel):
     architecture: dict[str, Any] = Field(description="Architecture fields (Hugging Face config names; sizes in elements).")
     architecture_source: str = Field(description="Where the architecture numbers come from.")
     param_count_source: str = Field(description="Where the published parameter total comes from.")
+    hub_id: str | None = Field(default=None, description="The Hugging Face Hub id of the model whose config.json the "
+                               "architecture is; accepted as model.preset, and as model.hub without fetching.")
 
 
 class PrecisionPresetOut(BaseModel):

@@ -80,8 +80,9 @@ class ModelIn(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={
         "examples": [{"preset": "llama-3-8b"}], "allOf": _model_rules()})
 
-    preset: str | None = Field(default=None, description="A preset id from GET /api/v1/presets, e.g. 'llama-3-8b'.",
-                               json_schema_extra={"enum": [*core.model_presets(), None]})
+    preset: str | None = Field(default=None, description="A preset id from GET /api/v1/presets, e.g. 'llama-3-8b', or "
+                               "the Hugging Face Hub id of a preset's model, e.g. 'meta-llama/Llama-3.1-8B'.",
+                               json_schema_extra={"enum": [*core.model_presets(), *core.preset_aliases(), None]})
     num_params: int | None = Field(
         default=None, ge=1, le=limits.MAX_PARAM_COUNT,
         description="Parameter count only (model states are computed; activations and temporary are null).",
@@ -94,7 +95,9 @@ class ModelIn(BaseModel):
     hub: str | None = Field(
         default=None, min_length=1, max_length=hf_hub.MAX_ID_CHARS, pattern=hf_hub.ID_PATTERN,
         description="A Hugging Face Hub model id, e.g. 'Qwen/Qwen2.5-7B-Instruct': its config.json is fetched and read "
-        "as hf_config is (a gated model needs the server's token). The server fetches only where its operator "
+        "as hf_config is (a gated model needs the server's token). The Hub id of a preset (GET /api/v1/presets, "
+        "hub_id) is answered from its stored config.json, with no revision and nothing fetched. Otherwise the "
+        "server fetches only where its operator "
         f"allows it ({hf_hub.SETTING}=1), within {hf_hub.SERVER_TIMEOUT_S:g} s; otherwise a 422 whose type says why "
         "(hub_disabled, hub_not_found, hub_gated, hub_token_refused, hub_offline, hub_unreachable, hub_timeout, "
         "hub_too_large, hub_not_a_model, hub_invalid_id).",

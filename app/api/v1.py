@@ -108,6 +108,7 @@ def get_presets() -> PresetsResponse:
             architecture={k: v for k, v in dataclasses.asdict(preset.architecture).items() if k != "extras"},
             architecture_source=preset.architecture_source,
             param_count_source=preset.param_count_source,
+            hub_id=preset.hub_id,
         )
         for preset in core.model_presets().values()
     ]

@@ -232,19 +232,13 @@ _VARIANT_SUFFIXES: Final = ("-instruct", "-chat-hf", "-chat", "-hf", "-it", "-ba
 
 @cache
 def _preset_repos() -> dict[str, str]:
-    """Each preset's Hugging Face repository id (from its config.json's address), lower-cased -> preset id."""
-    repos = {}
-    for preset in core.model_presets().values():
-        match = re.search(r"huggingface\.co/([^/]+/[^/]+)/", preset.architecture_source)
-        if match:
-            repos[match.group(1).lower()] = preset.id
-    return repos
+    """Each preset's Hugging Face repository id, lower-cased -> preset id."""
+    return {preset.hub_id.lower(): preset.id for preset in core.model_presets().values() if preset.hub_id}
 
 
 def preset_repo(preset_id: str) -> str | None:
     """The Hugging Face repository id a preset's numbers come from, e.g. 'meta-llama/Meta-Llama-3-8B'."""
-    match = re.search(r"huggingface\.co/([^/]+/[^/]+)/", core.get_preset(preset_id).architecture_source)
-    return match.group(1) if match else None
+    return core.get_preset(preset_id).hub_id
 
 
 def preset_for_model_id(model_id: str) -> tuple[str | None, str]:
@@ -272,8 +266,9 @@ def model_from_id(reading: Reading, key: str, value: Any) -> None:
     model_id = reading.string(key, value)
     preset, how = preset_for_model_id(model_id)
     if preset is None:
-        reading.ignore(key, f"{model_id!r} is not a model trainmem has a preset for ({', '.join(core.model_presets())}); "
-                            "the id is reported, never fetched: give the architecture in the estimate's model")
+        reading.ignore(key, f"{model_id!r} is not a model trainmem has a preset for (GET /api/v1/presets lists "
+                            f"{len(core.model_presets())}, with their Hub ids); the id is reported, never fetched: "
+                            "give the architecture in the estimate's model")
         return
     note = {"exact": "", "name": f"matched by its name to the preset {preset}",
             "variant": f"a fine-tuned variant of the preset {preset}'s model: same architecture"}[how]

@@ -26,7 +26,7 @@ from app.core.hf_config import SUPPORTED_MODEL_TYPES, architecture_from_hf_confi
 from app.core.ledger import Buffer
 from app.core.optimizers import OPTIMIZER_IMPLEMENTATIONS, OPTIMIZER_INFO, OPTIMIZERS
 from app.core.precision import PRECISION_PRESETS, Precision, precision_preset
-from app.core.presets import ModelPreset, get_preset, model_presets
+from app.core.presets import ModelPreset, PublishedCount, get_preset, hub_preset, model_presets, preset_aliases
 from app.core.setup import (
     DEEPSPEED_REDUCE_BUCKET_SIZE,
     DEFAULT_FRAMEWORK_OVERHEAD_BYTES,
@@ -46,6 +46,7 @@ __all__ = [
     "FRAMEWORKS", "IMPLEMENTATION_CHOICES", "KERNELS", "LOOPS", "OPTIMIZERS", "OPTIMIZER_IMPLEMENTATIONS", "OPTIMIZER_INFO",
     "PRECISION_PRESETS", "SUPPORTED_MODEL_TYPES", "ActivationSetup", "Architecture", "Breakdown", "Buffer",
     "DomainError", "Estimate", "Gpu", "GpuFit", "ModelPreset", "ParamTensor", "Parallelism", "Peak", "Point",
-    "Precision", "SavedTensor", "Training", "activation_setup", "architecture_from_hf_config", "data_step", "estimate",
-    "custom_gpu", "get_gpu", "get_preset", "gpu_catalogue", "model_presets", "param_count", "parameter_tensors", "precision_preset",
+    "Precision", "PublishedCount", "SavedTensor", "Training", "activation_setup", "architecture_from_hf_config", "data_step", "estimate",
+    "custom_gpu", "get_gpu", "get_preset", "gpu_catalogue", "hub_preset", "model_presets", "preset_aliases",
+    "param_count", "parameter_tensors", "precision_preset",
 ]

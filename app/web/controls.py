@@ -38,9 +38,11 @@ EXTRA_HELP: Final[dict[str, str]] = {
 # The page's own words where the schema's description speaks the API's (its paths, its field names, null): the
 # whole help text of these controls. A test keeps the API's names out of every help text on the page.
 PAGE_HELP: Final[dict[str, str]] = {
-    "preset": "Exact parameter counts from each model's published architecture.",
-    "hub": "A model on the Hugging Face Hub, as its page names it: e.g. Qwen/Qwen2.5-7B-Instruct. Its config.json "
-    "is fetched and read as a pasted one is, where this server's operator allows it.",
+    "preset": "Models grouped by their organisation on the Hugging Face Hub, each with the architecture of its "
+    "published config.json; the source of every one is in the presets list of the API.",
+    "hub": "A model on the Hugging Face Hub, as its page names it: e.g. Qwen/Qwen2.5-7B-Instruct. A model among the "
+    "presets is read from its stored config.json; any other's is fetched and read as a pasted one is, where this "
+    "server's operator allows it.",
     "num_params": "Whole number, e.g. 6,738,415,616 or 7B (k, M, B, T). Activations need the architecture, "
     "so only model states are computed.",
     "precision": "The dtype of each kind of tensor: weights, gradients, master copy, optimizer state and "
@@ -150,6 +152,14 @@ CHOICE_LABELS: Final[dict[str, dict[str, str]]] = {
 class Option:
     value: str
     label: str
+    group: str = ""  # the select's optgroup, where it has them
+
+
+def _preset_options() -> tuple[Option, ...]:
+    """The model presets grouped by Hub organisation, the groups in the order they first appear."""
+    presets = list(core.model_presets().values())
+    order = {group: rank for rank, group in enumerate(dict.fromkeys(p.group for p in presets))}
+    return tuple(Option(p.id, p.name, p.group) for p in sorted(presets, key=lambda p: order[p.group]))
 
 
 def _schema_field(name: str) -> Any:
@@ -220,7 +230,7 @@ def _catalogue_options() -> dict[str, tuple[Option, ...]]:
     """The options from the core's catalogues: model presets, GPUs, precision presets and optimizers."""
     gpus = tuple(Option(g.id, g.name) for g in core.gpu_catalogue().values())
     return {
-        "preset": tuple(Option(p.id, p.name) for p in core.model_presets().values()),
+        "preset": _preset_options(),
         "gpu": (Option(NO_GPU, "None (no fit check)"),) + gpus + (Option(CUSTOM_GPU, "Custom capacity…"),),
         GPU_LIKE: gpus,
         "precision": tuple(Option(p.id, p.name) for p in core.PRECISION_PRESETS.values())

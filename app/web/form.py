@@ -288,6 +288,8 @@ def parse_form(params: Mapping[str, str]) -> ParsedForm:
     source: Source = values["source"] if values["source"] in SOURCES else DEFAULT_SOURCE
     unit: Unit = values["unit"] if values["unit"] in UNITS else DEFAULT_UNIT
     values["source"], values["unit"] = source, unit
+    stored = core.hub_preset(values["preset"])  # a preset's Hub id selects the preset
+    values["preset"] = stored.id if stored else values["preset"]
 
     refill = params.get("fill") == "preset"
     _fill_architecture(values, submitted, source, refill=refill)

@@ -119,8 +119,8 @@ def test_axolotl_full_fine_tune_with_bundled_deepspeed():
 def test_axolotl_qlora():
     answer = imported("axolotl", sample("axolotl_qlora.yaml"))
     request = answer["request"]
-    # An instruction-tuned mirror of Llama 3 8B has its architecture.
-    assert request["model"] == {"preset": "llama-3-8b"}
+    # A mirror of Llama 3 8B Instruct matches the preset stored under Meta's Hub id by its name.
+    assert request["model"] == {"preset": "meta-llama/Meta-Llama-3-8B-Instruct"}
     assert request["finetuning"] == {"method": "qlora", "rank": 32, "target_modules": ["all-linear"], "dropout": 0.05,
                                      "modules_to_save": ["embed_tokens", "lm_head"], "quantization": "nf4-double"}
     # Weights loaded in bf16 with no DeepSpeed or FSDP: no fp32 copy anywhere.

@@ -56,9 +56,11 @@ def test_preset_matches_published_total(preset_id):
     assert param_count(get_preset(preset_id).architecture) == PUBLISHED_TOTALS[preset_id]
 
 
-def test_every_preset_is_checked_and_cites_sources():
-    assert set(model_presets()) == set(PUBLISHED_TOTALS)
-    for preset in model_presets().values():
+def test_every_preset_with_an_exact_total_is_checked_and_cites_sources():
+    # The presets by Hub id state rounded figures instead: tests/core/test_hub_presets.py.
+    exact = {preset.id: preset for preset in model_presets().values() if preset.published_param_count is not None}
+    assert set(exact) == set(PUBLISHED_TOTALS)
+    for preset in exact.values():
         assert preset.architecture_source.startswith("https://")
         assert preset.param_count_source
         assert preset.published_param_count == PUBLISHED_TOTALS[preset.id]

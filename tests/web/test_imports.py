@@ -97,7 +97,8 @@ def test_what_the_config_does_not_say_stays_as_the_page_had_it():
 def test_a_config_that_names_its_model_replaces_the_pages():
     page = {"source": "custom", "preset": "mistral-7b", "num_hidden_layers": "8", "hidden_size": "1024"}
     result = _imported(_sample("axolotl_qlora.yaml"), page)
-    assert result.state["source"] == "preset" and result.state["preset"] == "llama-3-8b"
+    # NousResearch/Meta-Llama-3-8B-Instruct: the preset stored under Meta's Hub id, matched by its name.
+    assert result.state["source"] == "preset" and result.state["preset"] == "meta-llama/Meta-Llama-3-8B-Instruct"
     assert "num_hidden_layers" not in result.state and "Model" not in result.kept
     assert result.state["method"] == "qlora" and result.state["target_modules"] == "all-linear"
     assert result.state["save_embed_tokens"] == "true" and result.state["save_lm_head"] == "true"
