@@ -202,6 +202,11 @@ class TrainingIn(BaseModel):
         description="With full recomputation, recompute only the first N layers of each pipeline stage and keep "
         "everything of the rest, as Megatron-LM's --recompute-method block --recompute-num-layers N does. null: every "
         "layer. Not with recompute_every.")
+    compile: Literal[tuple(core.COMPILE_CHOICES)] = Field(  # type: ignore[valid-type]
+        default="none", description="torch.compile of each decoder layer: "
+        + "; ".join(f"{item.id}: {item.about}" for item in core.COMPILE_CHOICES.values())
+        + ". Measured for Llama, Mistral, Qwen2 and Gemma trained in full in one precision under sdpa or flash "
+        "attention, without recomputation or with full recomputation of every layer, and refused elsewhere.")
     attention: AttentionName = Field(
         default="sdpa",
         description="eager stores the s × s score matrix; flash is a fused kernel that does not; sdpa is the kernel "

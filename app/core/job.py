@@ -115,6 +115,7 @@ def _job_fields() -> dict[str, JobField]:
         JobField("training.loss_chunks", "int", 1, MAX_LOSS_CHUNKS),
         JobField("training.recompute_every", "int", 1, MAX_LAYERS),
         JobField("training.recompute_first_layers", "int", 1, MAX_LAYERS, nullable=True),
+        JobField("training.compile", "choice", choices=act.COMPILES),
         JobField("training.framework", "choice", choices=tuple(FRAMEWORKS)),
         JobField("training.fp8", "choice", choices=tuple(FP8_RECIPES)),
         JobField("training.adafactor_momentum", "bool"),

@@ -274,6 +274,7 @@ class Training:
     # Which layers full recomputation applies to (`app.core.recompute`): every k-th layer of a stage, or its first N
     recompute_every: int = 1
     recompute_first_layers: int | None = None
+    compile: act.Compile = "none"  # torch.compile of each decoder layer (app/core/saved/compiled.py)
     attention: act.Attention = "sdpa"
     implementation: act.Implementation = "transformers"
     loop: LoopId = "plain"
@@ -385,4 +386,5 @@ def activation_setup(training: Training, parallelism: Parallelism, *, device: ac
         device=device,
         finetuning=training.finetuning,
         loss=training.loss,
+        compile=training.compile,
     )

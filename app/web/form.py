@@ -72,7 +72,7 @@ TRUE: Final = "true"
 TRAINING_INTS: Final = ("micro_batch_size", "seq_len", "gradient_accumulation_steps")
 PARALLEL_INTS: Final = ("data", "tensor", "pipeline", "zero_stage", "context")
 TRAINING_CHOICES: Final = ("optimizer", "optimizer_implementation", "activation_checkpointing", "attention",
-                           "implementation", "loop", "loss", "framework", "fp8", "allocator")
+                           "implementation", "loop", "loss", "framework", "fp8", "allocator", "compile")
 # Controls read only when shown (the rest of the time the API's default stands): name -> (control, values shown for).
 LOSS_CHUNKS: Final = "loss_chunks"
 RECOMPUTED_LAYERS: Final = ("recompute_every", "recompute_first_layers")  # shown under full recomputation

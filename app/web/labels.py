@@ -27,6 +27,7 @@ LABELS: Final[dict[str, str]] = {
     "zero_stage": "ZeRO stage",
     "framework": "Memory convention",
     "fp8": "FP8 training",
+    "compile": "torch.compile",
     "tensor": "Tensor parallel",
     "sequence_parallel": "Sequence parallelism",
     "pipeline": "Pipeline stages",
