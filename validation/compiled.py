@@ -131,7 +131,6 @@ def _compiled_inside(checkpoint: Any) -> Any:
     def run(function: Any, *args: Any) -> Any:
         return checkpoint(_compile(function), *args)
 
-    run.keywords = getattr(checkpoint, "keywords", {})
     return run
 
 
