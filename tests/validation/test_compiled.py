@@ -43,4 +43,10 @@ def test_the_published_section_is_the_table_of_these_measurements():
     rows = [compiled.compare(result) for result in PUBLISHED]
     assert all(abs(row.layer_error_pct) <= compiled.TARGET_PCT for row in rows)
     text = REPORT.read_text(encoding="utf-8")
-    assert "\n".join(compiled.section(rows, PUBLISHED)).strip() in text
+    assert "\n".join(compiled.section(rows, PUBLISHED, compiled.whole_model_rows())).strip() in text
+
+
+def test_whole_models_ran_as_one_graph_each():
+    whole = compiled.published("whole_model")
+    assert [compiled.Case(**result["case"]) for result in whole] == list(compiled.WHOLE_MODEL)
+    assert all(r["measured"]["compiled_graphs"] == 1 and r["measured"]["graph_breaks"] == 0 for r in whole)

@@ -3,12 +3,13 @@
 Under torch.compile the forward and backward of a compiled region are traced as one joint graph, which AOTAutograd
 splits with its default partitioner for inductor, ``min_cut_rematerialization_partition`` (pytorch/pytorch
 cf30153c4c131c8164ee7798e5022d810682e2cb, torch 2.13.0's commit, torch/_functorch/partitioners.py): a minimum cut
-between forward and backward over the tensors' sizes. Matmuls and the fused attention kernels are never recomputed
-(``get_default_op_list``: ``compute_intensive_ops``, and ops outside ``recomputable_ops`` under
-``ban_recompute_not_in_allowlist``), nor are reductions (``ban_recompute_reductions``: the norm's mean of squares) or
-what a backward matmul must read whole (``ban_recompute_materialized_backward``: the down projection's input); the
-pointwise ops, casts and views between them are recomputed inside the backward's fused kernels. The forward keeps the
-cut's tensors; the compiled autograd.Function saves them with ``ctx.save_for_backward``.
+between forward and backward over the tensors' sizes, under rules that keep some ops from being recomputed: the
+matmuls and fused attention kernels (``get_default_op_list``: ``compute_intensive_ops``; ops outside
+``recomputable_ops`` under ``ban_recompute_not_in_allowlist``), reductions (``ban_recompute_reductions``) and what a
+backward kernel must read whole (``ban_recompute_materialized_backward``). The pointwise ops, casts and views between
+them are recomputed inside the backward's fused kernels. The forward keeps the cut's tensors; the compiled
+autograd.Function saves them with ``ctx.save_for_backward``. Which rule decides each tensor is not traced here: the
+measured cut below is what the rule follows.
 
 What that leaves of a Hugging Face layer (pre-norm RMSNorm, a gated MLP, a fused attention kernel), measured on CPU
 with each decoder layer compiled as torchtune's ``compile_model`` compiles them (validation/compiled.py, Llama,
