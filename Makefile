@@ -104,6 +104,7 @@ validate: $(VENV)/.validate $(DEEPSPEED_ENV)/.installed
 	HF_HUB_OFFLINE=1 $(BIN)/python -m validation.gpt_oss --write
 	HF_HUB_OFFLINE=1 $(BIN)/python -m validation.qwen2_moe --write
 	HF_HUB_OFFLINE=1 $(BIN)/python -m validation.reentrant --write
+	HF_HUB_OFFLINE=1 $(BIN)/python -m validation.compiled --measure --write
 
 # Regenerate the hashed locks after editing requirements*.in.
 lock: | $(BIN)/python

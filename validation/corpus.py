@@ -41,7 +41,8 @@ DEGREES = {"parallelism.pipeline": (1, 2, 4), "parallelism.tensor": (1, 2, 4, 8)
            "parallelism.last_stage_layers": (2, 6), "training.framework_overhead_bytes": (0, 1 << 30)}
 # Fields added after the corpus was first drawn: left out of VARIED, so that the setups drawn before stay the same,
 # and varied by setups of their own after those (`ADDED_SETUPS`).
-ADDED: Final = {"training.recompute_every": (2, 3, 4), "training.recompute_first_layers": (1, 4, 16)}
+ADDED: Final = {"training.recompute_every": (2, 3, 4), "training.recompute_first_layers": (1, 4, 16),
+                "training.compile": ("inductor",)}
 ADDED_SETUPS = 400
 # Choices added after the corpus was first drawn: left out of the first SETUPS draws for the same reason.
 ADDED_CHOICES: Final = {"training.optimizer": ("paged-adamw-8bit", "paged-adamw-32bit"),

@@ -20,7 +20,17 @@ import re
 from typing import Any, Final
 
 from app.configs import deepspeed, fsdp
-from app.configs.common import COMPILE, FP8, LORA, OFFLOAD, PATH, QUANTISED, Reading, describe, model_from_id
+from app.configs.common import (
+    FP8,
+    LORA,
+    OFFLOAD,
+    PATH,
+    QUANTISED,
+    Reading,
+    describe,
+    model_from_id,
+    read_torch_compile,
+)
 from app.configs.optimizers import parse_optim_args, read_trainer_optimizer
 from app.configs.trainer import LOOP_WHY
 
@@ -46,6 +56,7 @@ READ_KEYS: Final = frozenset({
     "gradient_checkpointing", "attn_implementation", *ATTENTION_SWITCHES,
     "deepspeed", "fsdp", "fsdp_config", "fsdp_version", "tensor_parallel_size", "dp_shard_size", "dp_replicate_size",
     "adapter", *LORA_KEYS, *QUANTIZATION_KEYS,
+    "torch_compile", "torch_compile_backend", "torch_compile_mode", "torch_compile_options",
 })
 
 
@@ -61,6 +72,7 @@ def read(data: Any, r: Reading) -> None:
     _attention(data, r)
     _engines(data, r)
     _adapter(data, r)
+    read_torch_compile(data, r, on_values=(True, "auto"))  # axolotl's schema: "auto" compiles with torch >= 2.6.0
     r.default("training.loop", "hf-trainer", "(axolotl)", f"axolotl trains with the Hugging Face Trainer: {LOOP_WHY}")
     _the_rest(data, r)
 
@@ -108,7 +120,6 @@ def _recomputation(data: dict[str, Any], r: Reading) -> None:
 
 # Keys left aside whole (a mapping's every leaf) with one reason; None for the reason a key's name gives.
 IGNORED_WHOLE: Final = {
-    **dict.fromkeys(("torch_compile", "torch_compile_backend", "torch_compile_mode", "torch_compile_options"), COMPILE),
     **dict.fromkeys(("plugins", "liger_rope", "liger_rms_norm", "liger_glu_activation",
                      "liger_fused_linear_cross_entropy", "liger_layer_norm", "cut_cross_entropy",
                      "chunked_cross_entropy"),

@@ -188,7 +188,8 @@ COMMS: Final = "communication buckets and overlap are not modelled: the estimate
 PATH: Final = "a path or an address: reported, never opened or fetched"
 MOE: Final = ("a mixture-of-experts setting trainmem does not read here (it models transformers' MoE layers from "
                "the model's own fields, not Megatron-LM's or torchtitan's)")
-COMPILE: Final = "compilation is not modelled: the estimate follows PyTorch's eager kernels"
+COMPILE: Final = ("this compilation is not modelled (training.compile models inductor over each decoder layer, as "
+                  "torch_compile imports): the estimate follows PyTorch's eager kernels")
 
 _REASONS: Final[tuple[tuple[str, str | None], ...]] = (
     (r"^(dataloader|trackio|eval|log|save|hub|report|wandb|mlflow|push)", None),  # NO_MEMORY, set below
@@ -213,6 +214,32 @@ _REASONS: Final[tuple[tuple[str, str | None], ...]] = (
 
 
 _COMPILED: Final = tuple((re.compile(pattern), why) for pattern, why in _REASONS)
+
+
+COMPILE_NOTE: Final = ("each decoder layer counted as compiled, as measured for torchtune's per-layer compile; the Trainer "
+                       "compiles the whole model, whose embedding, head and loss are counted as eager: high by 6% to "
+                       "13% in the small models measured (docs/VALIDATION.md, \"Compiled steps\")")
+
+
+def read_torch_compile(data: dict[str, Any], r: Reading, *, on_values: tuple[Any, ...] = (True,)) -> tuple[str, ...]:
+    """The Trainer's torch_compile (axolotl passes its own on): inductor, its default backend, to training.compile;
+    another backend or the mode and options left aside. The keys read."""
+    value = data.get("torch_compile")
+    backend = data.get("torch_compile_backend") or "inductor"
+    if value is not None:
+        on = value in on_values
+        if on and backend != "inductor":
+            r.ignore("torch_compile", f"the {backend} backend is not modelled: the estimate follows eager kernels")
+        else:
+            r.said("training.compile", "inductor" if on else "none", "torch_compile", value,
+                   note=COMPILE_NOTE if on else "")
+    if data.get("torch_compile_backend") is not None:
+        r.ignore("torch_compile_backend", "inductor is what training.compile models" if backend == "inductor"
+                 else COMPILE)
+    for key in ("torch_compile_mode", "torch_compile_options"):
+        if data.get(key) is not None:
+            r.ignore_all(data[key], key, "compile modes and options (CUDA graphs, autotuning) are not modelled")
+    return "torch_compile", "torch_compile_backend", "torch_compile_mode", "torch_compile_options"
 
 
 def reason(key: str) -> str:

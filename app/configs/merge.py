@@ -42,10 +42,11 @@ MUST_MATCH: Final = ("training.micro_batch_size", "training.gradient_accumulatio
 TRAINING_FIELDS: Final = ("micro_batch_size", "seq_len", "precision", "optimizer", "optimizer_implementation",
                           "adafactor_momentum", "activation_checkpointing", "attention", "implementation", "loop",
                           "gradient_accumulation_steps", "loss", "framework", "fp8", "recompute_every",
-                          "recompute_first_layers", "use_reentrant")
-# Fields that mean something only where a file states them (which layers recomputation applies to, and how): in the
-# request then, left out (the API's default) otherwise.
-STATED_ONLY: Final = ("training.recompute_every", "training.recompute_first_layers", "training.use_reentrant")
+                          "recompute_first_layers", "use_reentrant", "compile")
+# Fields that mean something only where a file states them (which layers recomputation applies to, and how; a
+# compiled step): in the request then, left out (the API's default) otherwise.
+STATED_ONLY: Final = ("training.recompute_every", "training.recompute_first_layers", "training.use_reentrant",
+                      "training.compile")
 PARALLELISM_FIELDS: Final = ("data", "tensor", "pipeline", "sequence_parallel", "zero_stage", "offload", "gpus_per_node",
                               "context", "virtual_stages", "reduce_bucket_size", "expert", "expert_tensor", "expert_load",
                               "first_stage_layers", "last_stage_layers")
@@ -198,6 +199,8 @@ class _Merge:
         recomputation) with the core's reason: what a file implies about them never makes the import refuse it."""
         self._fit(request, "framework", "pytorch", "convention", "counted with the pytorch convention")
         self._fit(request, "fp8", "none", "FP8 recipe", "counted without FP8")
+        if request["training"].get("compile", "none") != "none":
+            self._fit(request, "compile", "none", "compiler", "counted as eager, which keeps more: an upper bound")
         if request["training"]["activation_checkpointing"] == "op":
             self._fit(request, "activation_checkpointing", "selective", "recomputation",
                       "counted as selective recomputation of the attention core, which keeps more: an upper bound")

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from app.configs import deepspeed, fsdp
-from app.configs.common import COMPILE, NO_MEMORY, PATH, Reading, describe
+from app.configs.common import NO_MEMORY, PATH, Reading, describe, read_torch_compile
 from app.configs.optimizers import parse_optim_args, read_trainer_optimizer
 
 LOOP_WHY: Final = "a Trainer run: Trainer.compute_loss keeps only the loss, so the logits are freed before backward"
@@ -31,7 +31,7 @@ def read(data: Any, r: Reading) -> None:
     if not isinstance(data, dict):
         raise r.error("", f"must be a JSON object (TrainingArguments), got {describe(data)}")
     handled = {*_batch(data, r), *_recomputation(data, r), *_mixed_precision(data, r), *_optimizer(data, r),
-               *_engines(data, r)}
+               *_engines(data, r), *read_torch_compile(data, r)}
     r.default("training.loop", "hf-trainer", "(Trainer)", LOOP_WHY)
     _the_rest(data, r, handled)
 
@@ -165,7 +165,6 @@ def _engines(data: dict[str, Any], r: Reading) -> tuple[str, ...]:
 
 # Keys left aside with one reason; and those left aside whole (each leaf of a mapping).
 IGNORED: Final = {
-    **dict.fromkeys(("torch_compile", "torch_compile_backend", "torch_compile_mode"), COMPILE),
     "auto_find_batch_size": "the Trainer halves the batch after an out-of-memory error; the estimate uses "
                             "per_device_train_batch_size",
     **dict.fromkeys(("per_device_eval_batch_size", "eval_accumulation_steps"), "evaluation, not the training step"),

@@ -12,6 +12,7 @@ and the peak), `estimate` (the whole answer), `warnings`; `activations`, `archit
 from app.core.activations import (
     ATTENTION_CHOICES,
     CHECKPOINTING_CHOICES,
+    COMPILE_CHOICES,
     IMPLEMENTATION_CHOICES,
     KERNELS,
     ActivationSetup,
@@ -41,7 +42,7 @@ from app.core.setup import (
 from app.core.timeline import Peak, Point
 
 __all__ = [
-    "ATTENTION_CHOICES", "CATEGORIES", "CATEGORY_TABLE", "CHECKPOINTING_CHOICES", "DEEPSPEED_REDUCE_BUCKET_SIZE",
+    "ATTENTION_CHOICES", "CATEGORIES", "CATEGORY_TABLE", "CHECKPOINTING_CHOICES", "COMPILE_CHOICES", "DEEPSPEED_REDUCE_BUCKET_SIZE",
     "DEFAULT_FRAMEWORK_OVERHEAD_BYTES", "FP8_RECIPES",
     "FRAMEWORKS", "IMPLEMENTATION_CHOICES", "KERNELS", "LOOPS", "OPTIMIZERS", "OPTIMIZER_IMPLEMENTATIONS", "OPTIMIZER_INFO",
     "PRECISION_PRESETS", "SUPPORTED_MODEL_TYPES", "ActivationSetup", "Architecture", "Breakdown", "Buffer",

@@ -52,6 +52,7 @@ from app.core.saved.common import (
     Attention,
     Checkpointing,
     Choice,
+    Compile,
     Device,
     Implementation,
     Kernel,
@@ -60,6 +61,7 @@ from app.core.saved.common import (
     _Saved,
     choices,
 )
+from app.core.saved.compiled import COMPILE_CHOICES, COMPILES, compiled_layer
 from app.core.saved.hf_layer import _hf_embedding, _hf_head, _hf_layer, _hf_logits_workspace
 from app.core.saved.megatron import (
     _megatron_embedding,
@@ -75,7 +77,7 @@ from app.core.saved.op_policy import op_layer_activations, op_rebuild
 # The names the rest of the core reads as act.<name>, defined in the rooms (app/core/saved/).
 __all__ = [
     "ATTENTIONS", "ATTENTION_CHOICES", "ActivationSetup", "Attention", "CHECKPOINTING", "CHECKPOINTING_CHOICES",
-    "Checkpointing", "Choice", "Device", "FP32_BYTES", "FULL_ATTENTION_MASK",
+    "COMPILES", "COMPILE_CHOICES", "Checkpointing", "Choice", "Compile", "Device", "FP32_BYTES", "FULL_ATTENTION_MASK",
     "IMPLEMENTATIONS", "IMPLEMENTATION_CHOICES", "Implementation", "KERNELS", "Kernel", "SavedTensor", "Split",
     "attention_kernel", "checkpoint_held_activations", "checkpointed_layer_activations", "choices",
     "embedding_activations", "head_activations", "layer_activations", "logits_workspace", "megatron_fp8_layer",
@@ -88,8 +90,11 @@ def layer_activations(arch: Architecture, setup: ActivationSetup, role: Role = "
     """Every tensor one layer keeps for backward, for one micro-batch, without recomputation.
 
     For a mixture of experts, a sparse layer; ``dense`` asks for one of its first ``first_k_dense_replace``
-    layers (``arch.dense_layers`` of them), whose MLP is dense.
+    layers (``arch.dense_layers`` of them), whose MLP is dense. Under ``compile="inductor"``: what the partitioner
+    keeps (`compiled_layer`; the rules refuse it where it was not measured).
     """
+    if setup.compile == "inductor":
+        return compiled_layer(arch, setup)
     if arch.is_mla:
         _refuse_unmodelled_mla(arch, setup)
         return tuple(_hf_mla_layer(arch, setup, role, dense=dense))

@@ -81,17 +81,19 @@ class Family:
     peft_wraps_experts: bool = False  # adapts the router and the stacked experts' parameters (ParamWrapper)
     peft_leaves_shared: bool = False  # ... but leaves the shared experts and the dense layers' MLPs (DeepSeek)
     peft_linear_only: bool = False  # adapts the nn.Linear modules alone (gpt-oss, Qwen2-MoE)
+    # torch.compile (inductor) of its decoder layers measured (app/core/saved/compiled.py)
+    compile_measured: bool = False
 
 
 FAMILIES: Final[dict[str | None, Family]] = {family.model_type: family for family in (
     Family(None, custom=True, fp32_routing=True, moe_backward_measured=True, moe_autocast_measured=True, peft_wraps_experts=True),
     Family("gpt2", gpt2_modules=True, linear_names="gpt2", ungated_backward_measured=True),
-    Family("llama"),
-    Family("mistral"),
-    Family("qwen2"),
+    Family("llama", compile_measured=True),
+    Family("mistral", compile_measured=True),
+    Family("qwen2", compile_measured=True),
     Family("qwen3"),
     Family("phi3", linear_names="phi3"),
-    Family("gemma", fp32_normalised=True, one_plus_weight=True),
+    Family("gemma", fp32_normalised=True, one_plus_weight=True, compile_measured=True),
     Family("gemma2", fp32_normalised=True, one_plus_weight=True),
     Family("gemma3_text", fp32_normalised=True, one_plus_weight=True, sandwich_norms=True, local_rotary=True),
     Family("olmo2", fp32_normalised=True, fp32_rotary=True),

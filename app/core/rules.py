@@ -187,6 +187,37 @@ def _op_policy(training: Training, parallelism: Parallelism, arch: Architecture)
         raise DomainError("training.activation_checkpointing", f"op (torchtitan's op-level recomputation) {why}")
 
 
+def _compiled(training: Training, parallelism: Parallelism, arch: Architecture) -> None:
+    """torch.compile (inductor) where it was measured (app/core/saved/compiled.py): Llama, Mistral, Qwen2 and Gemma
+    trained in full in one precision, under a fused attention kernel, without recomputation or with all of it."""
+    if training.compile == "none":
+        return
+    setup = activation_setup(training, parallelism)
+    why = None
+    if training.implementation != "transformers":
+        why = "is measured with Hugging Face's modules; choose the transformers implementation"
+    elif not family_of(arch).compile_measured or arch.is_moe or arch.is_mla or arch.norm != "rmsnorm" \
+            or not arch.is_gated or arch.fused_qkv or arch.fused_gate_up:
+        why = ("is measured for Llama, Mistral, Qwen2 and Gemma (dense layers, RMSNorm, a gated MLP); not for "
+               "mixtures of experts or other families")
+    elif training.finetuning != Finetuning():
+        why = "is measured training every weight, not with LoRA, QLoRA or frozen parts"
+    elif training.fp8 != "none" or _autocast(training):
+        why = "is measured with weights in the activations' precision, not under autocast or FP8"
+    elif training.activation_checkpointing not in ("none", "full") or training.recompute_every != 1 \
+            or training.recompute_first_layers is not None:
+        why = "is measured without recomputation and with full recomputation of every layer"
+    elif parallelism.tensor > 1:
+        why = "is measured without tensor parallelism"
+    elif act.attention_kernel(arch, setup) not in FUSED_KERNELS:
+        why = ("is measured with a fused attention kernel (sdpa or flash); eager attention and sdpa's math path are "
+               "decomposed under compile")
+    elif arch.sliding_window_layers and arch.sliding_window is not None and setup.seq_len > arch.sliding_window:
+        why = "is measured with sequences within the sliding window"
+    if why:
+        raise DomainError("training.compile", f"inductor {why}")
+
+
 def _framework_implementation(training: Training, parallelism: Parallelism, arch: Architecture | None) -> None:
     """A framework's convention runs the implementation it was written for: Megatron-LM keeps its own loop, gradient
     buffer and optimizer."""
@@ -463,6 +494,8 @@ SETUP_RULES: Final = (
     Rule(("training.implementation",), _liger_families, needs_architecture=True),
     Rule(("training.activation_checkpointing", "training.implementation", "training.attention", "training.fp8",
           "training.precision", "finetuning"), _op_policy, needs_architecture=True),
+    Rule(("training.compile", "training.implementation", "training.attention", "training.activation_checkpointing",
+          "training.fp8", "training.precision", "finetuning", "parallelism.tensor"), _compiled, needs_architecture=True),
     Rule(("parallelism.context", "training.attention"), _context_sinks, needs_architecture=True),
     Rule(("parallelism.expert", "parallelism.expert_tensor",
           "parallelism.expert_load"),

@@ -313,6 +313,12 @@ class Training:
         "which gradient_checkpointing_kwargs may ask for): in backward it runs the whole layer again, its output "
         "too, and holds that output through the layer's backward; the non-reentrant one (false: transformers' "
         "default) stops once the tensors backward needs are rebuilt.")
+    compile: act.Compile = declared(
+        "none", "choice", "torch.compile",
+        "torch.compile of each decoder layer: " + "; ".join(f"{item.id}: {item.about}" for item in act.COMPILE_CHOICES.values())
+        + ". Measured for Llama, Mistral, Qwen2 and Gemma trained in full in one precision under sdpa or flash "
+        "attention, without recomputation or with full recomputation of every layer, and refused elsewhere.",
+        choices=act.COMPILE_CHOICES)  # app/core/saved/compiled.py
     attention: act.Attention = declared(
         "sdpa", "choice", "Attention kernel",
         "eager stores the s × s score matrix; flash is a fused kernel that does not; sdpa is the kernel PyTorch's "
@@ -503,4 +509,5 @@ def activation_setup(training: Training, parallelism: Parallelism, *, device: ac
         device=device,
         finetuning=training.finetuning,
         loss=training.loss,
+        compile=training.compile,
     )

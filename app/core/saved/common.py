@@ -17,6 +17,7 @@ Implementation = Literal["megatron", "transformers", "liger"]
 Attention = Literal["eager", "sdpa", "flash"]
 Kernel = Literal["eager", "flash", "memory-efficient", "math"]
 Checkpointing = Literal["none", "selective", "op", "full"]
+Compile = Literal["none", "inductor"]  # torch.compile of each decoder layer (app/core/saved/compiled.py)
 Device = Literal["cuda", "cpu"]
 Split = Literal["tensor", "sequence", "none", "expert"]  # "expert": a routed expert's width, over expert_tensor GPUs
 
@@ -102,6 +103,7 @@ class ActivationSetup:
     loss: str = "standard"  # setup.LOSSES
     expert_tensor_parallel: int = 0  # the GPUs a routed expert's matrices split over; 0: tensor_parallel
     expert_load: float = 1.0  # the most-loaded GPU's routed copies over balanced routing's (setup.Parallelism)
+    compile: Compile = "none"
 
     def routed_on_rank(self, routed: int) -> int:
         """Of a micro-batch's `routed` token copies (n·k), those this GPU sends to the experts. With the experts
