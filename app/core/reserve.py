@@ -310,23 +310,24 @@ def tensors_pass(gpu: Gpu, ledger_peak_bytes: int, extra_bytes: int, communicato
 def stage_reserve(ledger: Sequence[Buffer], steps: Plan, ramp_totals: Mapping[str, int], *,
                   templates: Mapping[str, Sequence[int]], forward_transient: Sequence[int], kind: AllocatorKind,
                   gpu: Gpu | None, extra_bytes: int, ledger_peak_bytes: int,
-                  communicator_bytes: int = 0, fold: int = 1) -> StageReserve:
-    """The replay without a limit; on a GPU where that passes the allocator's room, once more within it, as the
-    allocator releases its cache before it gives up (not when the tensors alone pass it: `tensors_pass`)."""
+                  communicator_bytes: int = 0, fold: int = 1, describe_oom: bool = True) -> StageReserve:
+    """The replay within the allocator's room on a GPU, as the allocator releases its cache before it gives up. Until
+    a request would pass the room it is the same replay as one without a limit, so where it never runs out it is the
+    answer whether or not it had to release the cache; where it runs out, the replay without a limit says how far
+    past the room the step goes (left out with `describe_oom=False`, where only the verdict is read). Where the
+    tensors alone pass the room (`tensors_pass`), and with no GPU, the replay without a limit alone."""
     replayed = [buffer for buffer in ledger if buffer.key != OUTSIDE_KEY]
     workspaces = (gpu.workspace_bytes,) if gpu is not None and gpu.workspace_bytes else ()
     args = {"templates": templates, "forward_transient": forward_transient, "kind": kind, "preallocated": workspaces,
             "fold": fold}
-    free = replay(replayed, steps, ramp_totals, **args)  # type: ignore[arg-type]
     if gpu is None:
-        return StageReserve(free, extra_bytes, False)
+        return StageReserve(replay(replayed, steps, ramp_totals, **args), extra_bytes, False)  # type: ignore[arg-type]
     outside = gpu.context_bytes + communicator_bytes + extra_bytes
     limit = allocator_room(gpu, extra_bytes + communicator_bytes)
-    if free.max_bytes <= limit:
-        return StageReserve(free, outside, False)
     if tensors_pass(gpu, ledger_peak_bytes, extra_bytes, communicator_bytes):
-        return StageReserve(free, outside, True)
+        free = replay(replayed, steps, ramp_totals, **args)  # type: ignore[arg-type]
+        return StageReserve(free, outside, free.max_bytes > limit)
     bounded = replay(replayed, steps, ramp_totals, limit=max(limit, 0), **args)  # type: ignore[arg-type]
-    if bounded.out_of_memory_at is None:
-        return StageReserve(bounded, outside, False)
-    return StageReserve(free, outside, True)
+    if bounded.out_of_memory_at is None or not describe_oom:
+        return StageReserve(bounded, outside, bounded.out_of_memory_at is not None)
+    return StageReserve(replay(replayed, steps, ramp_totals, **args), outside, True)  # type: ignore[arg-type]
