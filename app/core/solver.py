@@ -112,8 +112,7 @@ class _Probe:
             return gpu is not None and gpu.fits
         if value in self.over:
             return False
-        varied = with_field(self.job, self.path, value)
-        found = None if varied.surely_over() else varied.fitting_estimate()
+        found = with_field(self.job, self.path, value).fitting_estimate()
         if found is None:
             self.over.add(value)
             return False
@@ -490,8 +489,6 @@ def _fits(varied: Job) -> bool:
 
 def _fitting(varied: Job) -> Estimate | None:
     """A changed job's estimate where it fits its GPU, else None; worked out once while fixes() asks."""
-    if varied.surely_over():
-        return None
     seen = _ESTIMATES.get()
     if seen is not None and varied in seen:
         return seen[varied]

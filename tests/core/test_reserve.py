@@ -101,7 +101,7 @@ def test_the_replay_within_the_room_stands_for_the_replay_without_a_limit(seq_le
     assert result.reserved == (bounded if fits else free)
     if not released:
         assert bounded == free
-    verdict = reserve.stage_reserve(ledger, steps, ramps, **kwargs | {"describe_oom": False})
+    verdict = reserve.stage_reserve(ledger, steps, ramps, **kwargs | {"verdict_only": True})
     assert verdict.out_of_memory == (not fits) and verdict.reserved == bounded
 
 

@@ -175,7 +175,8 @@ def test_a_paged_optimizer_is_a_fix_whose_cost_is_the_host_link():
 
 def test_a_verdict_alone_replays_a_job_that_runs_out_once(monkeypatch):
     # A search for a boundary asks only whether a value fits: where the replay within the GPU's room runs out, it is
-    # not replayed again without a limit, and where it fits the estimate is the whole one.
+    # not replayed again without a limit; where the tensors alone pass the room, not replayed at all; where it fits,
+    # the estimate is the whole one.
     from app.core import reserve
     replays: list[int | None] = []
     original = reserve.replay
@@ -195,3 +196,6 @@ def test_a_verdict_alone_replays_a_job_that_runs_out_once(monkeypatch):
     assert whole.gpu is not None and not whole.gpu.fits and len(replays) == 3 and replays[-1] is None
     replays.clear()
     assert job.fitting_estimate() == job.estimate() and len(replays) == 2
+    replays.clear()
+    tensors_over = with_field(job, "training.seq_len", 131072)  # its tensors alone pass the room: no replay at all
+    assert tensors_over.surely_over() and tensors_over.fitting_estimate() is None and not replays
