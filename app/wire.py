@@ -12,7 +12,9 @@ import dataclasses
 import json
 import math
 import re
+from array import array
 from collections.abc import Mapping
+from itertools import accumulate
 from typing import Any, Final
 
 from app import core, hub
@@ -55,17 +57,22 @@ def _needs_checks(text: str) -> bool:
     data = text.encode("utf-8", "surrogatepass")
     zeroed = data.translate(_DIGITS_AS_ZERO)
     return b"0e" in zeroed or b"0E" in zeroed or _LONG_NUMBER in data.translate(_NUMBER_CHARS_AS_NUL)
-_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
-_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+# A string, or up to where a broken one stops (a backslash before a line break, the end of the text), in one pass
+# that never starts again inside it: starting again at each escaped quote of a broken string made the scan quadratic
+# (16 KB of them took 1.3 s of CPU).
+_STRINGS = re.compile(r'"[^"\\]*+(?:\\.[^"\\]*+)*+"?')
+# The brackets as signed bytes, +1 where one opens and -1 (0xff) where one closes; every other byte deleted.
+_STEPS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
+_NOT_BRACKETS = bytes(range(256)).translate(None, b"[]{}")
 
 
 def json_depth(text: str) -> int:
-    """How deeply arrays and objects nest in a JSON text (strings skipped), without recursion."""
-    depth = deepest = 0
-    for match in _BRACKETS.finditer(_STRINGS.sub("", text)):
-        depth += 1 if match.group() in "[{" else -1
-        deepest = max(deepest, depth)
-    return deepest
+    """How deeply arrays and objects nest in a JSON text (strings skipped): the most brackets open at once, counted
+    at C speed (a loop over a megabyte of brackets took 350 ms)."""
+    steps = _STRINGS.sub("", text).encode("utf-8", "surrogatepass").translate(_STEPS, _NOT_BRACKETS)
+    return max(accumulate(array("b", steps), initial=0))
 
 
 def _number(text: str) -> str:

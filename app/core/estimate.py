@@ -106,6 +106,7 @@ def estimate(
     gpu: Gpu | None = None,
     device: act.Device = "cuda",
     reserve: bool = True,
+    verdict_only: bool = False,
 ) -> Estimate:
     """Memory for training, per GPU (most-loaded rank) and for the whole cluster, with its timeline and peak.
 
@@ -113,7 +114,10 @@ def estimate(
     activations and temporaries need the shapes and are reported as None). `device` chooses whose
     kernels decide what is saved: ``cuda`` (the product) or ``cpu`` (to compare with CPU runs). Without `reserve`
     the allocator's replay is skipped: the tensors' timeline and peak only, with no reserved bytes and no verdict
-    (for charts of the tensors, and to rule out a setup whose tensors alone pass the capacity).
+    (for charts of the tensors, and to rule out a setup whose tensors alone pass the capacity). With
+    `verdict_only` only its verdict is to be read: where the allocator runs out of room the estimate holds the
+    replay up to there, not how far past the room the step would go, and where the tensors alone pass the room, no
+    replay (a search for a boundary replays a value that does not fit once at most, not twice).
     """
     training = training or Training()
     parallelism = parallelism or Parallelism()
@@ -123,7 +127,7 @@ def estimate(
     if architecture is None:
         assert num_params is not None  # one of the two, checked above
         return _from_count(num_params, training, parallelism, gpu)
-    return _from_architecture(architecture, training, parallelism, gpu, device, reserve)
+    return _from_architecture(architecture, training, parallelism, gpu, device, reserve, verdict_only)
 
 
 class _Stage(NamedTuple):
@@ -176,7 +180,7 @@ def _most_loaded_stage(arch: Architecture, training: Training, parallelism: Para
 
 def _stage_reserve(arch: Architecture, training: Training, parallelism: Parallelism, gpu: Gpu | None, stage: _Stage,
                    full_layer: list[int], kept_bytes: list[int], peak_bytes: int,
-                   groups: tuple[Communicator, ...]) -> reserve.StageReserve:
+                   groups: tuple[Communicator, ...], verdict_only: bool) -> reserve.StageReserve:
     """The allocator's replay of the stage, several layers at a time where one by one would take too long."""
     kind, ledger, steps = stage.kind, stage.ledger, stage.steps
     ramps = {ACTS: kind.layers, FORWARDED: kind.layers, GRADS: kind.layers, GRADS_DONE: kind.layers}
@@ -188,7 +192,8 @@ def _stage_reserve(arch: Architecture, training: Training, parallelism: Parallel
         ledger, steps, ramps, templates=templates,
         forward_transient=full_layer if training.activation_checkpointing in ("full", "op") else (),
         kind=training.allocator, gpu=gpu, extra_bytes=training.framework_overhead_bytes,  # type: ignore[arg-type]
-        ledger_peak_bytes=peak_bytes, communicator_bytes=sum(c.bytes for c in groups), fold=fold)
+        ledger_peak_bytes=peak_bytes, communicator_bytes=sum(c.bytes for c in groups), fold=fold,
+        verdict_only=verdict_only)
 
 
 def _counts(arch: Architecture, training: Training) -> tuple[int, int, states.StageShapes]:
@@ -205,7 +210,7 @@ def _counts(arch: Architecture, training: Training) -> tuple[int, int, states.St
 
 
 def _from_architecture(arch: Architecture, training: Training, parallelism: Parallelism, gpu: Gpu | None,
-                       device: act.Device, with_reserve: bool = True) -> Estimate:
+                       device: act.Device, with_reserve: bool = True, verdict_only: bool = False) -> Estimate:
     setup = activation_setup(training, parallelism, device=device)
     layer_saved = fp8_layer_saved(arch, training, setup, act.layer_activations(arch, setup))
     stage = _most_loaded_stage(arch, training, parallelism, setup, layer_saved)
@@ -216,7 +221,7 @@ def _from_architecture(arch: Architecture, training: Training, parallelism: Para
     stage_reserve = None
     if with_reserve:
         stage_reserve = _stage_reserve(arch, training, parallelism, gpu, stage, [saved.bytes for saved in layer_saved],
-                                       [t.bytes for t in kept_layer], peak.bytes, groups)
+                                       [t.bytes for t in kept_layer], peak.bytes, groups, verdict_only)
         peak = peak._replace(reserved_bytes=stage_reserve.reserved.max_bytes)
     per_gpu = _sum_by_category(ledger)
     count, trainable, whole = _counts(arch, training)

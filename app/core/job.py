@@ -42,10 +42,17 @@ class Job:
     gpu: Gpu | None = None
     notes: tuple[str, ...] = ()  # caveats about where the model came from, first among the estimate's warnings
 
-    def estimate(self, *, reserve: bool = True) -> Estimate:
+    def estimate(self, *, reserve: bool = True, verdict_only: bool = False) -> Estimate:
         result = estimate(architecture=self.architecture, num_params=self.num_params, training=self.training,
-                          parallelism=self.parallelism, gpu=self.gpu, reserve=reserve)
+                          parallelism=self.parallelism, gpu=self.gpu, reserve=reserve, verdict_only=verdict_only)
         return dataclasses.replace(result, warnings=(*self.notes, *result.warnings)) if self.notes else result
+
+    def fitting_estimate(self) -> Estimate | None:
+        """The estimate where the job fits its GPU, None where it does not: where its tensors alone pass the capacity
+        (`surely_over`) without a replay, and where the replay runs out of room without a second one to say by how
+        much."""
+        result = self.estimate(verdict_only=True)
+        return result if result.gpu is not None and result.gpu.fits else None
 
     def surely_over(self) -> bool:
         """Whether the tensors alone, with what lives outside the allocator, pass the GPU's capacity: the job does

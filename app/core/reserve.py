@@ -31,7 +31,7 @@ from app.core.gpus import Gpu
 from app.core.ledger import Buffer
 from app.core.setup import Parallelism
 from app.core.stages import StageKind
-from app.core.timeline import Plan
+from app.core.timeline import Life, Plan
 
 # Within an event, these buffers are allocated in this order after all others: the order in which the loss runs
 # (transformers' ForCausalLMLoss: the output layer's logits, their fp32 copy, log_softmax's output kept for
@@ -157,14 +157,21 @@ def fold_for(ledger: Sequence[Buffer], steps: Plan, ramp_totals: Mapping[str, in
     """How many layers the replay moves as one, so that it makes at most about MAX_REPLAYED_TENSORS tensors: 1 for
     every stage at most that (`templates` made unfolded; small tensors counted unpacked, so it errs towards folding)."""
     made = 0
-    replayed = [buffer for buffer in ledger if buffer.key != OUTSIDE_KEY]
-    for buffer in replayed:
-        counts = _counts(buffer, steps, len(steps.timeline))
-        allocations = sum(max(now - before, 0) for before, now in zip([0, *counts], counts, strict=False))
-        made += allocations * max(len(templates.get(buffer.key) or (1,)), 1)
+    for buffer in ledger:
+        if buffer.key != OUTSIDE_KEY:
+            made += _allocations(steps, buffer.life) * max(len(templates.get(buffer.key) or (1,)), 1)
     if made <= MAX_REPLAYED_TENSORS:
         return 1
     return min(-(-made // MAX_REPLAYED_TENSORS), max(1, *ramp_totals.values()))
+
+
+def _allocations(steps: Plan, life: Life) -> int:
+    """How many units of a buffer the steps allocate: each rise in the count alive, from none after a gap."""
+    made = before = end = 0
+    for start, stop, count in steps.runs(life):
+        made += max(count - (before if start == end else 0), 0)
+        before, end = count, stop
+    return made
 
 
 def _units(buffer: Buffer, ramp_totals: Mapping[str, int], templates: Mapping[str, Sequence[int]]) -> tuple[int, ...]:
@@ -310,23 +317,27 @@ def tensors_pass(gpu: Gpu, ledger_peak_bytes: int, extra_bytes: int, communicato
 def stage_reserve(ledger: Sequence[Buffer], steps: Plan, ramp_totals: Mapping[str, int], *,
                   templates: Mapping[str, Sequence[int]], forward_transient: Sequence[int], kind: AllocatorKind,
                   gpu: Gpu | None, extra_bytes: int, ledger_peak_bytes: int,
-                  communicator_bytes: int = 0, fold: int = 1) -> StageReserve:
-    """The replay without a limit; on a GPU where that passes the allocator's room, once more within it, as the
-    allocator releases its cache before it gives up (not when the tensors alone pass it: `tensors_pass`)."""
+                  communicator_bytes: int = 0, fold: int = 1, verdict_only: bool = False) -> StageReserve:
+    """The replay within the allocator's room on a GPU, as the allocator releases its cache before it gives up. Until
+    a request would pass the room it is the same replay as one without a limit, so where it never runs out it is the
+    answer whether or not it had to release the cache; where it runs out, the replay without a limit says how far
+    past the room the step goes. Where the tensors alone pass the room (`tensors_pass`), and with no GPU, the replay
+    without a limit alone. With `verdict_only` only the verdict is asked for: a replay that runs out is not
+    followed by one without a limit, and tensors that alone pass the room are out of memory with no replay at all."""
     replayed = [buffer for buffer in ledger if buffer.key != OUTSIDE_KEY]
     workspaces = (gpu.workspace_bytes,) if gpu is not None and gpu.workspace_bytes else ()
     args = {"templates": templates, "forward_transient": forward_transient, "kind": kind, "preallocated": workspaces,
             "fold": fold}
-    free = replay(replayed, steps, ramp_totals, **args)  # type: ignore[arg-type]
     if gpu is None:
-        return StageReserve(free, extra_bytes, False)
+        return StageReserve(replay(replayed, steps, ramp_totals, **args), extra_bytes, False)  # type: ignore[arg-type]
     outside = gpu.context_bytes + communicator_bytes + extra_bytes
     limit = allocator_room(gpu, extra_bytes + communicator_bytes)
-    if free.max_bytes <= limit:
-        return StageReserve(free, outside, False)
     if tensors_pass(gpu, ledger_peak_bytes, extra_bytes, communicator_bytes):
-        return StageReserve(free, outside, True)
+        if verdict_only:
+            return StageReserve(Reserved((), 0, 0, fold), outside, True)  # out of memory before anything is replayed
+        free = replay(replayed, steps, ramp_totals, **args)  # type: ignore[arg-type]
+        return StageReserve(free, outside, free.max_bytes > limit)
     bounded = replay(replayed, steps, ramp_totals, limit=max(limit, 0), **args)  # type: ignore[arg-type]
-    if bounded.out_of_memory_at is None:
-        return StageReserve(bounded, outside, False)
-    return StageReserve(free, outside, True)
+    if bounded.out_of_memory_at is None or verdict_only:
+        return StageReserve(bounded, outside, bounded.out_of_memory_at is not None)
+    return StageReserve(replay(replayed, steps, ramp_totals, **args), outside, True)  # type: ignore[arg-type]

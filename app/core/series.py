@@ -198,11 +198,7 @@ def _point(value: object, result: Estimate) -> SeriesPoint:
 def _largest_fitting(job: Job, path: str, values: list[int]) -> int | None:
     """The largest of the (sorted) values whose full estimate fits on the job's GPU; None if none does."""
     def fits(index: int) -> bool:
-        varied = with_field(job, path, values[index])
-        if varied.surely_over():
-            return False
-        result = varied.estimate()
-        return bool(result.gpu and result.gpu.fits)
+        return with_field(job, path, values[index]).fitting_estimate() is not None
 
     if not fits(0):
         return None

@@ -92,11 +92,13 @@ def solve(job: Job, target: str, *, with_fixes: bool = True, given: Estimate | N
 
 
 class _Probe:
-    """Estimates of the job with one field changed, each worked out once."""
+    """Estimates of the job with one field changed, each worked out once; one asked only whether it fits is worked out
+    in full where it does (`Job.fitting_estimate`)."""
 
     def __init__(self, job: Job, path: str) -> None:
         self.job, self.path = job, path
         self.cache: dict[int, Estimate] = {}
+        self.over: set[int] = set()  # the values found not to fit
         self.capacity = job.gpu.capacity_bytes if job.gpu else 0
 
     def estimate(self, value: int) -> Estimate:
@@ -105,10 +107,17 @@ class _Probe:
         return self.cache[value]
 
     def fits(self, value: int) -> bool:
-        if value not in self.cache and with_field(self.job, self.path, value).surely_over():
+        if value in self.cache:
+            gpu = self.cache[value].gpu
+            return gpu is not None and gpu.fits
+        if value in self.over:
             return False
-        gpu = self.estimate(value).gpu
-        return gpu is not None and gpu.fits
+        found = with_field(self.job, self.path, value).fitting_estimate()
+        if found is None:
+            self.over.add(value)
+            return False
+        self.cache[value] = found
+        return True
 
 
 def _largest(job: Job, path: str, probe: _Probe) -> tuple[int | None, str | None]:
@@ -198,22 +207,18 @@ def fixes(job: Job, given: Estimate | None = None) -> tuple[Fix, ...]:
     found = []
     token = _ESTIMATES.set({})  # the candidates' makers and this loop ask for the same jobs: each replayed once
     try:
-        candidates = _candidates(job)
-    finally:
-        seen = _ESTIMATES.get() or {}
-        _ESTIMATES.reset(token)
-    for change, summary, cost in candidates:
-        try:
-            varied = job
-            for path, value in change.items():
-                varied = with_field(varied, path, value)
-            if varied.surely_over():
+        for change, summary, cost in _candidates(job):
+            try:
+                varied = job
+                for path, value in change.items():
+                    varied = with_field(varied, path, value)
+                result = _fitting(varied)
+            except DomainError:
                 continue
-            result = seen.get(varied) or varied.estimate()
-        except DomainError:
-            continue
-        if result.gpu is not None and result.gpu.fits:
-            found.append(Fix(change, summary, result, cost))
+            if result is not None:
+                found.append(Fix(change, summary, result, cost))
+    finally:
+        _ESTIMATES.reset(token)
     # A setting of the allocator changes nothing the job computes: offered first whenever it alone decides.
     found.sort(key=lambda fix: (COST_ORDER.index(fix.cost.kind), "training.allocator" not in fix.change,
                                 fix.cost.extra_compute or 0,
@@ -222,8 +227,8 @@ def fixes(job: Job, given: Estimate | None = None) -> tuple[Fix, ...]:
 
 
 Candidate = tuple[dict[str, object], str, Cost]
-# While fixes() gathers its candidates: the estimates made to check them, by job.
-_ESTIMATES: ContextVar[dict[Job, Estimate] | None] = ContextVar("solver_estimates", default=None)
+# While fixes() gathers its candidates: the estimates made to check them, by job (None: it does not fit).
+_ESTIMATES: ContextVar[dict[Job, Estimate | None] | None] = ContextVar("solver_estimates", default=None)
 
 
 def _candidates(job: Job) -> list[Candidate]:
@@ -477,17 +482,20 @@ def _fits(varied: Job) -> bool:
     """Whether a changed job fits its GPU; a change the rest of the setup does not allow (tensor parallelism for a
     layout that refuses it) does not."""
     try:
-        if varied.surely_over():
-            return False
-        seen = _ESTIMATES.get()
-        result = seen.get(varied) if seen is not None else None
-        if result is None:
-            result = varied.estimate()
-            if seen is not None:
-                seen[varied] = result
-        return result.gpu is not None and result.gpu.fits
+        return _fitting(varied) is not None
     except DomainError:
         return False
+
+
+def _fitting(varied: Job) -> Estimate | None:
+    """A changed job's estimate where it fits its GPU, else None; worked out once while fixes() asks."""
+    seen = _ESTIMATES.get()
+    if seen is not None and varied in seen:
+        return seen[varied]
+    result = varied.fitting_estimate()
+    if seen is not None:
+        seen[varied] = result
+    return result
 
 
 def _more(gpus: int) -> str:

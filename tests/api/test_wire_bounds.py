@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app import core, wire
+from app.configs import depth  # the nesting of a parsed value, walked
 from tests.cpu import least_cpu_s
 
 NUMBERS = st.one_of(st.integers(min_value=-(10**45), max_value=10**45),
@@ -67,3 +68,30 @@ def test_a_megabyte_of_numbers_is_scanned_in_milliseconds():
     assert not needed
     assert cpu_s / 5 < 0.04
     assert wire._needs_checks(text.replace("139999", "1" * 41)) and wire._needs_checks('{"a": 1e5}')
+
+
+TRICKY_TEXT = st.text(alphabet='[]{}"\\\n/ab\u00e9', max_size=12)
+TRICKY = st.recursive(st.one_of(st.none(), st.integers(), TRICKY_TEXT),
+                      lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                              st.dictionaries(TRICKY_TEXT, inner, max_size=4)), max_leaves=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(TRICKY, st.booleans())
+def test_the_depth_scan_agrees_with_the_parsed_value(value: object, ascii_only: bool) -> None:
+    # Brackets, quotes and backslashes inside strings do not count: the parsed value's nesting is the answer.
+    assert wire.json_depth(json.dumps(value, ensure_ascii=ascii_only)) == depth(value)
+
+
+HALF_MB = wire.MAX_BODY_BYTES // 2
+
+
+@pytest.mark.parametrize("text, deepest", [
+    ("[" * 40 + '"' + '\\"' * (HALF_MB - 30) + "\\\n", 40),  # a broken string: 16 KB of it took 1.3 s
+    ("[" * HALF_MB + "]" * HALF_MB, HALF_MB),  # 350 ms as a loop over the brackets
+    (json.dumps({"text": '"\\[' * (wire.MAX_BODY_BYTES // 8)}), 1),  # escapes throughout
+])
+def test_the_depth_of_a_megabyte_is_scanned_in_milliseconds(text: str, deepest: int) -> None:
+    cpu_s, found = least_cpu_s(lambda: wire.json_depth(text), 0.05)
+    assert found == deepest
+    assert cpu_s < 0.05, f"{cpu_s * 1000:.0f} ms"

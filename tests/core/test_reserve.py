@@ -66,6 +66,45 @@ def test_expandable_segments_come_first_when_they_decide():
     assert found[0].estimate.gpu is not None and found[0].estimate.gpu.fits
 
 
+def _stage_reserve_of(job: Job, monkeypatch: pytest.MonkeyPatch) -> tuple[reserve.StageReserve, dict]:
+    """The stage's reserve as the estimate worked it out, with the arguments it was worked out from."""
+    seen: list[tuple[reserve.StageReserve, dict]] = []
+    original = reserve.stage_reserve
+
+    def recorded(*args, **kwargs):
+        result = original(*args, **kwargs)
+        seen.append((result, {"args": args, "kwargs": kwargs}))
+        return result
+
+    monkeypatch.setattr(reserve, "stage_reserve", recorded)
+    job.estimate()
+    monkeypatch.undo()
+    return seen[0]
+
+
+@pytest.mark.parametrize("seq_len, fits, released", [(4096, True, False), (26624, True, True), (30720, False, True)])
+def test_the_replay_within_the_room_stands_for_the_replay_without_a_limit(seq_len, fits, released, monkeypatch):
+    # The allocator's answer on a GPU, replayed once within its room: the replay without a limit where that stays
+    # within the room, the replay within it where the cache had to be released, and where even that runs out the
+    # replay without a limit, which says how far past the room the step goes.
+    result, call = _stage_reserve_of(Job(architecture=LLAMA, training=_lora(seq_len), gpu=H100), monkeypatch)
+    ledger, steps, ramps = call["args"]
+    kwargs = call["kwargs"]
+    room = reserve.allocator_room(H100, kwargs["extra_bytes"] + kwargs["communicator_bytes"])
+    args = {"templates": kwargs["templates"], "forward_transient": kwargs["forward_transient"], "kind": kwargs["kind"],
+            "preallocated": (H100.workspace_bytes,), "fold": kwargs["fold"]}
+    replayed = [buffer for buffer in ledger if buffer.key != reserve.OUTSIDE_KEY]
+    free = reserve.replay(replayed, steps, ramps, **args)
+    bounded = reserve.replay(replayed, steps, ramps, limit=room, **args)
+    assert (free.max_bytes > room) == released
+    assert result.out_of_memory == (not fits)
+    assert result.reserved == (bounded if fits else free)
+    if not released:
+        assert bounded == free
+    verdict = reserve.stage_reserve(ledger, steps, ramps, **kwargs | {"verdict_only": True})
+    assert verdict.out_of_memory == (not fits) and verdict.reserved == bounded
+
+
 @pytest.mark.parametrize("allocator", ["default", "expandable-segments"])
 def test_the_extra_the_user_sets_lies_outside_the_allocator(allocator):
     base = core.estimate(architecture=LLAMA, training=core.Training(allocator=allocator), gpu=H100)

@@ -75,9 +75,9 @@ def _counting_estimates(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     calls: list[bool] = []
     estimate = Job.estimate
 
-    def counted(job: Job, *, reserve: bool = True) -> core.Estimate:
+    def counted(job: Job, *, reserve: bool = True, verdict_only: bool = False) -> core.Estimate:
         calls.append(reserve)
-        return estimate(job, reserve=reserve)
+        return estimate(job, reserve=reserve, verdict_only=verdict_only)
 
     monkeypatch.setattr(Job, "estimate", counted)
     return calls

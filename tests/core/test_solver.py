@@ -171,3 +171,31 @@ def test_a_paged_optimizer_is_a_fix_whose_cost_is_the_host_link():
     paged = next(fix for fix in fixes(job) if fix.change.get("training.optimizer") == "paged-adamw-8bit")
     assert paged.cost.kind == "host" and "PCIe" in paged.cost.text
     assert paged.estimate.gpu is not None and paged.estimate.gpu.fits
+
+
+def test_a_verdict_alone_replays_a_job_that_runs_out_once(monkeypatch):
+    # A search for a boundary asks only whether a value fits: where the replay within the GPU's room runs out, it is
+    # not replayed again without a limit; where the tensors alone pass the room, not replayed at all; where it fits,
+    # the estimate is the whole one.
+    from app.core import reserve
+    replays: list[int | None] = []
+    original = reserve.replay
+
+    def counted(*args, **kwargs):
+        replays.append(kwargs.get("limit"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(reserve, "replay", counted)
+    # Gemma 3 1B on an A100 40GB: 3,608 tokens run out within the room (their tensors alone do not pass it), 3,607 fit.
+    job = Job(architecture=core.get_preset("gemma-3-1b").architecture, training=core.Training(seq_len=3607),
+              gpu=core.get_gpu("a100-40gb"))
+    over = with_field(job, "training.seq_len", 3608)
+    assert not over.surely_over() and not replays
+    assert over.fitting_estimate() is None and len(replays) == 1 and replays[0] is not None
+    whole = over.estimate()
+    assert whole.gpu is not None and not whole.gpu.fits and len(replays) == 3 and replays[-1] is None
+    replays.clear()
+    assert job.fitting_estimate() == job.estimate() and len(replays) == 2
+    replays.clear()
+    tensors_over = with_field(job, "training.seq_len", 131072)  # its tensors alone pass the room: no replay at all
+    assert tensors_over.surely_over() and tensors_over.fitting_estimate() is None and not replays
