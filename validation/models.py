@@ -284,6 +284,27 @@ def _glm4_moe_dense_first(size: Size) -> PretrainedConfig:
     return config
 
 
+def _cohere(size: Size) -> PretrainedConfig:
+    # Command R's layout: one fp32 LayerNorm without a bias feeding attention and the MLP side by side, cos and sin
+    # interleaved, a gated MLP, tied embeddings, logits times logit_scale.
+    return transformers.CohereConfig(
+        hidden_size=size.hidden, num_hidden_layers=size.layers, num_attention_heads=size.heads,
+        num_key_value_heads=size.kv_heads, intermediate_size=size.intermediate, vocab_size=size.vocab,
+        max_position_embeddings=size.positions, pad_token_id=0, bos_token_id=0, eos_token_id=1,
+    )
+
+
+def _cohere2(size: Size) -> PretrainedConfig:
+    # Command R7B's layout: Cohere's, with every layer but the first attending within a window of 16 (shorter than
+    # the sequence) and alone rotating Q and K; the first attends in full without positions.
+    return transformers.Cohere2Config(
+        hidden_size=size.hidden, num_hidden_layers=size.layers, num_attention_heads=size.heads,
+        num_key_value_heads=size.kv_heads, intermediate_size=size.intermediate, vocab_size=size.vocab,
+        max_position_embeddings=size.positions, pad_token_id=0, bos_token_id=0, eos_token_id=1, sliding_window=16,
+        layer_types=["full_attention"] + ["sliding_attention"] * (size.layers - 1),
+    )
+
+
 FAMILIES: dict[str, Callable[[Size], PretrainedConfig]] = {
     "gpt2": _gpt2,
     "gpt2-no-dropout": _gpt2_no_dropout,
@@ -313,6 +334,8 @@ FAMILIES: dict[str, Callable[[Size], PretrainedConfig]] = {
     "gpt_neox": _gpt_neox,
     "glm4_moe": _glm4_moe,
     "glm4_moe-dense-first": _glm4_moe_dense_first,
+    "cohere": _cohere,
+    "cohere2": _cohere2,
 }
 
 # Dtypes of the precision presets the harness runs.

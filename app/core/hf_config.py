@@ -29,19 +29,21 @@ from app.core.config_defaults import (
 )
 from app.core.errors import DomainError
 from app.core.hf_more_families import (
+    cohere2_architecture,
+    cohere_architecture,
     glm4_moe_architecture,
     gpt_neox_architecture,
     partial_rotary_factor,
     phi_architecture,
     starcoder2_architecture,
 )
-from app.core.hf_reader import FIELD_PREFIX, ConfigReader, output_router_logits, short_value
+from app.core.hf_reader import FIELD_PREFIX, ConfigReader, output_router_logits, short_value, window_layers
 from app.core.model_kinds import GELU_NAMES, MAX_MODEL_TYPE_CHARS, STANDARD_FIELDS, not_a_decoder
 
 SUPPORTED_MODEL_TYPES: Final = ("gpt2", "llama", "mistral", "qwen2", "gemma", "gemma2", "phi3", "mixtral", "qwen3",
                                  "qwen3_moe", "qwen2_moe", "gemma3_text", "gemma3", "olmo2", "deepseek_v2", "deepseek_v3",
                                  "gpt_oss", "granite", "glm4", "starcoder2", "phi",
-                                 "gpt_neox", "glm4_moe")
+                                 "gpt_neox", "glm4_moe", "cohere", "cohere2")
 
 GEMMA_TYPES: Final = ("gemma", "gemma2", "gemma3_text")
 
@@ -86,6 +88,10 @@ def architecture_from_hf_config(config: Mapping[str, Any]) -> Architecture:
             return gpt_neox_architecture(reader)
         if model_type == "glm4_moe":
             return glm4_moe_architecture(reader)
+        if model_type == "cohere":
+            return cohere_architecture(reader)
+        if model_type == "cohere2":
+            return cohere2_architecture(reader)
         return _llama_family(reader, model_type)
     except DomainError as error:
         if error.field.startswith(FIELD_PREFIX):
@@ -277,21 +283,7 @@ def _sliding_window(reader: ConfigReader, model_type: str, layers: int) -> tuple
         pattern = reader.int("sliding_window_pattern", GEMMA3_SLIDING_WINDOW_PATTERN)
         if pattern < 1:
             raise DomainError(reader._field("sliding_window_pattern"), f"must be at least 1, got {pattern}")
-    return _window_layers(reader, layers, pattern=pattern, window=GEMMA3_SLIDING_WINDOW)
-
-
-def _window_layers(reader: ConfigReader, layers: int, *, pattern: int, window: int | None) -> tuple[int | None, int]:
-    """The window and how many layers attend within it: those ``layer_types`` names ``sliding_attention``, or without
-    layer_types all but every `pattern`-th; `window` is the configuration class's default ``sliding_window``."""
-    layer_types = reader.str_list("layer_types")
-    if layer_types is None:
-        layer_types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)]
-    elif len(layer_types) != layers:
-        raise DomainError(reader._field("layer_types"), f"must name {layers} layers (num_hidden_layers), "
-                                                        f"got {len(layer_types)}")
-    sliding = sum(kind == "sliding_attention" for kind in layer_types)
-    span = reader.optional_int("sliding_window", window)
-    return (span, sliding) if span is not None and sliding else (None, 0)
+    return window_layers(reader, layers, pattern=pattern, window=GEMMA3_SLIDING_WINDOW)
 
 
 def _gpt_oss(reader: ConfigReader) -> Architecture:
@@ -321,7 +313,7 @@ def _gpt_oss(reader: ConfigReader) -> Architecture:
         else reader.int("num_key_value_heads", d["num_key_value_heads"])
     # GptOssConfig keeps a null sliding_window, and its sliding layers then attend to all earlier tokens.
     null_window = "sliding_window" in reader.config and reader.config["sliding_window"] is None
-    window, sliding = _window_layers(reader, layers, pattern=GPT_OSS_SLIDING_WINDOW_PATTERN,
+    window, sliding = window_layers(reader, layers, pattern=GPT_OSS_SLIDING_WINDOW_PATTERN,
                                      window=None if null_window else d["sliding_window"])
     extras = tuple((name, reader.float(name, default)) for name, default in GPT_OSS_SWIGLU.items())
     return Architecture(
