@@ -305,6 +305,32 @@ def _cohere2(size: Size) -> PretrainedConfig:
     )
 
 
+def _falcon(size: Size) -> PretrainedConfig:
+    # Falcon-7B's layout (tiiuae/falcon-7b's config.json): multi-query attention, one LayerNorm feeding attention and
+    # the MLP side by side, no biases, rotary positions, exact gelu, no dropout.
+    return transformers.FalconConfig(
+        hidden_size=size.hidden, num_hidden_layers=size.layers, num_attention_heads=size.heads,
+        ffn_hidden_size=size.intermediate, vocab_size=size.vocab, max_position_embeddings=size.positions,
+        new_decoder_architecture=False, multi_query=True, parallel_attn=True, bias=False, bos_token_id=0,
+        eos_token_id=0,
+    )
+
+
+def _falcon_new_decoder(size: Size) -> PretrainedConfig:
+    # Falcon-40B's and -180B's layout: the new decoder architecture, grouped key/value heads broadcast to every head,
+    # two LayerNorms of the layer's input.
+    config = _falcon(size)
+    config.new_decoder_architecture, config.num_kv_heads = True, size.kv_heads
+    return config
+
+
+def _falcon_one_norm(size: Size) -> PretrainedConfig:
+    # Falcon2-11B's layout: the new decoder architecture with one LayerNorm a layer (num_ln_in_parallel_attn 1).
+    config = _falcon_new_decoder(size)
+    config.num_ln_in_parallel_attn = 1
+    return config
+
+
 FAMILIES: dict[str, Callable[[Size], PretrainedConfig]] = {
     "gpt2": _gpt2,
     "gpt2-no-dropout": _gpt2_no_dropout,
@@ -336,6 +362,9 @@ FAMILIES: dict[str, Callable[[Size], PretrainedConfig]] = {
     "glm4_moe-dense-first": _glm4_moe_dense_first,
     "cohere": _cohere,
     "cohere2": _cohere2,
+    "falcon": _falcon,
+    "falcon-new-decoder": _falcon_new_decoder,
+    "falcon-new-decoder-one-norm": _falcon_one_norm,
 }
 
 # Dtypes of the precision presets the harness runs.

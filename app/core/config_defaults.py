@@ -13,7 +13,8 @@ DEFAULT_MAX_POSITIONS: Final = {"llama": 2048, "mistral": 131072, "qwen2": 32768
                                 "mixtral": 131072, "qwen3": 32768, "qwen3_moe": 32768, "gemma3_text": 131072,
                                 "olmo2": 2048, "granite": 2048, "glm4": 131072,
                                 "starcoder2": 4096, "phi": 2048, "gpt_neox": 2048,
-                                "glm4_moe": 131072, "cohere": 8192, "cohere2": 8192}
+                                "glm4_moe": 131072, "cohere": 8192, "cohere2": 8192,
+                                "falcon": 2048}
 
 # Every dimension a config.json may leave out, for the model types whose configuration class gives each one a
 # default (transformers 5.24): Gemma3TextConfig (configuration_gemma3.py; a Gemma 3 config.json for the 4B, 12B
@@ -45,6 +46,8 @@ CONFIG_DEFAULTS: Final[dict[str, dict[str, int]]] = {
     # numbers, Command R's (CohereForAI/c4ai-command-r-v01).
     **{model_type: {"vocab_size": 256_000, "hidden_size": 8192, "intermediate_size": 22528, "num_hidden_layers": 40,
                     "num_attention_heads": 64} for model_type in ("cohere", "cohere2")},
+    # FalconConfig (configuration_falcon.py), transformers 5.24: Falcon-7B's numbers (ffn_hidden_size 4 × hidden).
+    "falcon": {"vocab_size": 65024, "hidden_size": 4544, "num_hidden_layers": 32, "num_attention_heads": 71},
     "glm4": {"vocab_size": 151_552, "hidden_size": 4096, "intermediate_size": 13696, "num_hidden_layers": 40,
              "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128},
 }

@@ -73,6 +73,10 @@ class Family:
     # Only the sliding-window layers rotate Q and K; the others attend without positions (Cohere2Attention.forward,
     # modeling_cohere2.py: ``if self.sliding_window is not None: apply_rotary_pos_emb``).
     rotary_on_sliding_only: bool = False
+    # Falcon's own attention (FalconAttention, modeling_falcon.py): K and V indexed out of the fused QKV output (two
+    # int64 indices kept), a mask always materialised for sdpa, eager's softmax in the activations' dtype, and
+    # multi-query K and V handed to sdpa with their one head (`saved.falcon`).
+    falcon_attention: bool = False
     # Mixtures of experts
     router: Router = "softmax"
     # The experts multiply by the router's fp32 weights as they are (Mixtral, DeepSeek; a custom mixture is modelled
@@ -122,6 +126,9 @@ FAMILIES: Final[dict[str | None, Family]] = {family.model_type: family for famil
     # (CohereDecoderLayer, Cohere2DecoderLayer).
     Family("cohere", parallel_blocks=True, fp32_layernorm=True),
     Family("cohere2", parallel_blocks=True, fp32_layernorm=True, rotary_on_sliding_only=True),
+    # Falcon-7B, -40B and -180B: attention and an MLP without a gate side by side, from one LayerNorm or two over the
+    # same input (FalconDecoderLayer), and GPT-NeoX's module names (query_key_value, dense, dense_h_to_4h...).
+    Family("falcon", linear_names="gpt_neox", parallel_blocks=True, falcon_attention=True),
     Family("gpt_oss", fp32_normalised=True, half_rotary=True, eager_under_sdpa=True, router="gpt-oss",
            backward_by_moment=True, moe_autocast_measured=True, peft_linear_only=True),
 )}

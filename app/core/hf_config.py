@@ -31,6 +31,7 @@ from app.core.errors import DomainError
 from app.core.hf_more_families import (
     cohere2_architecture,
     cohere_architecture,
+    falcon_architecture,
     glm4_moe_architecture,
     gpt_neox_architecture,
     partial_rotary_factor,
@@ -43,7 +44,7 @@ from app.core.model_kinds import GELU_NAMES, MAX_MODEL_TYPE_CHARS, STANDARD_FIEL
 SUPPORTED_MODEL_TYPES: Final = ("gpt2", "llama", "mistral", "qwen2", "gemma", "gemma2", "phi3", "mixtral", "qwen3",
                                  "qwen3_moe", "qwen2_moe", "gemma3_text", "gemma3", "olmo2", "deepseek_v2", "deepseek_v3",
                                  "gpt_oss", "granite", "glm4", "starcoder2", "phi",
-                                 "gpt_neox", "glm4_moe", "cohere", "cohere2")
+                                 "gpt_neox", "glm4_moe", "cohere", "cohere2", "falcon")
 
 GEMMA_TYPES: Final = ("gemma", "gemma2", "gemma3_text")
 
@@ -92,6 +93,8 @@ def architecture_from_hf_config(config: Mapping[str, Any]) -> Architecture:
             return cohere_architecture(reader)
         if model_type == "cohere2":
             return cohere2_architecture(reader)
+        if model_type == "falcon":
+            return falcon_architecture(reader)
         return _llama_family(reader, model_type)
     except DomainError as error:
         if error.field.startswith(FIELD_PREFIX):

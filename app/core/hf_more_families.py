@@ -1,5 +1,5 @@
 """Readers of the families measured after the first (docs/VALIDATION.md, "More families"): StarCoder2, Phi, GPT-NeoX,
-GLM-4.5, Cohere and Cohere2, each with its configuration class's field names and defaults in transformers 5.24."""
+GLM-4.5, Cohere, Cohere2 and Falcon, each with its configuration class's field names and defaults in transformers 5.24."""
 
 from __future__ import annotations
 
@@ -274,3 +274,68 @@ def _cohere_common(reader: ConfigReader, model_type: str, *, head_dim: int | Non
         model_type=model_type,
         hidden_act=act,
     )
+
+
+def falcon_architecture(reader: ConfigReader) -> Architecture:
+    """Falcon-7B, -40B, -180B and Falcon2-11B as FalconForCausalLM builds them (modeling_falcon.py, transformers 5.24):
+    attention and an MLP without a gate (dense_h_to_4h, ``activation``, dense_4h_to_h) side by side, the query, key and
+    value in one ``query_key_value`` projection, rotary positions on the whole head, biases on every linear layer but
+    the output layer where ``bias``, LayerNorms with biases, the output layer tied to the embedding unless
+    ``tie_word_embeddings`` is false. Falcon-7B's layout (``multi_query``): one key/value head and one LayerNorm a
+    layer. ``new_decoder_architecture`` (Falcon-40B, -180B, Falcon2-11B): ``num_kv_heads`` key/value heads and
+    ``num_ln_in_parallel_attn`` LayerNorms of the layer's input (2 unless given). Refused, as not modelled: ALiBi
+    (``alibi``: falcon-rw), sequential blocks (``parallel_attn`` false), multi-head attention without the new
+    decoder architecture, the new one with a single key/value head, and dropout (``hidden_dropout``). Not read,
+    because it changes no parameter and no saved tensor with rotary positions: ``attention_dropout`` (used by ALiBi's
+    path only); nor ``rope_theta`` and ``layer_norm_epsilon``."""
+    d = CONFIG_DEFAULTS["falcon"]
+    for name, why in (("alibi", "Falcon's ALiBi positions are not modelled"),):
+        if reader.bool(name, False):
+            raise DomainError(reader._field(name), why)
+    if not reader.bool("parallel_attn", True):
+        raise DomainError(reader._field("parallel_attn"), "Falcon's sequential attention and MLP are not modelled")
+    if reader.float("hidden_dropout", 0.0):
+        raise DomainError(reader._field("hidden_dropout"), "Falcon's dropout of the summed blocks is not modelled")
+    new = reader.bool("new_decoder_architecture", False)
+    heads = reader.int("num_attention_heads", d["num_attention_heads"])
+    kv_heads = _falcon_kv_heads(reader, heads, new=new)
+    # FalconConfig.__post_init__ takes the older n_embed for hidden_size where given.
+    hidden = reader.int("n_embed" if reader.config.get("n_embed") is not None else "hidden_size", d["hidden_size"])
+    act = reader.str("activation", "gelu")
+    if act not in GELU_NAMES and act != "relu":
+        raise DomainError(reader._field("activation"), f"unsupported activation {act!r}")
+    bias = reader.bool("bias", False)
+    return Architecture(
+        num_hidden_layers=reader.layers("num_hidden_layers", d["num_hidden_layers"]),
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        intermediate_size=reader.int("ffn_hidden_size", 4 * hidden),
+        vocab_size=reader.int("vocab_size", d["vocab_size"]),
+        max_position_embeddings=reader.int("max_position_embeddings", DEFAULT_MAX_POSITIONS["falcon"]),
+        tie_word_embeddings=reader.bool("tie_word_embeddings", True),
+        attention_bias=bias,
+        mlp_bias=bias,
+        mlp="relu" if act == "relu" else "gelu",
+        norm="layernorm",
+        norms_per_layer=reader.int("num_ln_in_parallel_attn", 2) if new else 1,
+        position_embedding="rope",
+        fused_qkv=True,
+        model_type="falcon",
+        hidden_act=act,
+    )
+
+
+def _falcon_kv_heads(reader: ConfigReader, heads: int, *, new: bool) -> int:
+    """The key/value heads FalconAttention projects: ``num_kv_heads`` (heads unless given) with the new decoder
+    architecture, one with ``multi_query``; the rest is refused (see `falcon_architecture`)."""
+    if not new:
+        if not reader.bool("multi_query", True):
+            raise DomainError(reader._field("multi_query"), "Falcon's multi-head attention without "
+                                                            "new_decoder_architecture is not modelled")
+        return 1
+    kv_heads = reader.int("num_kv_heads", heads)
+    if kv_heads == 1 and heads > 1:
+        raise DomainError(reader._field("num_kv_heads"), "one key/value head with new_decoder_architecture is not "
+                                                         "modelled")
+    return kv_heads
