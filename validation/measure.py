@@ -335,15 +335,18 @@ def measured_parts(build: Callable[[], nn.Module], *, dtype: torch.dtype, vocab:
         out = model(input_ids=ids, labels=ids)
     saved = recorder.measurement()
     out.loss.backward()
-    layers = list(saved.layers)
+    layers, head = list(saved.layers), saved.head
     if not autocast:
         # Without autocast a kept cast of a parameter is one the model makes itself (DeepSeek's routers run their
-        # linear on an fp32 cast of the weight): a tensor the layer keeps like any other.
+        # linear on an fp32 cast of the weight; Cohere's LayerNorms multiply by one, the final norm's too): a tensor
+        # the layer or the head keeps like any other.
         for storage in saved.storages:
             if storage.kind == AUTOCAST_WEIGHT and storage.region.startswith("layer"):
                 layers[int(storage.region.removeprefix("layer"))] += storage.nbytes
+            elif storage.kind == AUTOCAST_WEIGHT and storage.region == HEAD:
+                head += storage.nbytes
     parts: dict[str, object] = {"params": sum(p.numel() for p in model.parameters()), "layers": layers,
-                                "embedding": saved.embedding, "head": saved.head}
+                                "embedding": saved.embedding, "head": head}
     if autocast:
         copies = defaultdict(int)
         for storage in saved.storages:

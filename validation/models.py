@@ -284,6 +284,53 @@ def _glm4_moe_dense_first(size: Size) -> PretrainedConfig:
     return config
 
 
+def _cohere(size: Size) -> PretrainedConfig:
+    # Command R's layout: one fp32 LayerNorm without a bias feeding attention and the MLP side by side, cos and sin
+    # interleaved, a gated MLP, tied embeddings, logits times logit_scale.
+    return transformers.CohereConfig(
+        hidden_size=size.hidden, num_hidden_layers=size.layers, num_attention_heads=size.heads,
+        num_key_value_heads=size.kv_heads, intermediate_size=size.intermediate, vocab_size=size.vocab,
+        max_position_embeddings=size.positions, pad_token_id=0, bos_token_id=0, eos_token_id=1,
+    )
+
+
+def _cohere2(size: Size) -> PretrainedConfig:
+    # Command R7B's layout: Cohere's, with every layer but the first attending within a window of 16 (shorter than
+    # the sequence) and alone rotating Q and K; the first attends in full without positions.
+    return transformers.Cohere2Config(
+        hidden_size=size.hidden, num_hidden_layers=size.layers, num_attention_heads=size.heads,
+        num_key_value_heads=size.kv_heads, intermediate_size=size.intermediate, vocab_size=size.vocab,
+        max_position_embeddings=size.positions, pad_token_id=0, bos_token_id=0, eos_token_id=1, sliding_window=16,
+        layer_types=["full_attention"] + ["sliding_attention"] * (size.layers - 1),
+    )
+
+
+def _falcon(size: Size) -> PretrainedConfig:
+    # Falcon-7B's layout (tiiuae/falcon-7b's config.json): multi-query attention, one LayerNorm feeding attention and
+    # the MLP side by side, no biases, rotary positions, exact gelu, no dropout.
+    return transformers.FalconConfig(
+        hidden_size=size.hidden, num_hidden_layers=size.layers, num_attention_heads=size.heads,
+        ffn_hidden_size=size.intermediate, vocab_size=size.vocab, max_position_embeddings=size.positions,
+        new_decoder_architecture=False, multi_query=True, parallel_attn=True, bias=False, bos_token_id=0,
+        eos_token_id=0,
+    )
+
+
+def _falcon_new_decoder(size: Size) -> PretrainedConfig:
+    # Falcon-40B's and -180B's layout: the new decoder architecture, grouped key/value heads broadcast to every head,
+    # two LayerNorms of the layer's input.
+    config = _falcon(size)
+    config.new_decoder_architecture, config.num_kv_heads = True, size.kv_heads
+    return config
+
+
+def _falcon_one_norm(size: Size) -> PretrainedConfig:
+    # Falcon2-11B's layout: the new decoder architecture with one LayerNorm a layer (num_ln_in_parallel_attn 1).
+    config = _falcon_new_decoder(size)
+    config.num_ln_in_parallel_attn = 1
+    return config
+
+
 FAMILIES: dict[str, Callable[[Size], PretrainedConfig]] = {
     "gpt2": _gpt2,
     "gpt2-no-dropout": _gpt2_no_dropout,
@@ -313,6 +360,11 @@ FAMILIES: dict[str, Callable[[Size], PretrainedConfig]] = {
     "gpt_neox": _gpt_neox,
     "glm4_moe": _glm4_moe,
     "glm4_moe-dense-first": _glm4_moe_dense_first,
+    "cohere": _cohere,
+    "cohere2": _cohere2,
+    "falcon": _falcon,
+    "falcon-new-decoder": _falcon_new_decoder,
+    "falcon-new-decoder-one-norm": _falcon_one_norm,
 }
 
 # Dtypes of the precision presets the harness runs.

@@ -1,6 +1,7 @@
-"""More families measured: transformers' Granite, GLM-4-0414, StarCoder2, Phi-2, GPT-NeoX and GLM-4.5 on CPU.
+"""More families measured: transformers' Granite, GLM-4-0414, StarCoder2, Phi-2, GPT-NeoX, GLM-4.5, Cohere, Cohere2 and
+Falcon on CPU.
 
-Small models built from a config (no download), two layers each, from the builders in validation/models.py; each
+Small models built from a config (no download), two layers each (Cohere2 three), from the builders in validation/models.py; each
 case compares, to the byte, the parameter count the model class has, and the tensors autograd keeps in each layer,
 the embedding and the head (validation/measure.py's recorder), in bf16 and fp32, under sdpa and eager attention,
 with grouped, multi-query and multi-head attention. The peak of two training steps is measured by the timeline
@@ -51,13 +52,33 @@ LAYOUTS: Final = {
                 "half of each head rotated and joined by torch.cat, and DeepSeek-V3's mixture in every layer (a sigmoid "
                 "router in fp32 over two groups, eight experts, two per token, a shared expert); the "
                 "glm4_moe-dense-first rows keep the first layer dense and leave out the Q/K norms (GLM-4.5-Air's)",
+    "cohere": "Command R (CohereForCausalLM): one LayerNorm a layer without a bias, written as fp32 operations that "
+              "keep both of its centred copies, its normalised tensor and its weight's fp32 cast, feeding attention "
+              "and a gated MLP side by side, cos and sin interleaved, Q and K rotated in fp32, tied embeddings and "
+              "the logits times logit_scale",
+    "cohere2": "Command R7B (Cohere2ForCausalLM): Cohere's layer, three layers here, the first attending in full "
+               "without positions, the other two within a window of 16 and alone rotating Q and K; sdpa is handed "
+               "the window as a mask from a sequence as long as the window (the s16 rows) up",
+    "falcon": "Falcon-7B (FalconForCausalLM): multi-query attention in one query_key_value projection, K and V indexed "
+              "out of it (two int64 indices kept), one LayerNorm feeding attention and an MLP without a gate (gelu) "
+              "side by side, no biases; the causal mask always materialised, sdpa handed K and V with their one head "
+              "(torch's math path, in fp32 on CPU), eager's softmax in the activations' dtype",
+    "falcon-new-decoder": "Falcon-40B and -180B's new decoder architecture: grouped K and V broadcast to every head "
+                          "before attention, two LayerNorms of the layer's input (kept once), sdpa's kernel keeping the "
+                          "mask; the falcon-new-decoder-one-norm rows have one LayerNorm (Falcon2-11B's)",
 }
-# Families without grouped heads, measured with as many K/V heads as query heads.
-MULTI_HEAD_ONLY: Final = ("gpt_neox",)
+# Families measured with three layers: Cohere2's two rotating layers share the model's cos and sin, which the harness
+# counts with the embedding (where trainmem places them) only when more than one layer keeps them.
+LAYERS: Final = {"cohere2": 3}
+# K/V heads each family is measured with, for the three shapes (b2 s32, b1 s48, b3 s16) and in the variants (in
+# place of 1, 2, 4): as many as query heads without grouped heads (GPT-NeoX), one for multi-query attention
+# (Falcon-7B), two or more for Falcon's new decoder architecture.
+KV_HEADS: Final = {"gpt_neox": (4, 4, 4), "falcon": (1, 1, 1), "falcon-new-decoder": (2, 4, 2)}
+VARIANT_KV_HEADS: Final = {"falcon-new-decoder-one-norm": (2, 4)}
 # Variants measured beside each family's plain configuration (validation/models.py builds them).
-VARIANTS: Final = ("starcoder2-dropout-window", "phi-dropout", "glm4_moe-dense-first")
+VARIANTS: Final = ("starcoder2-dropout-window", "phi-dropout", "glm4_moe-dense-first", "falcon-new-decoder-one-norm")
 # Families whose layer backward is not modelled yet: their peaks where it decides are published with the warning.
-UNMODELLED_BACKWARD: Final = ("phi", "gpt_neox")
+UNMODELLED_BACKWARD: Final = ("phi", "gpt_neox", "cohere", "cohere2", "falcon", "falcon-new-decoder")
 
 
 # What decides the peak under recomputation with a small vocabulary (the "ckpt" rows): a layer's backward.
@@ -83,13 +104,15 @@ class Case:
     batch: int
     seq: int
     kv_heads: int = 2
+    layers: int = 2
 
     @property
     def label(self) -> str:
-        return f"{self.family} kv{self.kv_heads} {self.precision} {self.attention} b{self.batch} s{self.seq}"
+        shown = f" L{self.layers}" if self.layers != 2 else ""
+        return f"{self.family}{shown} kv{self.kv_heads} {self.precision} {self.attention} b{self.batch} s{self.seq}"
 
     def config(self) -> PretrainedConfig:
-        size = Size(hidden=64, layers=2, heads=4, kv_heads=self.kv_heads, intermediate=96, vocab=VOCAB, positions=256,
+        size = Size(hidden=64, layers=self.layers, heads=4, kv_heads=self.kv_heads, intermediate=96, vocab=VOCAB, positions=256,
                     head_dim=32)
         config = FAMILIES[self.family](size)
         config._attn_implementation = self.attention
@@ -100,11 +123,11 @@ class Case:
 
 
 CASES: Final = (
-    *(Case(family, precision, attention, batch, seq, 4 if family in MULTI_HEAD_ONLY else kv)
+    *(Case(family, precision, attention, batch, seq, kv, LAYERS.get(family, 2))
       for family in LAYOUTS for precision in ("bf16", "fp32") for attention in ("sdpa", "eager")
-      for batch, seq, kv in ((2, 32, 2), (1, 48, 4), (3, 16, 1))),
+      for (batch, seq), kv in zip(((2, 32), (1, 48), (3, 16)), KV_HEADS.get(family, (2, 4, 1)), strict=True)),
     *(Case(family, precision, attention, 2, 32, kv) for family in VARIANTS for precision in ("bf16", "fp32")
-      for attention in ("sdpa", "eager") for kv in (1, 2, 4)),
+      for attention in ("sdpa", "eager") for kv in VARIANT_KV_HEADS.get(family, (1, 2, 4))),
 )
 
 
@@ -152,12 +175,12 @@ def unmodelled_cases() -> tuple:
 
 
 def _size(family: str) -> Size:
-    kv = 4 if family in MULTI_HEAD_ONLY else 2
+    kv = max(KV_HEADS.get(family, (2,))[0], 2)  # Falcon-7B's builder makes its one K/V head itself
     return Size(hidden=256, layers=4, heads=4, kv_heads=kv, intermediate=512, vocab=2048, head_dim=64)
 
 
 def _long(family: str) -> Size:
-    kv = 4 if family in MULTI_HEAD_ONLY else 2
+    kv = max(KV_HEADS.get(family, (2,))[0], 2)
     return Size(hidden=256, layers=4, heads=4, kv_heads=kv, intermediate=1024, vocab=512, head_dim=64)
 
 
@@ -176,9 +199,12 @@ def section(rows: list[tuple[Case, dict, dict]], peaks: list, unmodelled: list) 
                      f"{measured['head']:,} | {'exact' if measured == predicted else 'differs'} |")
     lines += ["", "The peak of two training steps (the timeline harness):", "", *peak_table(peaks), "",
               *BACKWARD_NOTES, "",
-              "Not modelled yet: the layer backward of Phi-2 and GPT-NeoX (attention and the MLP side by side, the "
-              "MLP without a gate). Where it decides the peak the estimate comes out low (Phi-2 by 7.5%, GPT-NeoX by "
-              "2.7% here; by 8.6% and 3.6% with I/h 6), and says so in a warning (`unmodelled_cases`):", "",
+              "Not modelled yet: the layer backward of Phi-2, GPT-NeoX and Falcon (attention and the MLP side by "
+              "side, the MLP without a gate) and of Cohere and Cohere2 (attention and the gated MLP side by side after "
+              "one fp32 LayerNorm, whose backward runs in fp32). Where it decides the peak the estimate comes out low "
+              "(Phi-2 by 7.5%, GPT-NeoX by 2.7% here, by 8.6% and 3.6% with I/h 6; Cohere by 6.4% and 6.6%, Cohere2 "
+              "by 8.3% and 8.7%; Falcon-7B's layout by 1.7% and 1.6%, Falcon-40B's by 5.8% and 4.5%), and says so in "
+              "a warning (`unmodelled_cases`):", "",
               *peak_table(unmodelled), ""]
     return lines
 

@@ -105,8 +105,9 @@ def layer_activations(arch: Architecture, setup: ActivationSetup, role: Role = "
 
 def _window_masked(arch: Architecture, setup: ActivationSetup) -> bool:
     """Whether transformers hands sdpa the sliding window as a mask: sdpa with sliding-window layers and a
-    sequence longer than the window (shorter ones need no mask beyond the causal one sdpa applies itself)."""
-    return bool(arch.sliding_window_layers and arch.sliding_window is not None and setup.seq_len > arch.sliding_window
+    sequence at least as long as the window (masking_utils._ignore_causal_mask_sdpa, transformers 5.24, skips the mask
+    only below it; measured at a sequence equal to the window: docs/VALIDATION.md, "More families")."""
+    return bool(arch.sliding_window_layers and arch.sliding_window is not None and setup.seq_len >= arch.sliding_window
                 and setup.implementation != "megatron" and setup.attention == "sdpa")
 
 
@@ -115,8 +116,8 @@ def sliding_window_layer(arch: Architecture, setup: ActivationSetup, role: Role 
 
     A sliding-window layer computes the same tensors as a full-attention one; only the mask differs. Eager
     attention adds the mask to the scores (an add keeps nothing) and a fused kernel given the window needs no
-    mask, so they keep the same (`layer_activations`). sdpa is the exception once the sequence is longer than
-    the window (Gemma 3 in transformers 5.24; measured on CPU and on a GPU: docs/VALIDATION.md): transformers
+    mask, so they keep the same (`layer_activations`). sdpa is the exception once the sequence reaches the
+    window (Gemma 3 in transformers 5.24; measured on CPU and on a GPU: docs/VALIDATION.md): transformers
     then passes the window as a b x 1 x s x s boolean mask, which sdpa converts to the query's dtype and the
     kernel keeps for its backward (one per layer). A mask rules out sdpa's grouped-query path
     (integrations/sdpa_attention.py, use_gqa_in_sdpa), so K and V are repeated to all a heads first

@@ -210,6 +210,10 @@ class Architecture:
         return self.attention_bias if self.qkv_bias is None else self.qkv_bias
 
     @property
+    def has_norm_bias(self) -> bool:  # a LayerNorm's bias; CohereLayerNorm has a weight only
+        return self.norm == "layernorm" and not family_of(self).fp32_layernorm
+
+    @property
     def is_moe(self) -> bool:
         return self.num_local_experts > 0
 
@@ -415,7 +419,7 @@ def layer_tensors(arch: Architecture, *, dense: bool = False) -> tuple[ParamTens
 
     for index in range(arch.norms_per_layer):
         tensors.append(ParamTensor(f"norm{index}.weight", (arch.hidden_size,)))
-        if arch.norm == "layernorm":
+        if arch.has_norm_bias:
             tensors.append(ParamTensor(f"norm{index}.bias", (arch.hidden_size,)))
     return tuple(tensors)
 
@@ -541,7 +545,7 @@ def head_tensors(arch: Architecture) -> tuple[ParamTensor, ...]:
     """Tensors of the last pipeline stage outside the layers: the final norm and, if untied, the output layer."""
     h = arch.hidden_size
     tensors = [ParamTensor("final_norm.weight", (h,))]
-    if arch.norm == "layernorm":
+    if arch.has_norm_bias:
         tensors.append(ParamTensor("final_norm.bias", (h,)))
     if not arch.tie_word_embeddings:
         tensors.append(ParamTensor("lm_head.weight", (arch.vocab_size, h), "vocab", 0, True))

@@ -13,7 +13,8 @@ DEFAULT_MAX_POSITIONS: Final = {"llama": 2048, "mistral": 131072, "qwen2": 32768
                                 "mixtral": 131072, "qwen3": 32768, "qwen3_moe": 32768, "gemma3_text": 131072,
                                 "olmo2": 2048, "granite": 2048, "glm4": 131072,
                                 "starcoder2": 4096, "phi": 2048, "gpt_neox": 2048,
-                                "glm4_moe": 131072}
+                                "glm4_moe": 131072, "cohere": 8192, "cohere2": 8192,
+                                "falcon": 2048}
 
 # Every dimension a config.json may leave out, for the model types whose configuration class gives each one a
 # default (transformers 5.24): Gemma3TextConfig (configuration_gemma3.py; a Gemma 3 config.json for the 4B, 12B
@@ -41,6 +42,12 @@ CONFIG_DEFAULTS: Final[dict[str, dict[str, int]]] = {
                  "num_attention_heads": 96, "num_key_value_heads": 8, "moe_intermediate_size": 1408,
                  "num_experts_per_tok": 8, "n_shared_experts": 1, "n_routed_experts": 128,
                  "first_k_dense_replace": 1},
+    # CohereConfig (configuration_cohere.py) and Cohere2Config (configuration_cohere2.py), transformers 5.24: the same
+    # numbers, Command R's (CohereForAI/c4ai-command-r-v01).
+    **{model_type: {"vocab_size": 256_000, "hidden_size": 8192, "intermediate_size": 22528, "num_hidden_layers": 40,
+                    "num_attention_heads": 64} for model_type in ("cohere", "cohere2")},
+    # FalconConfig (configuration_falcon.py), transformers 5.24: Falcon-7B's numbers (ffn_hidden_size 4 × hidden).
+    "falcon": {"vocab_size": 65024, "hidden_size": 4544, "num_hidden_layers": 32, "num_attention_heads": 71},
     "glm4": {"vocab_size": 151_552, "hidden_size": 4096, "intermediate_size": 13696, "num_hidden_layers": 40,
              "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128},
 }
@@ -50,6 +57,10 @@ GLM4_PARTIAL_ROTARY: Final = 0.5
 PHI_PARTIAL_ROTARY: Final = 0.5
 # GPTNeoXConfig's: rotary_pct 0.25 (a quarter of each head turns).
 GPT_NEOX_PARTIAL_ROTARY: Final = 0.25
+# Cohere2Config: sliding_window 4096, and without layer_types every sliding_window_pattern-th layer (4) attends to
+# all tokens, the others within the window.
+COHERE2_SLIDING_WINDOW: Final = 4096
+COHERE2_SLIDING_WINDOW_PATTERN: Final = 4
 # DeepseekV3Config's defaults (configuration_deepseek_v3.py, transformers 5.24), which are DeepSeek-V3's own
 # config.json numbers (https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json) except
 # max_position_embeddings (4096 in the class, 163840 in the checkpoint's file).

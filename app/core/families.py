@@ -43,6 +43,10 @@ class Family:
     # Gemma3RMSNorm likewise), OLMo 2's and gpt-oss's by the weight itself (Olmo2RMSNorm, GptOssRMSNorm).
     fp32_normalised: bool = False
     one_plus_weight: bool = False
+    # LayerNorm written as fp32 operations, with a weight and no bias (CohereLayerNorm, modeling_cohere.py and
+    # modeling_cohere2.py): it centres its fp32 input twice (for the variance and for the output), and keeps both
+    # centred copies, the reciprocal standard deviation, the normalised tensor and the weight's fp32 cast, all fp32.
+    fp32_layernorm: bool = False
     # The rotary embedding returns cos and sin in fp32, not cast to the activations' dtype (modeling_olmo2.py,
     # Olmo2RotaryEmbedding.forward; apply_rotary_pos_emb casts the rotated Q and K back).
     fp32_rotary: bool = False
@@ -66,6 +70,13 @@ class Family:
     # Each layer interleaves cos and sin afresh (``cos[..., : d // 2].repeat_interleave(2)``) and its multiplies keep
     # those copies; the model's own cos and sin are kept by nothing (modeling_glm4.py, apply_rotary_pos_emb).
     rotary_per_layer: bool = False
+    # Only the sliding-window layers rotate Q and K; the others attend without positions (Cohere2Attention.forward,
+    # modeling_cohere2.py: ``if self.sliding_window is not None: apply_rotary_pos_emb``).
+    rotary_on_sliding_only: bool = False
+    # Falcon's own attention (FalconAttention, modeling_falcon.py): K and V indexed out of the fused QKV output (two
+    # int64 indices kept), a mask always materialised for sdpa, eager's softmax in the activations' dtype, and
+    # multi-query K and V handed to sdpa with their one head (`saved.falcon`).
+    falcon_attention: bool = False
     # Mixtures of experts
     router: Router = "softmax"
     # The experts multiply by the router's fp32 weights as they are (Mixtral, DeepSeek; a custom mixture is modelled
@@ -113,6 +124,13 @@ FAMILIES: Final[dict[str | None, Family]] = {family.model_type: family for famil
     # GLM-4.5's mixture: DeepSeek-V3's router and experts (Glm4MoeTopkRouter, Glm4MoeMoE in modeling_glm4_moe.py).
     Family("glm4_moe", router="deepseek-v3", fp32_routing=True, deepseek_experts=True, rotary_cat=True,
            peft_wraps_experts=True, peft_leaves_shared=True),
+    # Command R (cohere) and Command R7B / A (cohere2): one LayerNorm feeding attention and the MLP side by side
+    # (CohereDecoderLayer, Cohere2DecoderLayer).
+    Family("cohere", parallel_blocks=True, fp32_layernorm=True),
+    Family("cohere2", parallel_blocks=True, fp32_layernorm=True, rotary_on_sliding_only=True),
+    # Falcon-7B, -40B and -180B: attention and an MLP without a gate side by side, from one LayerNorm or two over the
+    # same input (FalconDecoderLayer), and GPT-NeoX's module names (query_key_value, dense, dense_h_to_4h...).
+    Family("falcon", linear_names="gpt_neox", parallel_blocks=True, falcon_attention=True),
     Family("gpt_oss", fp32_normalised=True, half_rotary=True, eager_under_sdpa=True, router="gpt-oss",
            backward_by_moment=True, moe_autocast_measured=True, peft_linear_only=True),
 )}

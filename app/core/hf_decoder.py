@@ -17,7 +17,7 @@ from app.core.config_defaults import (
 )
 from app.core.errors import DomainError
 from app.core.hf_more_families import partial_rotary_factor
-from app.core.hf_reader import FIELD_PREFIX, ConfigReader, output_router_logits
+from app.core.hf_reader import FIELD_PREFIX, ConfigReader, output_router_logits, window_layers
 from app.core.model_kinds import GELU_NAMES
 
 
@@ -184,20 +184,6 @@ def _sliding_window(reader: ConfigReader, layers: int) -> tuple[int | None, int]
         if pattern < 1:
             raise DomainError(reader._field("sliding_window_pattern"), f"must be at least 1, got {pattern}")
     return window_layers(reader, layers, pattern=pattern, window=GEMMA3_SLIDING_WINDOW)
-
-
-def window_layers(reader: ConfigReader, layers: int, *, pattern: int, window: int | None) -> tuple[int | None, int]:
-    """The window and how many layers attend within it: those ``layer_types`` names ``sliding_attention``, or without
-    layer_types all but every `pattern`-th; `window` is the configuration class's default ``sliding_window``."""
-    layer_types = reader.str_list("layer_types")
-    if layer_types is None:
-        layer_types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)]
-    elif len(layer_types) != layers:
-        raise DomainError(reader._field("layer_types"), f"must name {layers} layers (num_hidden_layers), "
-                                                        f"got {len(layer_types)}")
-    sliding = sum(kind == "sliding_attention" for kind in layer_types)
-    span = reader.optional_int("sliding_window", window)
-    return (span, sliding) if span is not None and sliding else (None, 0)
 
 
 def glm4_architecture(reader: ConfigReader) -> Architecture:

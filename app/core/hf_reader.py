@@ -94,3 +94,17 @@ def output_router_logits(reader: ConfigReader) -> bool:
     """
     reader.float("router_aux_loss_coef", 0.0)
     return reader.bool("output_router_logits", False)
+
+
+def window_layers(reader: ConfigReader, layers: int, *, pattern: int, window: int | None) -> tuple[int | None, int]:
+    """The window and how many layers attend within it: those ``layer_types`` names ``sliding_attention``, or without
+    layer_types all but every `pattern`-th; `window` is the configuration class's default ``sliding_window``."""
+    layer_types = reader.str_list("layer_types")
+    if layer_types is None:
+        layer_types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)]
+    elif len(layer_types) != layers:
+        raise DomainError(reader._field("layer_types"), f"must name {layers} layers (num_hidden_layers), "
+                                                        f"got {len(layer_types)}")
+    sliding = sum(kind == "sliding_attention" for kind in layer_types)
+    span = reader.optional_int("sliding_window", window)
+    return (span, sliding) if span is not None and sliding else (None, 0)

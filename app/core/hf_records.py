@@ -23,6 +23,9 @@ from app.core.hf_mixtures import (
     qwen2_moe_architecture,
 )
 from app.core.hf_more_families import (
+    cohere2_architecture,
+    cohere_architecture,
+    falcon_architecture,
     glm4_moe_architecture,
     gpt_neox_architecture,
     phi_architecture,
@@ -90,4 +93,7 @@ RECORDS: Final[dict[str, ConfigRecord]] = {record.model_type: record for record 
     ConfigRecord("phi", phi_architecture),
     ConfigRecord("gpt_neox", gpt_neox_architecture),
     ConfigRecord("glm4_moe", glm4_moe_architecture),
+    ConfigRecord("cohere", cohere_architecture),
+    ConfigRecord("cohere2", cohere2_architecture),
+    ConfigRecord("falcon", falcon_architecture),
 )}

@@ -27,7 +27,7 @@ _KINDS: Final = {
     "a hybrid of attention and state-space layers": ("jamba", "zamba", "zamba2", "falcon_h1", "bamba"),
     "a recurrent model": ("recurrent_gemma", "rwkv", "xlstm"),
     # Decoders whose MLP has no gate (fc1, activation, fc2), some with attention and MLP in parallel.
-    "a decoder with an MLP without a gate": ("gpt_bigcode", "falcon", "gptj",
+    "a decoder with an MLP without a gate": ("gpt_bigcode", "gptj",
                                              "gpt_neo", "codegen", "opt", "bloom", "mpt"),
 }
 NOT_DECODERS: Final = {model_type: kind for kind, types in _KINDS.items() for model_type in types}

@@ -207,6 +207,8 @@ def _layer_backward_unmodelled(arch: Architecture, training: Training, experts_b
         return "dropout"
     if not arch.is_gated and not family_of(arch).ungated_backward_measured:
         return "an MLP without a gate"
+    if family_of(arch).fp32_layernorm:  # Cohere's: the blocks side by side, the norm's backward in fp32
+        return "attention and the MLP side by side after one fp32 LayerNorm"
     return ""
 
 

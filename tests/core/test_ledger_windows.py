@@ -59,8 +59,11 @@ def test_no_extra_without_sdpa(attention: Any) -> None:
 
 
 def test_within_the_window_no_extra_and_full_recomputation_keeps_inputs_only() -> None:
-    setup = core.activation_setup(core.Training(seq_len=512, attention="sdpa"), core.Parallelism())
-    assert layers_bytes(512) == 26 * act.total_bytes(act.layer_activations(ARCH, setup))
+    # Shorter than the 512-token window: no mask (transformers adds it from a sequence as long as the window)
+    setup = core.activation_setup(core.Training(seq_len=511, attention="sdpa"), core.Parallelism())
+    assert layers_bytes(511) == 26 * act.total_bytes(act.layer_activations(ARCH, setup))
+    at_window = core.activation_setup(core.Training(seq_len=512, attention="sdpa"), core.Parallelism())
+    assert layers_bytes(512) > 26 * act.total_bytes(act.layer_activations(ARCH, at_window))
     assert layers_bytes(8192, "full") == 26 * 8192 * 1152 * 2  # each layer's bf16 input, h = 1,152
 
 

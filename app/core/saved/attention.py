@@ -15,6 +15,7 @@ from app.core.saved.common import (
     Kernel,
     _Saved,
 )
+from app.core.saved.falcon import falcon_attention, falcon_kernel
 from app.core.units import ceil_div
 
 
@@ -42,6 +43,8 @@ def attention_kernel(arch: Architecture, setup: ActivationSetup) -> Kernel:
         return choice  # an already resolved kernel
     if choice == "sdpa" and family_of(arch).eager_under_sdpa:
         return "eager"
+    if choice == "sdpa" and family_of(arch).falcon_attention:
+        return falcon_kernel(arch, setup)
     unequal_heads = arch.is_mla and arch.v_head_dim != arch.head_size and choice == "sdpa"
     if setup.device == "cpu" or choice == "flash":
         return "math" if unequal_heads or _cpu_sdpa_falls_back_to_math(arch, setup) else "flash"
@@ -58,7 +61,9 @@ def _hf_attention(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, 
                   grads: tuple[bool, bool, bool] = (True, True, True)) -> None:
     """`grads`: whether Q, K and V need gradients (in the lowest trainable layer, only those with adapters do)."""
     kernel = attention_kernel(arch, setup)
-    if kernel == "eager" and arch.attention_sinks:
+    if family_of(arch).falcon_attention:
+        falcon_attention(saved, arch, setup, kernel=kernel, out_proj_input=out_proj_input, grads=grads)
+    elif kernel == "eager" and arch.attention_sinks:
         _hf_sink_eager_attention(saved, arch, setup, out_proj_input=out_proj_input, grads=grads)
     elif kernel == "eager":
         _hf_eager_attention(saved, arch, setup, out_proj_input=out_proj_input, grads=grads)

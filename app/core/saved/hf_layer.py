@@ -184,7 +184,7 @@ def _hf_embedding(arch: Architecture, setup: ActivationSetup) -> list[SavedTenso
     if arch.position_embedding == "learned":
         if embeddings_train(setup.finetuning):  # for the position table's gradient
             saved.add("embed.position_ids", s, INDEX_BYTES, "none")
-    elif not family_of(arch).rotary_per_layer:  # GLM-4's layers keep copies of their own (`_hf_layer`)
+    elif not family_of(arch).rotary_per_layer and _some_layer_rotates(arch):  # GLM-4's layers keep their own
         # cos and sin, computed once per forward and kept by every layer's rotary multiply; Gemma 3 computes a
         # pair for each kind of layer (its sliding-window layers rotate with another base), in the stream's dtype;
         # gpt-oss's are half a head wide.
@@ -201,6 +201,12 @@ def _hf_embedding(arch: Architecture, setup: ActivationSetup) -> list[SavedTenso
     if arch.extra("embedding_dropout", arch.dropout) > 0:  # Phi's and StarCoder2's own probability, where read
         saved.mask("embed.dropout_mask", n * h, setup.stream_bytes, "sequence")
     return saved.items
+
+
+def _some_layer_rotates(arch: Architecture) -> bool:
+    """Whether any layer keeps the rotary cos and sin: not where only the sliding-window layers rotate and there are
+    none (Cohere2 with every layer attending in full, or a null ``sliding_window``)."""
+    return not family_of(arch).rotary_on_sliding_only or arch.sliding_window_layers > 0
 
 
 def _hf_head(arch: Architecture, setup: ActivationSetup) -> list[SavedTensor]:

@@ -42,6 +42,9 @@ def _hf_norm(saved: _Saved, prefix: str, arch: Architecture, setup: ActivationSe
         return
     n, h = setup.tokens, arch.hidden_size
     ws = setup.stream_bytes
+    if family_of(arch).fp32_layernorm:
+        _fp32_layernorm(saved, prefix, arch, setup, weight_grad=weight_grad, input_grad=input_grad)
+        return
     if arch.norm == "layernorm":
         stats_bytes = ws if setup.device == "cpu" else FP32_BYTES
         if not input_kept:
@@ -57,6 +60,23 @@ def _hf_norm(saved: _Saved, prefix: str, arch: Architecture, setup: ActivationSe
         saved.add(f"{prefix}.normalised", n * h, FP32_BYTES if fp32_normalised else ws, "sequence")
     if input_grad and family_of(arch).one_plus_weight:
         saved.add(f"{prefix}.one_plus_weight_fp32", h, FP32_BYTES, "none")
+
+
+def _fp32_layernorm(saved: _Saved, prefix: str, arch: Architecture, setup: ActivationSetup, *,
+                    weight_grad: bool, input_grad: bool) -> None:
+    """CohereLayerNorm (modeling_cohere.py, transformers 5.24): ``x`` cast to fp32, ``c = x - mean`` computed twice,
+    ``c.pow(2)`` keeping the first, ``c * rsqrt(var + eps)`` the second and the fp32 reciprocal standard deviation
+    (n), the weight's fp32 cast times that normalised tensor, cast back. For the input's gradient: 2·n·h + n fp32
+    and the weight's cast (h fp32, a copy unless the weights are fp32 already); for the weight's: the normalised
+    n·h fp32. Measured on CPU (docs/VALIDATION.md, "More families")."""
+    n, h = setup.tokens, arch.hidden_size
+    if input_grad:
+        saved.add(f"{prefix}.centred_fp32 (x2)", 2 * n * h, FP32_BYTES, "sequence")
+        saved.add(f"{prefix}.rstd", n, FP32_BYTES, "sequence")
+        if setup.precision.bits("weights") != 8 * FP32_BYTES:
+            saved.add(f"{prefix}.weight_fp32", h, FP32_BYTES, "none")
+    if weight_grad:
+        saved.add(f"{prefix}.normalised", n * h, FP32_BYTES, "sequence")
 
 
 def _hf_linear_input(saved: _Saved, name: str, consumers: int, arch: Architecture, setup: ActivationSetup) -> None:
