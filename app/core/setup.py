@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from app.core import activations as act
+from app.core.activation_offload import ACTIVATION_OFFLOADS
 from app.core.allocator import ALLOCATORS
 from app.core.architecture import MAX_LAYERS
 from app.core.errors import DomainError
@@ -305,6 +306,13 @@ class Training:
         "With full recomputation, recompute only the first N layers of each pipeline stage and keep everything of the "
         "rest, as Megatron-LM's --recompute-method block --recompute-num-layers N does. null: every layer. Not with "
         "recompute_every.", low=1, high=MAX_LAYERS, nullable=True)
+    # Saved activations moved to host memory (`app.core.activation_offload`)
+    activation_offload: str = declared(
+        "none", "choice", "Activation offloading",
+        "none; torchtune: torchtune's enable_activation_offloading, which copies each layer's input saved for its "
+        "recomputation to pinned host memory (the answer's host section) and keeps on the GPU only the copies in "
+        "flight. Needs activation_checkpointing full on every layer, the transformers implementation and one "
+        "pipeline stage.", choices=ACTIVATION_OFFLOADS)
     attention: act.Attention = declared(
         "sdpa", "choice", "Attention kernel",
         "eager stores the s × s score matrix; flash is a fused kernel that does not; sdpa is the kernel PyTorch's "

@@ -79,6 +79,9 @@ PAGE_HELP: Final[dict[str, str]] = {
     "i % k == 0) and the others keep all they save, as torchtitan's selective_ac_option does (its default is 2).",
     "recompute_first_layers": "Blank: every layer. N: only the first N layers of each stage are recomputed, the "
     "rest keep all they save (Megatron-LM's --recompute-method block --recompute-num-layers N).",
+    "activation_offload": "torchtune: each layer's input kept for its recomputation is copied to pinned host "
+    "memory in forward and back in backward (torchtune's enable_activation_offloading); the GPU keeps only the last "
+    "few copies in flight. Needs full recomputation of every layer, Hugging Face's modules and one pipeline stage.",
     "first_stage_layers": "Blank: an even split. Decoder layers on the first stage; fewer where the embedding sits "
     "balance the stages (Megatron-LM's --decoder-first-pipeline-num-layers). The other stages share the rest "
     "evenly, at least one each; with two stages, first and last add up to the layers.",
