@@ -23,8 +23,8 @@ class ActivationOffloading(StageBase):
         self.add("activations.layers", "activations", label + ", in host memory", f"{text}, moved", 0, 0, life)
         host = inputs * pinned_bytes(each)
         self.host.append(Buffer(
-            "activations.offloaded", "activations", f"{inputs} layers' inputs saved for recomputation (in host memory, "
-            f"{offload.label})", f"{inputs} × {pinned_bytes(each):,} B (each {each:,} B rounded up to a power of two "
+            "activations.offloaded", "activations", f"{inputs} layers' inputs saved for recomputation (in host memory)",
+            f"{inputs} × {pinned_bytes(each):,} B (each {each:,} B rounded up to a power of two "
             "by the pinned allocator)", host, host * self.ranks * self.kind.count, life, self.names))
         stash = min(offload.forward_stash, inputs)
         self.add("activations.offload_stash", "activations",
