@@ -357,9 +357,10 @@ def _activation_offload(job: Job) -> list[Candidate]:
         return []
     change: dict[str, object] = {"training.activation_offload": "torchtune"}
     partial = training.recompute_every != 1 or training.recompute_first_layers is not None
-    if training.activation_checkpointing != "full" or partial:
-        change |= {"training.activation_checkpointing": "full", "training.recompute_every": 1,
-                   "training.recompute_first_layers": None}
+    if training.activation_checkpointing != "full":
+        change["training.activation_checkpointing"] = "full"
+    if partial:
+        change |= {"training.recompute_every": 1, "training.recompute_first_layers": None}
     each = act.total_bytes(act.checkpointed_layer_activations(arch, activation_setup(training, p), "full"))
     layers = arch.num_hidden_layers
     host, moved = layers * pinned_bytes(each), 2 * layers * each * training.gradient_accumulation_steps

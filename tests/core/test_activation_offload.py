@@ -104,3 +104,12 @@ def test_without_recomputation_the_fix_turns_it_on_too():
     offered = [fix for fix in fixes(job) if "training.activation_offload" in fix.change]
     assert offered and offered[0].change["training.activation_checkpointing"] == "full"
     assert (offered[0].cost.extra_compute or 0) > 0
+
+
+def test_with_some_layers_recomputed_the_fix_recomputes_them_all():
+    arch, gpu = core.get_preset("llama-3.2-1b").architecture, core.get_gpu("h100-80gb")
+    run = core.Training(seq_len=393_216, activation_checkpointing="full", recompute_every=2, loss="fused-linear")
+    offered = [fix for fix in fixes(Job(architecture=arch, training=run, gpu=gpu))
+               if "training.activation_offload" in fix.change]
+    assert offered and offered[0].change == {"training.activation_offload": "torchtune", "training.recompute_every": 1,
+                                             "training.recompute_first_layers": None}
