@@ -127,7 +127,7 @@ class EstimateResponse(BaseModel):
     attention_kernel: str | None = Field(
         description="The attention kernel assumed (eager, flash, memory-efficient or math); null without an architecture."
     )
-    host: HostOut | None = Field(description="Host memory for offloaded states; null without offloading.")
+    host: HostOut | None = Field(description="Host memory for offloaded states or activations; null without offloading.")
     layer_activations: list[SavedTensorOut] = Field(
         description="The tensors one decoder layer keeps for backward under the chosen recomputation, for one "
         "micro-batch; empty when the architecture is unknown."

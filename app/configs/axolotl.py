@@ -24,6 +24,7 @@ from app.configs.common import (
     FP8,
     LORA,
     OFFLOAD,
+    OFFLOAD_ACTIVATIONS,
     PATH,
     QUANTISED,
     Reading,
@@ -101,6 +102,9 @@ def _optimizer(data: dict[str, Any], r: Reading) -> None:
 
 
 def _recomputation(data: dict[str, Any], r: Reading) -> None:
+    if data.get("activation_offloading") is True and not data.get("adapter"):
+        _offloading(data, r)
+        return
     checkpointing = data.get("gradient_checkpointing")
     if checkpointing is not None and checkpointing is not False:
         if checkpointing not in (True, "offload", "offload_disk"):
@@ -116,6 +120,20 @@ def _recomputation(data: dict[str, Any], r: Reading) -> None:
     else:
         r.default("training.activation_checkpointing", "none", "gradient_checkpointing",
                   "axolotl's default: no gradient checkpointing")
+
+
+def _offloading(data: dict[str, Any], r: Reading) -> None:
+    """activation_offloading true on a full fine-tune: axolotl wraps each decoder layer in a non-reentrant checkpoint
+    and offloads with TRL's OffloadActivations, torchtune's hooks with its defaults (min_offload_size 1,024,
+    max_fwd_stash_size 5) (axolotl-ai-cloud/axolotl at 067b021, src/axolotl/loaders/model.py,
+    _apply_activation_checkpointing; huggingface/trl at f2cd577, trl/models/activation_offloading.py). With an adapter
+    it offloads without recomputation, which is not modelled (ignored below)."""
+    r.said("training.activation_checkpointing", "full", "activation_offloading", True,
+           note="axolotl checkpoints each decoder layer when it offloads a full fine-tune")
+    r.said("training.activation_offload", "torchtune", "activation_offloading", True,
+           note="TRL's OffloadActivations: each layer's input in pinned host memory")
+    if "gradient_checkpointing" in data:
+        r.ignore("gradient_checkpointing", "with activation_offloading axolotl checkpoints the layers itself")
 
 
 # Keys left aside whole (a mapping's every leaf) with one reason; None for the reason a key's name gives.
@@ -136,7 +154,8 @@ IGNORED: Final = {
                     "the model comes from base_model; class and tokenizer names are not read"),
 }
 # Keys left aside with a reason that depends on whether they are on: key -> (on, off).
-IGNORED_SWITCHES: Final = {"gptq": (QUANTISED, "not quantised"), "activation_offloading": (OFFLOAD, "no offload"),
+IGNORED_SWITCHES: Final = {"gptq": (QUANTISED, "not quantised"),
+                           "activation_offloading": (OFFLOAD_ACTIVATIONS, "no offload"),
                            "layer_offloading": (OFFLOAD, "no offload")}
 # Liger's switches that change what is counted when on: key -> (field, value, note).
 LIGER: Final = {
@@ -149,7 +168,7 @@ LIGER: Final = {
 def _the_rest(data: dict[str, Any], r: Reading) -> None:
     """Every key no step read: adapters' details, kernels and plugins, packing, and what changes no buffer."""
     for key, value in data.items():
-        if key in READ_KEYS:
+        if key in READ_KEYS or (key == "activation_offloading" and any(u["key"] == key for u in r.understood)):
             continue
         if key in LIGER and value is True:
             field, said, note = LIGER[key]

@@ -8,6 +8,8 @@ from typing import Final
 # Why a field does not come back from a kind's file.
 WHY: Final[dict[str, dict[str, str]]] = {
     "deepspeed": {
+        "training.activation_offload": "DeepSpeed's cpu_checkpointing offloads deepspeed.checkpointing's checkpoints, "
+                                         "which a Hugging Face model does not use",
         "model": "a DeepSpeed config does not name the model: the training script loads it",
         "training.seq_len": "a DeepSpeed config does not say the sequence length: the data pipeline does",
         "training.activation_checkpointing": "DeepSpeed's activation_checkpointing section only configures "
@@ -30,6 +32,7 @@ WHY: Final[dict[str, dict[str, str]]] = {
                               "convention, at stage 0 plain data parallelism's",
     },
     "training-arguments": {
+        "training.activation_offload": "TrainingArguments have no activation offloading",
         "model": "TrainingArguments do not name the model: from_pretrained does",
         "training.seq_len": "the sequence length is the tokenizer's or the data collator's (max_length)",
         "training.attention": "the attention kernel is the model's: from_pretrained(..., attn_implementation=...)",
@@ -54,6 +57,7 @@ WHY: Final[dict[str, dict[str, str]]] = {
                               "1 on, else pytorch's (this file writes no FSDP section, so not fsdp2's)",
     },
     "accelerate": {
+        "training.activation_offload": "accelerate's config has no activation offloading",
         "model": "accelerate's config does not name the model",
         "training.micro_batch_size": "the batch size is the script's data loader's",
         "training.seq_len": "the sequence length is the script's",
@@ -80,6 +84,8 @@ WHY: Final[dict[str, dict[str, str]]] = {
                               "MEGATRON_LM, else pytorch's (this file writes no FSDP section, so not fsdp2's)",
     },
     "axolotl": {
+        "training.activation_offload": "with an adapter axolotl offloads without recomputation, which is not "
+                                         "modelled",
         "model": "base_model is a Hugging Face id or a path: give your model's (no preset matches this model)",
         "training.precision": "axolotl loads the weights in the run's half dtype: bf16 alone is pure bf16, "
                               "DeepSpeed adds an fp32 master copy; autocast over fp32 weights has no axolotl form",

@@ -194,6 +194,9 @@ def _axolotl_precision(setup: dict[str, Any], config: dict[str, Any], comments: 
     config["fp16"] = half == "fp16"
     config["tf32"] = False
     config["gradient_checkpointing"] = t["activation_checkpointing"] == "full"
+    if t["activation_offload"] == "torchtune" and setup["finetuning"] is None:  # with an adapter: no recomputation
+        config["activation_offloading"] = True
+        comments["activation_offloading"] = "TRL's OffloadActivations; axolotl checkpoints each layer itself"
     if t["attention"] in _AXOLOTL_ATTENTION:
         config["attn_implementation"] = _AXOLOTL_ATTENTION[t["attention"]]
     if p["tensor"] > 1:

@@ -163,6 +163,8 @@ def _reentrant(training: Training, parallelism: Parallelism) -> None:
     if training.implementation == "megatron" or parallelism.tensor > 1:
         raise DomainError("training.use_reentrant", "is modelled for Hugging Face's modules without tensor "
                                                     "parallelism (Megatron-LM has a checkpoint function of its own)")
+    if training.compile != "none":
+        raise DomainError("training.use_reentrant", "is measured without torch.compile; set compile to none")
 
 
 def _op_policy(training: Training, parallelism: Parallelism, arch: Architecture) -> None:
@@ -476,6 +478,27 @@ def _frozen_pipeline(training: Training, parallelism: Parallelism, arch: Archite
                                                       f"{first_stage} layers (got {frozen})")
 
 
+def _activation_offload(training: Training, parallelism: Parallelism, arch: Architecture | None) -> None:
+    """Activation offloading as torchtune runs it (`app.core.activation_offload`): its recipes refuse it without
+    activation checkpointing, which they apply to every layer; it is modelled for Hugging Face-style modules on one
+    pipeline stage."""
+    if training.activation_offload == "none":
+        return
+    why = None
+    if training.activation_checkpointing != "full":
+        why = "needs activation_checkpointing full (torchtune refuses offloading without it)"
+    elif training.recompute_every != 1 or training.recompute_first_layers is not None:
+        why = "is modelled with every layer recomputed: set recompute_every 1 and recompute_first_layers null"
+    elif training.implementation == "megatron":
+        why = "is modelled for the transformers and liger implementations, not Megatron-LM's --cpu-offloading"
+    elif parallelism.pipeline > 1:
+        why = "is not modelled with pipeline parallelism; set parallelism.pipeline to 1"
+    elif training.compile != "none":
+        why = "is not measured with torch.compile; set compile to none"
+    if why:
+        raise DomainError("training.activation_offload", why)
+
+
 SETUP_RULES: Final = (
     Rule(("training",), _training_ranges),
     Rule(("training.framework", "training.implementation",
@@ -490,6 +513,9 @@ SETUP_RULES: Final = (
     Rule(("parallelism",), _parallel_ranges),
     Rule(("parallelism.context", "training.seq_len", "training.attention"), _context_chunks),
     Rule(("parallelism.offload", "parallelism.zero_stage"), _offload_zero),
+    Rule(("training.activation_offload", "training.activation_checkpointing", "training.recompute_every",
+          "training.recompute_first_layers", "training.implementation", "parallelism.pipeline", "training.compile"),
+         _activation_offload),
     Rule(("finetuning", "training.implementation", "training.precision"), _finetuning),
     Rule(("training.implementation",), _liger_families, needs_architecture=True),
     Rule(("training.activation_checkpointing", "training.implementation", "training.attention", "training.fp8",

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from app.core import activations as act
+from app.core.activation_offload import ACTIVATION_OFFLOADS
 from app.core.allocator import ALLOCATORS
 from app.core.architecture import MAX_LAYERS
 from app.core.errors import DomainError
@@ -319,6 +320,13 @@ class Training:
         + ". Measured for Llama, Mistral, Qwen2 and Gemma trained in full in one precision under sdpa or flash "
         "attention, without recomputation or with full recomputation of every layer, and refused elsewhere.",
         choices=act.COMPILE_CHOICES)  # app/core/saved/compiled.py
+    # Saved activations moved to host memory (`app.core.activation_offload`)
+    activation_offload: str = declared(
+        "none", "choice", "Activation offloading",
+        "none; torchtune: torchtune's enable_activation_offloading, which copies each layer's input saved for its "
+        "recomputation to pinned host memory (the answer's host section) and keeps on the GPU only the copies in "
+        "flight. Needs activation_checkpointing full on every layer, the transformers implementation and one "
+        "pipeline stage.", choices=ACTIVATION_OFFLOADS)
     attention: act.Attention = declared(
         "sdpa", "choice", "Attention kernel",
         "eager stores the s × s score matrix; flash is a fused kernel that does not; sdpa is the kernel PyTorch's "

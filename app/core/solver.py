@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Final
 
 from app.core import activations as act
+from app.core.activation_offload import pinned_bytes
 from app.core.errors import DomainError
 from app.core.estimate import Estimate
 from app.core.flops import step_flops
@@ -23,7 +24,7 @@ from app.core.optimizers import OPTIMIZER_INFO
 from app.core.precision import PRECISION_PRESETS
 from app.core.recompute import recomputed_share, stage_recomputed
 from app.core.series import POLYNOMIAL, Fit, boundary, polynomial
-from app.core.setup import OFFLOADS, activation_setup, data_step, effective_loop
+from app.core.setup import GIB, OFFLOADS, activation_setup, data_step, effective_loop
 
 TARGETS: Final = {
     "micro_batch_size": "training.micro_batch_size",
@@ -233,7 +234,8 @@ _ESTIMATES: ContextVar[dict[Job, Estimate | None] | None] = ContextVar("solver_e
 
 def _candidates(job: Job) -> list[Candidate]:
     out: list[Candidate] = []
-    for maker in (_free_changes, _batch_shape, _recomputation, _zero, _offload, _experts, _more_gpus, _numerics):
+    for maker in (_free_changes, _batch_shape, _recomputation, _activation_offload, _zero, _offload, _experts,
+                  _more_gpus, _numerics):
         try:
             out.extend(maker(job))
         except DomainError:  # a kind of change this setup does not allow at all: no fixes of that kind
@@ -349,6 +351,34 @@ def _fewest_recomputed(job: Job) -> int | None:
     except DomainError:
         return None
     return _fewest(full, "training.recompute_first_layers", candidates)
+
+
+def _activation_offload(job: Job) -> list[Candidate]:
+    """Each layer's input saved for its recomputation moved to pinned host memory (torchtune's activation
+    offloading, `app.core.activation_offload`), with full recomputation of every layer, which it needs. Its cost:
+    the host memory, and each input crossing PCIe twice a micro-batch (to the host in forward, back in backward)."""
+    arch, training, p = job.architecture, job.training, job.parallelism
+    if arch is None or training.activation_offload != "none":
+        return []
+    change: dict[str, object] = {"training.activation_offload": "torchtune"}
+    partial = training.recompute_every != 1 or training.recompute_first_layers is not None
+    if training.activation_checkpointing != "full":
+        change["training.activation_checkpointing"] = "full"
+    if partial:
+        change |= {"training.recompute_every": 1, "training.recompute_first_layers": None}
+    each = act.total_bytes(act.checkpointed_layer_activations(arch, activation_setup(training, p), "full"))
+    layers = arch.num_hidden_layers
+    host, moved = layers * pinned_bytes(each), 2 * layers * each * training.gradient_accumulation_steps
+    flops = step_flops(arch, micro_batch_size=training.micro_batch_size, seq_len=training.seq_len)
+    extra = flops.recompute_fraction("full") - flops.recompute_fraction(
+        training.activation_checkpointing, _share(job, training.activation_checkpointing, training.recompute_every,
+                                                  training.recompute_first_layers))
+    recompute = f"; +{extra:.1%} compute per step to recompute every layer" if extra > 0 else ""
+    return [(change, "Offload activations to the CPU (torchtune's enable_activation_offloading)",
+             Cost("host", f"{host / GIB:.1f} GiB of pinned host memory per GPU ({layers} layers' inputs); each step "
+                          f"copies {moved / GIB:.1f} GiB over PCIe, each input to the host in forward and back in "
+                          f"backward, overlapped with compute on a second stream{recompute}",
+                  extra_compute=extra if extra > 0 else None))]
 
 
 def _zero(job: Job) -> list[Candidate]:

@@ -306,3 +306,14 @@ def test_the_bitsandbytes_version_is_the_environments_not_a_files(kind):
     assert "environment" in said["finetuning.bitsandbytes_version"]
     plain = export_config(body | {"finetuning": {"method": "qlora", "quantization": "nf4"}}, kind)
     assert ("finetuning" in said) == any(entry["field"] == "finetuning" for entry in plain["unexpressed"])
+
+
+def test_activation_offloading_goes_to_axolotl_and_back_and_elsewhere_with_its_reason():
+    body = {"model": {"preset": "llama-3-8b"},
+            "training": {"activation_checkpointing": "full", "activation_offload": "torchtune"}}
+    axolotl = export_config(body, "axolotl")
+    assert "activation_offloading: true" in axolotl["text"]
+    assert not [u for u in axolotl["unexpressed"] if u["field"].startswith("training.activation")]
+    trainer = export_config(body, "training-arguments")
+    assert [u["why"] for u in trainer["unexpressed"] if u["field"] == "training.activation_offload"] == [
+        "TrainingArguments have no activation offloading"]

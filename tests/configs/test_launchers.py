@@ -184,3 +184,23 @@ def test_a_base_model_without_a_preset_is_reported_not_fetched():
     assert "never fetched" in ignored(answer)["base_model"]
     assert answer["request"]["model"] == {"preset": "llama-3-8b"}
     assert "model.preset" in assumed(answer)
+
+
+def test_axolotl_activation_offloading_on_a_full_fine_tune():
+    # axolotl checkpoints each layer and offloads with TRL's OffloadActivations (loaders/model.py,
+    # _apply_activation_checkpointing): the layers' inputs in host memory
+    text = "base_model: meta-llama/Meta-Llama-3-8B\nactivation_offloading: true\ngradient_checkpointing: false\n"
+    answer = imported("axolotl", text)
+    training = answer["request"]["training"]
+    assert (training["activation_offload"], training["activation_checkpointing"]) == ("torchtune", "full")
+    assert sorted(understood(answer)["activation_offloading"]) == ["training.activation_checkpointing",
+                                                                   "training.activation_offload"]
+    assert "gradient_checkpointing" in ignored(answer)
+
+
+def test_axolotl_activation_offloading_with_an_adapter_is_left_aside():
+    # with an adapter axolotl offloads without recomputation, which is not modelled
+    text = "base_model: meta-llama/Meta-Llama-3-8B\nadapter: lora\nlora_target_linear: true\nactivation_offloading: true\n"
+    answer = imported("axolotl", text)
+    assert "activation_offload" not in answer["request"]["training"]
+    assert "not modelled" in ignored(answer)["activation_offloading"]

@@ -42,3 +42,15 @@ def test_refused_where_not_measured(training, parallelism):
     with pytest.raises(core.DomainError) as caught:
         core.estimate(architecture=ARCH, training=training, parallelism=parallelism)
     assert caught.value.field == "training.use_reentrant"
+
+
+def test_not_measured_with_compile_or_beside_offloading_compiled():
+    with pytest.raises(core.DomainError) as caught:
+        core.estimate(architecture=ARCH, training=Training(activation_checkpointing="full", use_reentrant=True,
+                                                           compile="inductor", precision=core.precision_preset("bf16")))
+    assert caught.value.field == "training.use_reentrant"
+    with pytest.raises(core.DomainError) as caught:
+        core.estimate(architecture=ARCH, training=Training(activation_checkpointing="full", compile="inductor",
+                                                           activation_offload="torchtune",
+                                                           precision=core.precision_preset("bf16")))
+    assert caught.value.field == "training.activation_offload"

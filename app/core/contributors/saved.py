@@ -5,18 +5,16 @@ from __future__ import annotations
 
 from app.core import activations as act
 from app.core.contributors.base import (
-    ACTS,
     BWD_EMBEDDING,
     BWD_HEAD,
     BWD_LAYER_FIRST,
     BWD_LAYER_LAST,
     BWD_LOSS,
     FWD_EMBEDDING,
-    FWD_LAYER_FIRST,
     FWD_LOSS,
-    StageBase,
     _listed,
 )
+from app.core.contributors.offload import ActivationOffloading
 from app.core.finetuning import layer_role, layer_roles
 from app.core.recompute import describe as describe_recomputation
 from app.core.recompute import kept_layer_role
@@ -24,14 +22,13 @@ from app.core.timeline import Life
 from app.core.units import ceil_div
 
 
-class SavedTensors(StageBase):
+class SavedTensors(ActivationOffloading):
     def activations(self) -> None:
         arch, setup, kind, training = self.arch, self.setup, self.kind, self.training
         checkpointing = self.checkpointing
         n = kind.layers
         b, s, h = setup.micro_batch_size, setup.seq_len, arch.hidden_size
         policy = act.CHECKPOINTING_CHOICES[checkpointing].about
-        current = kind.count  # one micro-batch per stage in the most-loaded position
         if self.recomputed.partial:
             policy = describe_recomputation(training.recompute_every, training.recompute_first_layers)
             per_layer = act.total_bytes(self.layer_saved)  # a kept layer's
@@ -53,9 +50,8 @@ class SavedTensors(StageBase):
             layers_bytes += window_layers * window_each
             layers_text += (f" {'+' if window_each > 0 else '−'} {window_layers} sliding-window layers × "
                             f"{abs(window_each):,} B (what sdpa keeps once the window is passed as a mask)")
-        self.add("activations.layers", "activations", f"{n} layers' saved tensors ({policy}), b={b}, s={s:,}, h={h:,}",
-                 layers_text, layers_bytes, layers_bytes * self.ranks * current,
-                 Life("micro-batch", FWD_LAYER_FIRST, self.bwd_end, ramp=ACTS))
+        self._layers_saved(f"{n} layers' saved tensors ({policy}), b={b}, s={s:,}, h={h:,}", layers_text,
+                           layers_bytes)
         embedding = 0
         if kind.first:
             first = act.embedding_activations(arch, setup)
