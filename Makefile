@@ -38,12 +38,25 @@ $(VENV)/.validate: requirements-validate.lock Makefile $(VENV)/.test
 run: $(VENV)/.runtime
 	TRAINMEM_HOST=$(HOST) PORT=$(PORT) $(BIN)/python -m app.serve
 
-test: $(VENV)/.test $(VENV)/.validate
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+# The tests run on WORKERS processes (pytest-xdist; `make test WORKERS=0` runs them in this one). --dist loadfile
+# keeps each module on one worker: its module fixtures are built once, and a module's last test may read what the
+# others counted (test_schemathesis.py, test_slow_inputs.py, test_formulas.py).
+WORKERS ?= 2
+XDIST   := -n $(WORKERS) --dist loadfile
 
-# Everything except the browser tests: quick feedback while editing.
+# Everything: the PyTorch measurements (validation) and the long searches (search) on the workers, then the browser
+# tests in one process (one Chromium and one live server; exit status 5 is PYTEST_ARGS choosing none of them).
+test: $(VENV)/.test $(VENV)/.validate
+	$(BIN)/python -m pytest $(XDIST) -m "not browser" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m browser $(PYTEST_ARGS) || [ $$? -eq 5 ]
+
+# Quick feedback while editing: everything but the browser tests, the PyTorch measurements and the long searches
+# (schemathesis and the slow-input search, which `make test` and `make fuzz` run), with a quarter of each
+# generated-input test's examples (tests/budget.py; `make test` draws them all). Under a minute on an idle 2-core
+# machine.
 test-fast: $(VENV)/.test $(VENV)/.validate
-	$(BIN)/python -m pytest -m "not browser" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(XDIST) -m "not browser and not validation and not search" --examples-share=0.25 \
+		$(PYTEST_ARGS)
 
 # Lint and type check (settings in pyproject.toml). mypy checks app, bench and tests; the validation harness is
 # read for the types the tests import from it but not itself checked: torch's and transformers' signatures make

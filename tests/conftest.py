@@ -3,12 +3,58 @@ reaching the real one."""
 
 from __future__ import annotations
 
+import itertools
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _pytest.mark.expression import Expression
 
+from tests import budget
 from tests.hub_stand_in import StandInHub
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--examples-share", type=float, default=1.0,
+                     help="the share of each generated-input test's examples to draw (tests/budget.py)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    budget.share = config.getoption("--examples-share")
+
+
+MODULE_MARKS = re.compile(r"^pytestmark = (.*)$", re.M)
+OPERATORS = {"and", "or", "not"}
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """A test module whose `pytestmark` the -m expression deselects, whatever marks its tests add, is not imported:
+    `make test-fast` would otherwise import torch and transformers, and build the schemathesis tests, in each worker
+    only to leave them out."""
+    expression = config.getoption("markexpr")
+    if not expression or not collection_path.name.startswith("test_") or collection_path.suffix != ".py":
+        return None
+    line = MODULE_MARKS.search(collection_path.read_text(encoding="utf-8"))
+    marks = set(re.findall(r"pytest\.mark\.(\w+)", line.group(1))) if line else set()
+    if not marks:
+        return None
+    others = sorted(set(re.findall(r"[A-Za-z_]\w*", expression)) - OPERATORS - marks)
+    compiled = Expression.compile(expression)
+    for present in itertools.product((False, True), repeat=len(others)):
+        if compiled.evaluate(_Marked(marks | {name for name, on in zip(others, present, strict=True) if on})):
+            return None
+    return True
+
+
+class _Marked:
+    """The -m expression's matcher for a test that carries `names`."""
+
+    def __init__(self, names: set[str]) -> None:
+        self.names = names
+
+    def __call__(self, name: str, /, **kwargs: str | int | bool | None) -> bool:
+        return name in self.names
 
 
 @pytest.fixture(autouse=True)

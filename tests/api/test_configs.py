@@ -21,6 +21,7 @@ from schemathesis.specs.openapi.checks import response_schema_conformance, statu
 from app import configs
 from app.api.config_schemas import ExportResponse, ImportResponse
 from app.main import app
+from tests.budget import examples
 
 client = TestClient(app)
 SAMPLES = sorted((Path(__file__).parents[1] / "configs" / "samples").iterdir())
@@ -166,12 +167,12 @@ CHECKS = [not_a_server_error, status_code_conformance, response_schema_conforman
 
 
 @schema.include(path="/api/v1/import").parametrize()
-@settings(max_examples=150, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(150), deadline=None, database=None, suppress_health_check=list(HealthCheck))
 def test_import_generated(case):
     case.call_and_validate(checks=CHECKS)
 
 
 @schema.include(path="/api/v1/export").parametrize()
-@settings(max_examples=150, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(150), deadline=None, database=None, suppress_health_check=list(HealthCheck))
 def test_export_generated(case):
     case.call_and_validate(checks=CHECKS)

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 
 from app.api import schemas
 from app.main import app
+from tests import budget
 
 client = TestClient(app)
 DOCUMENT = app.openapi()
@@ -141,4 +142,4 @@ def _positive(path: str, examples: int):
 @pytest.mark.parametrize("path", ["/api/v1/estimate", "/api/v1/solve", "/api/v1/sweep", "/api/v1/export",
                                   "/api/v1/import"])
 def test_valid_bodies_are_refused_only_for_unstated_rules(path):
-    _positive(path, examples=25)()
+    _positive(path, examples=budget.examples(25))()

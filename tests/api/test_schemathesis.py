@@ -29,6 +29,7 @@ from app.core.solver import TARGETS
 from app.main import app
 
 schema = schemathesis.openapi.from_asgi("/openapi.json", app)
+pytestmark = pytest.mark.search  # a long search: make test-fast leaves it out
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 MIN_CASES = 1_000

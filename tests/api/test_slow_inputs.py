@@ -63,6 +63,8 @@ KNOWN_SLOW = "over its limit today: see the module's docstring"
 KNOWN_FAILING_SEARCH = pytest.mark.skipif("SLOW_INPUT_EXAMPLES" not in os.environ,
                                           reason="finds inputs over its limit today: run by make fuzz")
 SLOWEST: dict[str, tuple[float, str]] = {}
+# The searches, and the known-slow inputs they found (expected failures): make test-fast leaves them out.
+SEARCH = pytest.mark.search
 
 
 def _settings(examples: int = EXAMPLES):
@@ -148,6 +150,7 @@ import_bodies = st.one_of(
 )
 
 
+@SEARCH
 @given(body=estimate_bodies())
 @_settings()
 def test_no_estimate_costs_more_than_100_ms(body):
@@ -172,6 +175,7 @@ def test_a_sweep_of_data_parallel_degrees():
                              "vary": {"field": "parallelism.data", "values": values}}, SWEEP_CPU_LIMIT_S)
 
 
+@SEARCH
 @pytest.mark.xfail(strict=False, reason=KNOWN_SLOW)
 def test_solving_for_a_config_of_thousands_of_layers():
     config = {"model_type": "olmo2", "num_hidden_layers": 3810, "hidden_size": 64, "num_attention_heads": 4,
@@ -193,6 +197,7 @@ def test_a_sweep_of_sequence_lengths_with_sliding_windows():
            SWEEP_CPU_LIMIT_S)
 
 
+@SEARCH
 @KNOWN_FAILING_SEARCH
 @pytest.mark.xfail(strict=False, reason=KNOWN_SLOW)
 @given(body=estimate_bodies(), goal=st.sampled_from(sorted(TARGETS)))
@@ -210,6 +215,7 @@ def test_a_body_whose_string_never_closes():
     _costs("/api/v1/estimate", b"[" * 40 + b'"' + b'\\"' * (MAX_BODY_BYTES // 2 - 40) + b"\\\n")
 
 
+@SEARCH
 @given(body=import_bodies)
 @_settings()
 def test_no_import_costs_more_than_100_ms(body):
@@ -220,6 +226,7 @@ SWEPT = {"training.seq_len": lambda i: 1 + 64 * i, "training.micro_batch_size": 
          "parallelism.data": lambda i: 1 + i, "training.gradient_accumulation_steps": lambda i: 1 + i}
 
 
+@SEARCH
 @KNOWN_FAILING_SEARCH
 @pytest.mark.xfail(strict=False, reason=KNOWN_SLOW)
 @given(body=estimate_bodies(), field=st.sampled_from(sorted(SWEPT)), points=st.integers(1, 1_000))
@@ -229,6 +236,7 @@ def test_no_sweep_of_1000_points_costs_more_than_1_5_s(body, field, points):
     _costs("/api/v1/sweep", body | {"vary": {"field": field, "values": values}}, SWEEP_CPU_LIMIT_S)
 
 
+@SEARCH
 def test_the_slowest_inputs_found():
     if not SLOWEST:
         pytest.skip("runs after the searches (the whole module)")

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from app import core, wire
 from app.configs import depth  # the nesting of a parsed value, walked
+from tests.budget import examples
 from tests.cpu import least_cpu_s
 
 NUMBERS = st.one_of(st.integers(min_value=-(10**45), max_value=10**45),
@@ -37,7 +38,7 @@ def same(a: object, b: object) -> bool:
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(VALUES)
 def test_plain_and_checked_parses_agree(value: object) -> None:
     text = json.dumps(value)
@@ -76,7 +77,7 @@ TRICKY = st.recursive(st.one_of(st.none(), st.integers(), TRICKY_TEXT),
                                               st.dictionaries(TRICKY_TEXT, inner, max_size=4)), max_leaves=40)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(TRICKY, st.booleans())
 def test_the_depth_scan_agrees_with_the_parsed_value(value: object, ascii_only: bool) -> None:
     # Brackets, quotes and backslashes inside strings do not count: the parsed value's nesting is the answer.

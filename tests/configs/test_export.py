@@ -20,6 +20,7 @@ from app.configs import import_config
 from app.configs import yaml as reader
 from app.configs.export import EXPORT_KINDS, complete, export_config, finetuning_of, same_implementation
 from app.core import DomainError
+from tests.budget import examples
 
 PRESETS = sorted(core.model_presets())
 PRECISIONS = sorted(core.PRECISION_PRESETS)
@@ -174,7 +175,7 @@ finetunings = st.one_of(
        momentum=st.booleans(), micro=st.integers(1, 16), seq=st.sampled_from([128, 2048, 8192]),
        accumulation=st.integers(1, 32), offload=st.sampled_from(["none", "none", "optimizer", "optimizer+parameters"]),
        per_node=st.sampled_from([8, 8, 4, 2]))
-@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=list(HealthCheck))
 def test_round_trip_property(kind, preset, precision, optimizer, implementation, checkpointing, layout,
                              implementation_kind, attention, finetuning, momentum, micro, seq, accumulation, offload,
                              per_node):

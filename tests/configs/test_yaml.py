@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from app.configs import yaml as reader
 from app.core import DomainError
+from tests.budget import examples
 from tests.cpu import least_cpu_s
 
 SAMPLES = Path(__file__).parent / "samples"
@@ -209,7 +210,7 @@ documents = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_si
 
 @given(data=st.dictionaries(keys, documents, min_size=1, max_size=6), flow=st.sampled_from([False, None, True]),
        indent=st.sampled_from([2, 4]))
-@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))  # per parser
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=list(HealthCheck))  # per parser
 def test_what_pyyaml_writes_reads_back_the_same(data, flow, indent):
     text = yaml.safe_dump(data, default_flow_style=flow, indent=indent, sort_keys=False, allow_unicode=True,
                           width=10**6)

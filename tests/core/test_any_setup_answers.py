@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 from app import core, wire
 from app.core.finetuning import Finetuning
 from app.core.job import JOB_FIELDS, Job, with_field
+from tests.budget import examples
 
-SETTINGS = settings(max_examples=400, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(400), deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 # One preset of each family the core knows, small enough to keep each estimate quick.
 PRESETS = ("gpt2", "llama-3.2-1b", "qwen3-0.6b", "gemma-3-1b", "olmo-2-7b", "phi-4", "mixtral-8x7b",

@@ -21,8 +21,9 @@ from app import core
 from app.core.categories import MODEL_STATE_CATEGORIES
 from app.core.states import sharded_categories
 from app.core.units import ceil_div
+from tests.budget import examples
 
-PROPERTY = settings(max_examples=200, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(max_examples=examples(200), deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 PRESETS = sorted(core.model_presets())
 # Small and mid-size presets keep each estimate quick; the large ones have the same shapes, only more of them.

@@ -8,6 +8,8 @@ pytest.importorskip("transformers")
 
 from validation import fsdp2  # noqa: E402
 
+pytestmark = pytest.mark.validation
+
 
 @pytest.mark.parametrize("case", [fsdp2.CASES[0], fsdp2.CASES[8]], ids=lambda case: case.label)
 def test_fsdp2_peak_within_target(case: fsdp2.Case) -> None:

@@ -59,6 +59,7 @@ def test_published_section_is_current() -> None:
 SMALL = Size(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=176, vocab=509)
 
 
+@pytest.mark.validation
 @pytest.mark.parametrize("case", [
     tl.TimelineCase("llama", size=SMALL, batch=2, seq=32, precision="autocast-bf16", accumulation=2,
                     checkpointing="full", fake_tensors=True),

@@ -11,6 +11,8 @@ from validation import peak
 from validation import timeline as tl
 from validation.models import Size
 
+pytestmark = pytest.mark.validation
+
 SIZE = Size(hidden=256, layers=2, heads=4, kv_heads=2, intermediate=512, vocab=512, head_dim=64)
 
 

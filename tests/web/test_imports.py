@@ -17,6 +17,7 @@ from app import configs, wire
 from app.main import app
 from app.web import imports
 from app.web.form import DEFAULT_GPU, parse_form
+from tests.budget import examples
 
 HX = {"HX-Request": "true"}
 SAMPLES = Path(__file__).resolve().parents[1] / "configs" / "samples"
@@ -216,7 +217,7 @@ GARBAGE = ["{", "}", "[", "]", ":", "=", "-", "--", "\n", "\t", "'", '"', "a", "
 
 def test_no_paste_gives_a_500(client):
     rng = random.Random(20261130)
-    for _ in range(150):
+    for _ in range(examples(150)):
         text = "".join(rng.choice(GARBAGE) for _ in range(rng.randint(0, 30)))
         kind = rng.choice(imports.KINDS)
         for headers in ({}, HX):

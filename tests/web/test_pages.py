@@ -14,6 +14,7 @@ from app import core
 from app.main import app
 from app.web import imports
 from app.web.form import ALL_CONTROLS
+from tests.budget import examples
 
 HX = {"HX-Request": "true"}
 
@@ -174,7 +175,7 @@ QUERY_VALUES = ["", "0", "-1", "1", "3", "7", "1e9", "abc", "9999999999999999999
 def test_no_query_gives_a_500(client):
     rng = random.Random(20241130)
     names = sorted(ALL_CONTROLS | {"fill"})
-    for _ in range(300):
+    for _ in range(examples(300)):
         params = {name: rng.choice(QUERY_VALUES) for name in rng.sample(names, rng.randint(1, 6))}
         for headers in ({}, HX):
             response = client.get("/", params=params, headers=headers)
