@@ -40,15 +40,17 @@ run: $(VENV)/.runtime
 
 # The tests run on WORKERS processes (pytest-xdist; `make test WORKERS=0` runs them in this one). --dist loadfile
 # keeps each module on one worker: its module fixtures are built once, and a module's last test may read what the
-# others counted (test_schemathesis.py, test_slow_inputs.py, test_formulas.py).
+# others counted (test_formulas.py).
 WORKERS ?= 2
 XDIST   := -n $(WORKERS) --dist loadfile
 
-# Everything: the PyTorch measurements (validation) and the long searches (search) on the workers, then the browser
-# tests in one process (one Chromium and one live server; exit status 5 is PYTEST_ARGS choosing none of them).
+# Everything: the PyTorch measurements (validation) on the workers, then in one process the browser tests (one
+# Chromium, one live server) and the long searches (schemathesis' tests share a node id per test function, which
+# pytest-xdist cannot place; the last one counts the requests the others sent). Exit status 5 is PYTEST_ARGS
+# choosing none of them.
 test: $(VENV)/.test $(VENV)/.validate
-	$(BIN)/python -m pytest $(XDIST) -m "not browser" $(PYTEST_ARGS)
-	$(BIN)/python -m pytest -m browser $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(BIN)/python -m pytest $(XDIST) -m "not browser and not search" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "browser or search" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # Quick feedback while editing: everything but the browser tests, the PyTorch measurements and the long searches
 # (schemathesis and the slow-input search, which `make test` and `make fuzz` run), with a quarter of each
