@@ -54,8 +54,8 @@ test: $(VENV)/.test $(VENV)/.validate
 
 # Quick feedback while editing: everything but the browser tests, the PyTorch measurements and the long searches
 # (schemathesis and the slow-input search, which `make test` and `make fuzz` run), with a quarter of each
-# generated-input test's examples (tests/budget.py; `make test` draws them all). About 210 s of CPU (user + sys)
-# over the two workers on a 2-core machine.
+# generated-input test's examples (tests/budget.py; `make test` draws them all). About 220 s of CPU (user + sys)
+# over the two workers: 2 min 20 s on a 2-core machine at a load average near 1.
 test-fast: $(VENV)/.test $(VENV)/.validate
 	$(BIN)/python -m pytest $(XDIST) -m "not browser and not validation and not search" --examples-share=0.25 \
 		$(PYTEST_ARGS)
