@@ -80,6 +80,11 @@ _NUM_PARAMS: Final[Schema] = _at("model.num_params", {"type": "integer"})
 _ARCHITECTURE: Final[Schema] = _at("model.num_params", {"type": "null"}, present=False)
 _MODEL_FIELDS: Final = ("model.num_params", "model.preset")
 
+# Full recomputation of every layer: what the reentrant checkpoint and activation offloading need.
+_EVERY_LAYER_RECOMPUTED: Final[Schema] = _all(_at("activation_checkpointing", {"const": "full"}),
+                                              _at("recompute_every", {"const": 1}, present=False),
+                                              _at("recompute_first_layers", {"type": "null"}, present=False))
+
 # Rules within one section, stated in that section's schema (paths relative to it).
 TRAINING_RULES: Final = (
     SchemaRule(("training.framework", "training.implementation"),
@@ -94,6 +99,10 @@ TRAINING_RULES: Final = (
     SchemaRule(("training.fp8", "training.implementation", "training.precision"),
                _at("fp8", {"enum": _TORCHAO_RECIPES}),
                _all(_at("implementation", _not("megatron"), present=False), _at("precision", _BF16, present=False))),
+    SchemaRule(("training.use_reentrant", "training.activation_checkpointing", "training.recompute_every",
+                "training.recompute_first_layers"), _at("use_reentrant", {"const": True}), _EVERY_LAYER_RECOMPUTED),
+    SchemaRule(("training.activation_offload", "training.activation_checkpointing", "training.recompute_every",
+                "training.recompute_first_layers"), _at("activation_offload", _not("none")), _EVERY_LAYER_RECOMPUTED),
 )
 PARALLELISM_RULES: Final = (
     SchemaRule(("parallelism.offload", "parallelism.zero_stage"),

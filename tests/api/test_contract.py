@@ -82,6 +82,14 @@ BROKEN = [
      "finetuning.modules_to_save", {"model": LLAMA, "finetuning": {"method": "lora", "modules_to_save": ["lm_head"]}}),
     ("EstimateRequest", {"model": LLAMA, "finetuning": {"method": "lora", "frozen_layers": 2}},
      "finetuning.frozen_layers", {"model": LLAMA, "finetuning": {"method": "full", "frozen_layers": 2}}),
+    ("EstimateRequest", {"model": LLAMA, "training": {"use_reentrant": True}}, "training.use_reentrant",
+     {"model": LLAMA, "training": {"use_reentrant": True, "activation_checkpointing": "full"}}),
+    ("EstimateRequest", {"model": LLAMA, "training": {"use_reentrant": True, "activation_checkpointing": "full",
+                                                     "recompute_every": 2}}, "training.use_reentrant",
+     {"model": LLAMA, "training": {"use_reentrant": True, "activation_checkpointing": "full", "recompute_every": 1}}),
+    ("EstimateRequest", {"model": LLAMA, "training": {"activation_offload": "torchtune"}},
+     "training.activation_offload",
+     {"model": LLAMA, "training": {"activation_offload": "torchtune", "activation_checkpointing": "full"}}),
     ("EstimateRequest", {"model": {"preset": "llama-9"}}, "model.preset", {"model": LLAMA}),
     ("EstimateRequest", {"model": {"hidden_size": 4096}}, "model.num_hidden_layers",
      {"model": {"hidden_size": 4096, "num_hidden_layers": 2, "num_attention_heads": 32, "vocab_size": 1000}}),
@@ -115,7 +123,8 @@ STATED = re.compile("|".join([
     "optimizer; choose the pytorch", "Megatron-LM runs its own loop", "vocabulary-parallel cross entropy",
     "Transformer Engine's FP8 recipes are modelled as", "torchao's float8 recipes run the model in bf16",
     "freezing applies to full fine-tuning", "applies to LoRA and QLoRA", "needs an architecture .*not num_params\\)",
-    "give text \\(with kind\\)",
+    "give text \\(with kind\\)", "is the checkpoint variant of full recomputation of every layer",
+    "torchtune refuses offloading without it", "is modelled with every layer recomputed",
 ]))
 schema = schemathesis.openapi.from_asgi("/openapi.json", app)
 REFUSED: Counter[str] = Counter()  # what was refused, for a failing run's report
