@@ -1,9 +1,11 @@
-"""The `trainmem` command, run as a subprocess: every request field is a flag, --json answers exactly as the API
-does, bad flags are one line naming the flag, and the web framework stays unloaded."""
+"""The `trainmem` command, run as `python -m app.cli` runs it: every request field is a flag, --json answers exactly
+as the API does, bad flags are one line naming the flag, and the web framework stays unloaded."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import re
@@ -11,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+import unittest.mock
 import urllib.request
 from pathlib import Path
 
@@ -42,10 +45,24 @@ SMALL_LLAMA = {"model_type": "llama", "hidden_size": 1024, "intermediate_size": 
 
 
 def trainmem(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    """This checkout's command line, as `python -m app.cli`."""
+    """This checkout's command line, run in this process as `python -m app.cli` runs it: its arguments, standard
+    input (empty unless given), standard output and error, and its exit status, argparse's exits included. The
+    tests that need a process of their own (the console script, the web framework left unloaded, serving) start
+    one."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
+            unittest.mock.patch.object(sys, "stdin", io.StringIO(stdin or "")):
+        try:
+            status = cli.main(list(args))
+        except SystemExit as exit_:
+            status = exit_.code if isinstance(exit_.code, int) else 1
+    return subprocess.CompletedProcess(list(args), status, out.getvalue(), err.getvalue())
+
+
+def trainmem_process(*args: str) -> subprocess.CompletedProcess[str]:
+    """This checkout's command line in a process of its own, as `python -m app.cli`."""
     return subprocess.run([sys.executable, "-m", "app.cli", *args], cwd=ROOT, capture_output=True, text=True,
-                          input=stdin, stdin=None if stdin is not None else subprocess.DEVNULL, timeout=120,
-                          check=False)
+                          stdin=subprocess.DEVNULL, timeout=120, check=False)
 
 
 def json_of(*args: str) -> dict:
@@ -404,7 +421,7 @@ def test_serve_refuses_a_port_in_use():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        done = trainmem("serve", "--port", str(taken.getsockname()[1]))
+        done = trainmem_process("serve", "--port", str(taken.getsockname()[1]))
     assert done.returncode == 1
     assert len(done.stderr.splitlines()) == 1 and "already in use" in done.stderr
 

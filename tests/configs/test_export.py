@@ -20,7 +20,7 @@ from app.configs import import_config
 from app.configs import yaml as reader
 from app.configs.export import EXPORT_KINDS, complete, export_config, finetuning_of, same_implementation
 from app.core import DomainError
-from tests.budget import examples
+from tests.budget import examples, spread
 
 PRESETS = sorted(core.model_presets())
 PRECISIONS = sorted(core.PRECISION_PRESETS)
@@ -150,8 +150,8 @@ def body_of(preset, precision, optimizer, implementation, checkpointing, layout,
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_round_trip_over_precisions_optimizers_and_layouts(kind, precision):
     checkpointing = itertools.cycle(("none", "selective", "full", "full"))
-    for optimizer, implementation, layout in itertools.product(core.OPTIMIZERS, ("foreach", "fused", "for-loop"),
-                                                               LAYOUTS):
+    for optimizer, implementation, layout in spread(
+            list(itertools.product(core.OPTIMIZERS, ("foreach", "fused", "for-loop"), LAYOUTS)), kind + precision):
         check_round_trip(body_of("llama-3-8b", precision, optimizer, implementation, next(checkpointing), layout),
                          kind)
 
@@ -241,6 +241,7 @@ def test_yaml_exports_read_the_same_with_pyyaml(kind):
         assert "# " in text  # the comments for what trainmem does not model
 
 
+@pytest.mark.validation  # against accelerate itself, which the validate extra brings
 def test_accelerate_reads_the_exported_config(tmp_path):
     pytest.importorskip("accelerate")
     from accelerate.commands.config.config_args import ClusterConfig
@@ -253,6 +254,7 @@ def test_accelerate_reads_the_exported_config(tmp_path):
         assert config.num_processes == layout[0] * layout[1] * layout[2]
 
 
+@pytest.mark.validation  # against transformers itself, which the validate extra brings
 def test_trainer_export_uses_training_arguments_names():
     transformers = pytest.importorskip("transformers")
     fields = {f.name for f in transformers.TrainingArguments.__dataclass_fields__.values()}

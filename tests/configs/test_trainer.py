@@ -125,6 +125,7 @@ def test_unknown_optim_is_ignored_and_adamw_assumed():
     assert "galore_adamw" in assumed(answer)["training.optimizer"][0][1]
 
 
+@pytest.mark.validation  # against transformers itself, which the validate extra brings
 def test_every_name_the_trainer_accepts_is_mapped_or_explained():
     transformers = pytest.importorskip("transformers")
     names = {member.value for member in transformers.training_args.OptimizerNames}

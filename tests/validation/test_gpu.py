@@ -15,6 +15,10 @@ from validation import gpu
 from validation import timeline as tl
 from validation.models import Size
 
+# The recorded runs are re-predicted with the validation harness, which needs torch and transformers: `make test`
+# runs them, `make test-fast` does not import them.
+pytestmark = pytest.mark.validation
+
 RUNS = sorted((Path(gpu.__file__).parent / "gpu-runs").glob("*.json"))
 RESULTS = gpu.merged([json.loads(path.read_text(encoding="utf-8")) for path in RUNS])
 RAN = [result for result in RESULTS["cases"] if "out_of_memory" not in result]
@@ -59,7 +63,6 @@ def test_published_section_is_current() -> None:
 SMALL = Size(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=176, vocab=509)
 
 
-@pytest.mark.validation
 @pytest.mark.parametrize("case", [
     tl.TimelineCase("llama", size=SMALL, batch=2, seq=32, precision="autocast-bf16", accumulation=2,
                     checkpointing="full", fake_tensors=True),
