@@ -43,21 +43,24 @@ run: $(VENV)/.runtime
 # others counted (test_formulas.py).
 WORKERS ?= 2
 XDIST   := -n $(WORKERS) --dist loadfile
+# Compiled bytecode is kept in .venv (not beside the sources), even where the environment turns writing it off:
+# each worker would otherwise compile every module it imports anew, half of what collecting the tests costs.
+PYTEST  := env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=$(abspath $(VENV))/pycache $(BIN)/python -m pytest
 
 # Everything: the PyTorch measurements (validation) on the workers, then in one process the browser tests (one
 # Chromium, one live server) and the long searches (schemathesis' tests share a node id per test function, which
 # pytest-xdist cannot place; the last one counts the requests the others sent). Exit status 5 is PYTEST_ARGS
 # choosing none of them.
 test: $(VENV)/.test $(VENV)/.validate
-	$(BIN)/python -m pytest $(XDIST) -m "not browser and not search" $(PYTEST_ARGS)
-	$(BIN)/python -m pytest -m "browser or search" $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(PYTEST) $(XDIST) -m "not browser and not search" $(PYTEST_ARGS)
+	$(PYTEST) -m "browser or search" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # Quick feedback while editing: everything but the browser tests, the PyTorch measurements and the long searches
 # (schemathesis and the slow-input search, which `make test` and `make fuzz` run), with a quarter of each
 # generated-input test's examples (tests/budget.py; `make test` draws them all). About 220 s of CPU (user + sys)
 # over the two workers: 2 min 20 s on a 2-core machine at a load average near 1.
-test-fast: $(VENV)/.test $(VENV)/.validate
-	$(BIN)/python -m pytest $(XDIST) -m "not browser and not validation and not search" --examples-share=0.25 \
+test-fast: $(VENV)/.test
+	$(PYTEST) $(XDIST) -m "not browser and not validation and not search" --examples-share=0.25 \
 		$(PYTEST_ARGS)
 
 # Lint and type check (settings in pyproject.toml). mypy checks app, bench and tests; the validation harness is

@@ -17,7 +17,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.main import app
-from app.middleware import BODY_TIMEOUT_S
+from app.middleware import BODY_TIMEOUT_S, Guard
 from app.serve import (
     GRACEFUL_SHUTDOWN_S,
     HEADER_TIMEOUT_S,
@@ -76,11 +76,29 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+# The server the tests run waits less than the one users run: the same code, its three timeouts shortened (the
+# header and body deadlines and the grace period on SIGTERM), so that a test waiting for one waits seconds, not ten.
+HEADER_TIMEOUT_TEST_S, BODY_TIMEOUT_TEST_S, GRACE_TEST_S = 2.0, 2.0, 1
+SHORT_TIMEOUTS = f"""
+import app.middleware, app.serve
+app.middleware.Guard.__init__.__kwdefaults__["body_timeout_s"] = {BODY_TIMEOUT_TEST_S}
+app.serve.HEADER_TIMEOUT_S = {HEADER_TIMEOUT_TEST_S}
+app.serve.GRACEFUL_SHUTDOWN_S = {GRACE_TEST_S}
+raise SystemExit(app.serve.main())
+"""
+
+
+def test_the_shortened_timeouts_are_shorter_than_the_real_ones():
+    assert HEADER_TIMEOUT_TEST_S < HEADER_TIMEOUT_S and BODY_TIMEOUT_TEST_S < BODY_TIMEOUT_S
+    assert GRACE_TEST_S < GRACEFUL_SHUTDOWN_S
+    assert Guard.__init__.__kwdefaults__["body_timeout_s"] == BODY_TIMEOUT_S
+
+
 @pytest.fixture
 def server():
     port = _free_port()
     env = os.environ | {"PORT": str(port), "TRAINMEM_HOST": "127.0.0.1"}
-    process = subprocess.Popen([sys.executable, "-m", "app.serve"], env=env, stdout=subprocess.PIPE,
+    process = subprocess.Popen([sys.executable, "-c", SHORT_TIMEOUTS], env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
@@ -112,10 +130,10 @@ def test_slow_headers_are_cut_off_and_sigterm_ends_it_quickly(server):
     port, process = server
     slow = socket.create_connection(("127.0.0.1", port))
     slow.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")  # and never the rest
-    slow.settimeout(HEADER_TIMEOUT_S + 5)
+    slow.settimeout(HEADER_TIMEOUT_TEST_S + 5)
     start = time.monotonic()
     assert slow.recv(1024) == b""  # closed by the server
-    assert time.monotonic() - start < HEADER_TIMEOUT_S + 3
+    assert HEADER_TIMEOUT_TEST_S - 0.5 < time.monotonic() - start < HEADER_TIMEOUT_TEST_S + 3
     slow.close()
     idle = socket.create_connection(("127.0.0.1", port))  # a client that says nothing while the server stops
     start = time.monotonic()
@@ -135,14 +153,14 @@ def test_sigterm_answers_what_is_still_running_503_and_exits_0(server):
     time.sleep(0.2)  # the request is in
     start = time.monotonic()
     process.send_signal(signal.SIGTERM)
-    s.settimeout(GRACEFUL_SHUTDOWN_S + 5)
+    s.settimeout(GRACE_TEST_S + 5)
     answer = b""
     while chunk := s.recv(4096):  # headers and body may come apart; the server closes the connection after
         answer += chunk
     s.close()
     assert answer.startswith(b"HTTP/1.1 503"), answer[:80]
     assert b"retry-after: 1" in answer and b'"loc": ["request"]' in answer
-    assert process.wait(timeout=10) == 0 and time.monotonic() - start < GRACEFUL_SHUTDOWN_S + 3
+    assert process.wait(timeout=10) == 0 and time.monotonic() - start < GRACE_TEST_S + 3
     assert process.stdout is not None
     log = process.stdout.read().decode()
     assert "Traceback" not in log and " 500 " not in log, log[-2000:]
@@ -181,7 +199,7 @@ def test_idle_and_slow_clients_cannot_take_the_service(server):
 
 
 def test_a_body_that_drips_meets_one_deadline(server):
-    """A byte every second keeps every gap short, but the whole body must arrive within BODY_TIMEOUT_S."""
+    """A byte every second keeps every gap short, but the whole body must arrive within the body timeout."""
     port, _ = server
     s = socket.create_connection(("127.0.0.1", port))
     s.sendall(b"POST /api/v1/estimate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -189,7 +207,7 @@ def test_a_body_that_drips_meets_one_deadline(server):
     # Read before each byte: a byte sent after the server has answered and closed would draw a reset, which
     # discards the answer not yet read.
     start, answer = time.monotonic(), b""
-    while time.monotonic() - start < BODY_TIMEOUT_S + 5 and not answer:
+    while time.monotonic() - start < BODY_TIMEOUT_TEST_S + 5 and not answer:
         readable, _, _ = select.select([s], [], [], 1.0)
         if readable:
             answer = s.recv(4096)
@@ -200,4 +218,4 @@ def test_a_body_that_drips_meets_one_deadline(server):
             break
     s.close()
     assert answer.startswith(b"HTTP/1.1 408"), answer[:80]
-    assert time.monotonic() - start < BODY_TIMEOUT_S + 3
+    assert BODY_TIMEOUT_TEST_S - 0.5 < time.monotonic() - start < BODY_TIMEOUT_TEST_S + 3
