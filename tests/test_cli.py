@@ -358,7 +358,7 @@ def test_a_bad_flag_is_one_line_naming_it(args, names):
 @pytest.mark.parametrize(("text", "name"), [
     ("{not json", "not valid JSON"),
     ("[1, 2]", "JSON object"),
-    (json.dumps({"model_type": "bert", "hidden_size": 768}), "model_type"),
+    (json.dumps({"model_type": "distilbert", "hidden_size": 768}), "model_type"),
     (json.dumps({"model_type": "llama", "hidden_size": 64}), "num_attention_heads"),
 ])
 def test_a_bad_config_file_is_one_line(tmp_path, text, name):

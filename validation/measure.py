@@ -316,10 +316,12 @@ def model_states(model: nn.Module, optimizer: torch.optim.Optimizer) -> ModelSta
 
 def measured_parts(build: Callable[[], nn.Module], *, dtype: torch.dtype, vocab: int, batch: int,
                    seq: int, autocast: bool = False,
-                   layers_of: Callable[[nn.Module], nn.ModuleList] | None = None) -> dict[str, object]:
+                   layers_of: Callable[[nn.Module], nn.ModuleList] | None = None,
+                   labels_of: Callable[[torch.Tensor], torch.Tensor] | None = None) -> dict[str, object]:
     """A model's parameter count and the bytes autograd keeps for backward in each layer, the embedding and the
-    head, for one forward with its token ids as labels (the model built after seeding, in `dtype`, in training
-    mode, its layers at ``model.model.layers`` unless `layers_of` finds them).
+    head, for one forward with its token ids as labels, or what `labels_of` makes of them (a classifier's one class
+    per sequence) (the model built after seeding, in `dtype`, in training mode, its layers at ``model.model.layers``
+    unless `layers_of` finds them).
 
     With `autocast` the forward runs under ``torch.autocast("cpu", dtype=torch.bfloat16)`` (as validation/cases.py
     runs the dense autocast cases; give `dtype` fp32), and the answer adds ``weight_copies``: the bytes of
@@ -330,9 +332,10 @@ def measured_parts(build: Callable[[], nn.Module], *, dtype: torch.dtype, vocab:
     model.train()
     recorder = SavedTensorRecorder(model, layers_of(model) if layers_of else model.model.layers)
     ids = torch.randint(0, vocab, (batch, seq))
+    labels = labels_of(ids) if labels_of else ids
     region = torch.autocast("cpu", dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
     with recorder.recording(), region:
-        out = model(input_ids=ids, labels=ids)
+        out = model(input_ids=ids, labels=labels)
     saved = recorder.measurement()
     out.loss.backward()
     layers, head = list(saved.layers), saved.head

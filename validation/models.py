@@ -331,6 +331,44 @@ def _falcon_one_norm(size: Size) -> PretrainedConfig:
     return config
 
 
+def _bert(size: Size) -> PretrainedConfig:
+    # BertConfig's defaults kept: gelu, dropout 0.1 on the embeddings, residuals, attention and the classifier's
+    # input; two token types; two labels; the sequence classifier (pooler, dropout, classifier).
+    return transformers.BertConfig(
+        hidden_size=size.hidden, num_hidden_layers=size.layers, num_attention_heads=size.heads,
+        intermediate_size=size.intermediate, vocab_size=size.vocab, max_position_embeddings=size.positions,
+        architectures=["BertForSequenceClassification"],
+    )
+
+
+def _bert_no_dropout(size: Size) -> PretrainedConfig:
+    config = _bert(size)
+    config.hidden_dropout_prob = config.attention_probs_dropout_prob = 0.0
+    return config
+
+
+def _bert_three_labels(size: Size) -> PretrainedConfig:
+    config = _bert(size)
+    config.num_labels = 3
+    return config
+
+
+def _roberta(size: Size) -> PretrainedConfig:
+    # FacebookAI/roberta-base's choices: one token type, padding index 1 (positions numbered from 2), 2 labels.
+    return transformers.RobertaConfig(
+        hidden_size=size.hidden, num_hidden_layers=size.layers, num_attention_heads=size.heads,
+        intermediate_size=size.intermediate, vocab_size=size.vocab, max_position_embeddings=size.positions + 2,
+        type_vocab_size=1, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+        architectures=["RobertaForSequenceClassification"],
+    )
+
+
+def _roberta_no_dropout(size: Size) -> PretrainedConfig:
+    config = _roberta(size)
+    config.hidden_dropout_prob = config.attention_probs_dropout_prob = 0.0
+    return config
+
+
 FAMILIES: dict[str, Callable[[Size], PretrainedConfig]] = {
     "gpt2": _gpt2,
     "gpt2-no-dropout": _gpt2_no_dropout,
@@ -365,6 +403,11 @@ FAMILIES: dict[str, Callable[[Size], PretrainedConfig]] = {
     "falcon": _falcon,
     "falcon-new-decoder": _falcon_new_decoder,
     "falcon-new-decoder-one-norm": _falcon_one_norm,
+    "bert": _bert,
+    "bert-no-dropout": _bert_no_dropout,
+    "bert-three-labels": _bert_three_labels,
+    "roberta": _roberta,
+    "roberta-no-dropout": _roberta_no_dropout,
 }
 
 # Dtypes of the precision presets the harness runs.
@@ -376,15 +419,43 @@ def build(family: str, size: Size, *, attention: str, precision: str, seed: int 
     config = FAMILIES[family](size)
     config._attn_implementation = attention
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, attn_implementation=attention)
+    model = auto_class(config).from_config(config, attn_implementation=attention)
     model.to(PARAM_DTYPES[precision])
     model.train()
     return model, config.to_dict()
 
 
+def is_classifier(config: PretrainedConfig) -> bool:
+    """Whether the config names a sequence classifier (BertForSequenceClassification...) rather than a causal LM."""
+    return any(name.endswith("ForSequenceClassification") for name in config.architectures or ())
+
+
+def auto_class(config: PretrainedConfig) -> type:
+    return transformers.AutoModelForSequenceClassification if is_classifier(config) else AutoModelForCausalLM
+
+
+def labels_for(config: PretrainedConfig, ids: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """The labels a training step passes: the token ids for a causal LM, one class per sequence for a classifier."""
+    if not is_classifier(config):
+        return ids
+    return torch.randint(0, config.num_labels, (ids.shape[0],), generator=generator)
+
+
+def output_module(model: torch.nn.Module) -> torch.nn.Module:
+    """The module whose output is the logits: the output layer, or a classifier's last linear layer."""
+    head = model.get_output_embeddings()
+    if head is not None:
+        return head
+    classifier = model.classifier
+    return getattr(classifier, "out_proj", classifier)
+
+
 def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
-    """The decoder layers of a causal LM (``model.layers`` for Llama-style models, ``transformer.h`` for GPT-2)."""
+    """The decoder layers of a causal LM (``model.layers`` for Llama-style models, ``transformer.h`` for GPT-2), or
+    an encoder's layers (``encoder.layer``: BERT, RoBERTa)."""
     if hasattr(model, "get_base_model"):  # a peft model: the transformers model it wraps
         model = model.get_base_model()
     base = model.base_model
+    if hasattr(base, "encoder"):
+        return base.encoder.layer
     return base.h if hasattr(base, "h") else base.layers

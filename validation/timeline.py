@@ -72,7 +72,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torch.utils._pytree import tree_leaves  # noqa: E402
 
-from validation.models import FAMILIES, Size, decoder_layers  # noqa: E402
+from validation.models import FAMILIES, Size, auto_class, decoder_layers, labels_for, output_module  # noqa: E402
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -289,7 +289,7 @@ class Timeline:
         self.model = model
         self.optimizer = optimizer
         self.layers = list(decoder_layers(model))
-        self.head = model.get_output_embeddings()
+        self.head = output_module(model)
         self.accumulation = accumulation
         self.points: list[Point] = []
         self.step = 0
@@ -691,7 +691,7 @@ def build_model(case: TimelineCase, *, in_dtype: bool = False) -> tuple[nn.Modul
     config = case.config()
     torch.manual_seed(0)
     dtype = {"dtype": PARAM_DTYPES[case.precision]} if in_dtype else {}
-    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=case.attention, **dtype)
+    model = auto_class(config).from_config(config, attn_implementation=case.attention, **dtype)
     dtype = PARAM_DTYPES[case.precision]
     if dtype != torch.float32:
         if case.fake:
@@ -740,29 +740,31 @@ def train_two_steps(model: nn.Module, optimizer: torch.optim.Optimizer, timeline
     vocab = model.config.vocab_size
     generator = None if case.fake else torch.Generator().manual_seed(1)
 
-    def compute_loss(ids: torch.Tensor) -> torch.Tensor:
-        outputs = model(input_ids=ids, labels=ids, use_cache=False)
+    def compute_loss(ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        outputs = model(input_ids=ids, labels=labels, use_cache=False)
         return outputs["loss"]
 
-    outputs = loss = ids = None
+    outputs = loss = ids = labels = None
     for number in (1, 2):
         timeline.begin_step(number)
         for _ in range(case.accumulation):
             ids = torch.randint(0, vocab, (case.batch, case.seq), generator=generator)
+            labels = labels_for(model.config, ids, generator)  # a classifier's: one class per sequence
             timeline.tracker.set_role(ids, INPUTS)
+            timeline.tracker.set_role(labels, INPUTS)
             with _autocast(case.precision, ids.device.type):
                 if case.loop == "plain":
-                    outputs = model(input_ids=ids, labels=ids, use_cache=False)
+                    outputs = model(input_ids=ids, labels=labels, use_cache=False)
                     loss = outputs.loss
                 else:
-                    loss = compute_loss(ids)
+                    loss = compute_loss(ids, labels)
             (loss / case.accumulation if case.accumulation > 1 else loss).backward()
             timeline.end_micro_batch()
         optimizer.step()
         timeline.close("optimizer.step", then="zero_grad")
         optimizer.zero_grad(set_to_none=True)
         timeline.close("zero_grad")
-    del outputs, loss, ids
+    del outputs, loss, ids, labels
 
 
 @dataclass

@@ -156,8 +156,10 @@ class PresetsResponse(BaseModel):
     models: list[ModelPresetOut] = Field(description="Model presets.")
     precisions: list[PrecisionPresetOut] = Field(description="Precision presets.")
     model_types: list[str] = Field(description="The model types a config.json (model.hf_config) may have, each "
-                                   "modelled from its own modules and measured (docs/VALIDATION.md); another "
-                                   "decoder-only type is estimated as a Llama-style decoder, with a warning.")
+                                   "modelled from its own modules and measured (docs/VALIDATION.md): decoders, and "
+                                   "the encoders bert and roberta as sequence classifiers (their "
+                                   "...ForSequenceClassification head); another decoder-only type is estimated as a "
+                                   "Llama-style decoder, with a warning.")
 
 
 class GpuOut(BaseModel):

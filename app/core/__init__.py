@@ -18,7 +18,7 @@ from app.core.activations import (
     ActivationSetup,
     SavedTensor,
 )
-from app.core.architecture import Architecture, ParamTensor, param_count, parameter_tensors
+from app.core.architecture import Architecture, param_count, parameter_tensors
 from app.core.categories import CATEGORIES, CATEGORY_TABLE, Breakdown
 from app.core.errors import DomainError
 from app.core.estimate import Estimate, estimate
@@ -26,6 +26,7 @@ from app.core.gpus import Gpu, GpuFit, custom_gpu, get_gpu, gpu_catalogue
 from app.core.hf_config import SUPPORTED_MODEL_TYPES, architecture_from_hf_config
 from app.core.ledger import Buffer
 from app.core.optimizers import OPTIMIZER_IMPLEMENTATIONS, OPTIMIZER_INFO, OPTIMIZERS
+from app.core.param_tensors import ParamTensor
 from app.core.precision import PRECISION_PRESETS, Precision, precision_preset
 from app.core.presets import ModelPreset, PublishedCount, get_preset, hub_preset, model_presets, preset_aliases
 from app.core.setup import (

@@ -37,17 +37,17 @@ Llama's SwiGLU MLP and RMSNorm; Ainslie et al. 2023 for grouped-query attention)
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
+from app.core.classifier_tensors import classifier_head_tensors, encoder_embedding_tensors
 from app.core.errors import DomainError
 from app.core.families import family_of
+from app.core.param_tensors import ParamTensor
 
 MlpKind = Literal["gelu", "relu", "swiglu", "geglu"]
 NormKind = Literal["layernorm", "rmsnorm"]
 PositionKind = Literal["learned", "rope"]
-TensorSplit = Literal["column", "row", "vocab", "replicated"]
 QkNormScope = Literal["head", "projection"]
 NormPlacement = Literal["pre", "post"]
 
@@ -364,46 +364,6 @@ def _validate_deepseek(arch: Architecture) -> None:
                                                 "RMSNorm (DeepSeek-V3's layout)")
 
 
-@dataclass(frozen=True)
-class ParamTensor:
-    """One parameter tensor: its shape, where it lives, and how Megatron-style tensor parallelism splits it.
-
-    ``split`` is ``column`` (output dimension, the first of a ``(out, in)`` weight, split across
-    ranks), ``row`` (input dimension split), ``vocab`` (vocabulary rows split) or ``replicated``.
-    ``split_dim`` is the index of the dimension that is split. ``matmul`` marks weights that feed a
-    matrix multiply (cast to half precision under autocast).
-    """
-
-    name: str
-    shape: tuple[int, ...]
-    split: TensorSplit = "replicated"
-    split_dim: int = 0
-    matmul: bool = False
-
-    @property
-    def elements(self) -> int:
-        return math.prod(self.shape)
-
-    def shape_on_rank(self, tensor_parallel: int, rank: int) -> tuple[int, ...]:
-        """This tensor's shape on tensor-parallel `rank`: ranks below the remainder hold one more row."""
-        if self.split == "replicated" or tensor_parallel == 1:
-            return self.shape
-        size = self.shape[self.split_dim]
-        shape = list(self.shape)
-        shape[self.split_dim] = size // tensor_parallel + (1 if rank < size % tensor_parallel else 0)
-        return tuple(shape)
-
-    def rank_shapes(self, tensor_parallel: int) -> tuple[tuple[tuple[int, ...], int], ...]:
-        """(shape, number of ranks holding it) over all `tensor_parallel` ranks: t copies of a replicated
-        tensor; for a split one, the ranks below the remainder with one more row, then the rest."""
-        if self.split == "replicated" or tensor_parallel == 1:
-            return ((self.shape, tensor_parallel),)
-        remainder = self.shape[self.split_dim] % tensor_parallel
-        classes = ((self.shape_on_rank(tensor_parallel, 0), remainder),
-                   (self.shape_on_rank(tensor_parallel, tensor_parallel - 1), tensor_parallel - remainder))
-        return tuple((shape, count) for shape, count in classes if count)
-
-
 def layer_tensors(arch: Architecture, *, dense: bool = False) -> tuple[ParamTensor, ...]:
     """The parameter tensors of one decoder layer, with Megatron's tensor-parallel splits.
 
@@ -538,11 +498,16 @@ def embedding_tensors(arch: Architecture) -> tuple[ParamTensor, ...]:
     tensors = [ParamTensor("embed.tokens", (arch.vocab_size, arch.hidden_size), "vocab", 0)]
     if arch.position_embedding == "learned":
         tensors.append(ParamTensor("embed.positions", (arch.max_position_embeddings, arch.hidden_size)))
+    if family_of(arch).classifier:  # token types and the embeddings' LayerNorm
+        tensors += encoder_embedding_tensors(arch)
     return tuple(tensors)
 
 
 def head_tensors(arch: Architecture) -> tuple[ParamTensor, ...]:
-    """Tensors of the last pipeline stage outside the layers: the final norm and, if untied, the output layer."""
+    """Tensors of the last pipeline stage outside the layers: the final norm and, if untied, the output layer (an
+    encoder's classification head in their place)."""
+    if family_of(arch).classifier:
+        return classifier_head_tensors(arch)
     h = arch.hidden_size
     tensors = [ParamTensor("final_norm.weight", (h,))]
     if arch.has_norm_bias:

@@ -19,6 +19,27 @@ LinearNames = Literal["llama", "gpt2", "phi3", "starcoder2", "phi", "gpt_neox"]
 
 
 @dataclass(frozen=True)
+class SequenceClassifier:
+    """An encoder with a sequence-classification head (transformers 5.24's BertForSequenceClassification and
+    RobertaForSequenceClassification): word, token-type and learned position embeddings summed, then a LayerNorm and
+    dropout; bidirectional layers whose two LayerNorms follow their residual adds (no final norm); a head over the
+    first token's hidden state, a dense h -> h with tanh and a classifier h -> num_labels, and a cross entropy over
+    the labels in the logits' own dtype. Where the two differ:"""
+
+    # BertPooler's dense reads ``hidden_states[:, 0]``, a view, so it keeps the whole last hidden state (b x s x h);
+    # RobertaClassificationHead drops the first token's state before its dense, which keeps the b x h dropped copy.
+    pooled_view: bool
+    # RobertaEmbeddings numbers the positions from the token ids (a new b x s int64 tensor, and the token types
+    # gathered by it b x s); BertEmbeddings slices its 1 x max_position_embeddings buffer (the whole buffer kept)
+    # and gathers the token types 1 x s.
+    positions_from_tokens: bool
+
+
+BERT_HEAD: Final = SequenceClassifier(pooled_view=True, positions_from_tokens=False)
+ROBERTA_HEAD: Final = SequenceClassifier(pooled_view=False, positions_from_tokens=True)
+
+
+@dataclass(frozen=True)
 class Family:
     model_type: str | None
     custom: bool = False  # an architecture given field by field, with no model type
@@ -77,6 +98,11 @@ class Family:
     # int64 indices kept), a mask always materialised for sdpa, eager's softmax in the activations' dtype, and
     # multi-query K and V handed to sdpa with their one head (`saved.falcon`).
     falcon_attention: bool = False
+    # Eager attention's softmax over the scores in their own dtype, with no mask added (BERT's and RoBERTa's
+    # eager_attention_forward, without an attention mask): half precision, but fp32 under CUDA autocast.
+    softmax_in_scores_dtype: bool = False
+    # An encoder with a sequence-classification head in place of the language model's output layer (None: a decoder).
+    classifier: SequenceClassifier | None = None
     # Mixtures of experts
     router: Router = "softmax"
     # The experts multiply by the router's fp32 weights as they are (Mixtral, DeepSeek; a custom mixture is modelled
@@ -131,6 +157,8 @@ FAMILIES: Final[dict[str | None, Family]] = {family.model_type: family for famil
     # Falcon-7B, -40B and -180B: attention and an MLP without a gate side by side, from one LayerNorm or two over the
     # same input (FalconDecoderLayer), and GPT-NeoX's module names (query_key_value, dense, dense_h_to_4h...).
     Family("falcon", linear_names="gpt_neox", parallel_blocks=True, falcon_attention=True),
+    Family("bert", classifier=BERT_HEAD, softmax_in_scores_dtype=True),
+    Family("roberta", classifier=ROBERTA_HEAD, softmax_in_scores_dtype=True),
     Family("gpt_oss", fp32_normalised=True, half_rotary=True, eager_under_sdpa=True, router="gpt-oss",
            backward_by_moment=True, moe_autocast_measured=True, peft_linear_only=True),
 )}
@@ -144,7 +172,13 @@ def family_of(arch: Architecture) -> Family:
 
 def stand_in_warnings(arch: Architecture) -> list[str]:
     """What an architecture read from a config.json of a model type with no record stands on (hf_config's
-    `_unknown_decoder`): the Llama-style decoder it is estimated as, and what that leaves out."""
+    `_unknown_decoder`): the Llama-style decoder it is estimated as, and what that leaves out; and what an encoder is
+    estimated as (its sequence-classification head, whatever head its config's architectures name)."""
+    if family_of(arch).classifier is not None:
+        labels = int(arch.extra("num_labels", 2))
+        return [f"{arch.model_type} is estimated as transformers' sequence classifier ({labels} labels: a dense layer "
+                "and tanh over the first token, then the classifier), trained in full on sequences without padding "
+                "(no attention mask); another head (masked language modelling, tokens) is not counted."]
     if arch.model_type is None or arch.model_type in FAMILIES or arch.model_type == "gemma3":
         return []
     kv = arch.num_key_value_heads or arch.num_attention_heads

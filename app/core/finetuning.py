@@ -37,10 +37,11 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-from app.core.architecture import MAX_LAYERS, Architecture, ParamTensor, layer_tensors
+from app.core.architecture import MAX_LAYERS, Architecture, layer_tensors
 from app.core.errors import DomainError
 from app.core.families import family_of
 from app.core.inputs import check_declared, declarations, declared
+from app.core.param_tensors import ParamTensor
 from app.core.units import ceil_div
 
 METHODS: Final = ("full", "lora", "qlora")

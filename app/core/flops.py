@@ -10,6 +10,8 @@ section 6) count them and generalised to grouped K/V heads and gated MLPs:
   a·d = h) this is the paper's 72·b·s·l·h²·(1 + s/6h + V/12lh);
 * full recomputation runs each layer's forward again in backward: + 2·T·L·P_layer + L·4·b·s²·a·d,
   the paper's 96·b·s·l·h²·(1 + s/6h + V/16lh);
+* a sequence classifier (BERT, RoBERTa) has no output layer over the vocabulary: its head's dense (h × h) and
+  classifier (num_labels × h) read one token per sequence, 2·b·(h² + num_labels·h) in place of 2·T·V·h;
 * selective recomputation reruns only the attention core's forward (section 5): + L·4·b·s²·a·d.
 """
 
@@ -17,7 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.core.architecture import Architecture, layer_tensors
+from app.core.architecture import Architecture, head_tensors, layer_tensors
+from app.core.families import family_of
 from app.core.saved.op_policy import op_recomputed_params
 
 
@@ -64,6 +67,13 @@ def step_flops(arch: Architecture, *, micro_batch_size: int, seq_len: int) -> St
     return StepFlops(
         layer_matmuls=2 * tokens * layers * layer_params,
         attention_core=layers * core,
-        output_layer=2 * tokens * arch.vocab_size * arch.hidden_size,
+        output_layer=_output_layer(arch, micro_batch_size=micro_batch_size, tokens=tokens),
         op_recomputed_matmuls=2 * tokens * layers * op_recomputed_params(arch),
     )
+
+
+def _output_layer(arch: Architecture, *, micro_batch_size: int, tokens: int) -> int:
+    """The forward FLOPs of the output layer (module docstring): 2·T·V·h, or a classifier's head over b tokens."""
+    if family_of(arch).classifier:
+        return 2 * micro_batch_size * sum(tensor.elements for tensor in head_tensors(arch) if tensor.matmul)
+    return 2 * tokens * arch.vocab_size * arch.hidden_size

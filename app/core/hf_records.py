@@ -16,6 +16,7 @@ from app.core.hf_decoder import (
     glm4_architecture,
     gpt2_architecture,
 )
+from app.core.hf_encoders import bert_architecture, roberta_architecture
 from app.core.hf_mixtures import (
     deepseek_v2_architecture,
     deepseek_v3_architecture,
@@ -96,4 +97,7 @@ RECORDS: Final[dict[str, ConfigRecord]] = {record.model_type: record for record 
     ConfigRecord("cohere", cohere_architecture),
     ConfigRecord("cohere2", cohere2_architecture),
     ConfigRecord("falcon", falcon_architecture),
+    # Encoders, estimated with a sequence-classification head (families.SequenceClassifier).
+    ConfigRecord("bert", bert_architecture),
+    ConfigRecord("roberta", roberta_architecture),
 )}

@@ -17,7 +17,7 @@ _DECODER_CLASSES: Final = ("ForCausalLM", "LMHeadModel")
 MAX_MODEL_TYPE_CHARS: Final = 64
 # Model types that are no Llama-style decoder whatever their config says (transformers' names), by kind.
 _KINDS: Final = {
-    "an encoder": ("bert", "roberta", "xlm-roberta", "distilbert", "albert", "electra", "deberta", "deberta-v2",
+    "an encoder": ("xlm-roberta", "distilbert", "albert", "electra", "deberta", "deberta-v2",
                    "modernbert"),
     "an encoder-decoder": ("t5", "mt5", "umt5", "bart", "mbart", "pegasus", "whisper"),
     "a vision model": ("vit",),

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Final
 
-from app.core.architecture import Architecture, ParamTensor, embedding_tensors, head_tensors, layer_tensors
+from app.core.architecture import Architecture, embedding_tensors, head_tensors, layer_tensors
 from app.core.finetuning import Finetuning, adapter_tensors, stored_weight_bytes
 from app.core.optimizers import (
     FP32_BITS,
@@ -25,6 +25,7 @@ from app.core.optimizers import (
     optimizer_state_bytes_from_count,
     paged_state_bytes,
 )
+from app.core.param_tensors import ParamTensor
 from app.core.units import ceil_div, tensor_bytes
 
 if TYPE_CHECKING:

@@ -124,9 +124,9 @@ def test_the_server_fetches_only_when_its_operator_allows(stand_in_hub: StandInH
 
 @pytest.mark.parametrize(("config", "says"), [
     ({"hidden_size": 64, "num_hidden_layers": 2}, "no 'model_type'"),
-    ({"model_type": "bert", "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
-      "intermediate_size": 3072, "vocab_size": 30522, "type_vocab_size": 2, "architectures": ["BertForMaskedLM"]},
-     "model_type 'bert'"),
+    ({"model_type": "xlm-roberta", "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+      "intermediate_size": 3072, "vocab_size": 30522, "type_vocab_size": 2, "architectures": ["XLMRobertaForMaskedLM"]},
+     "model_type 'xlm-roberta'"),
     (b"<html>not json</html>", "not valid JSON"),
     ([1, 2, 3], "not a JSON object"),
 ])

@@ -146,7 +146,7 @@ def test_model_type_specifics():
 @pytest.mark.parametrize(
     ("config", "field"),
     [
-        ({"model_type": "bert", "hidden_size": 768}, "model.hf_config.model_type"),  # an encoder, whatever it holds
+        ({"model_type": "distilbert", "hidden_size": 768}, "model.hf_config.model_type"),  # an encoder, whatever it holds
         ({"hidden_size": 768}, "model.hf_config.model_type"),
         ({k: v for k, v in LLAMA_2_7B.items() if k != "vocab_size"}, "model.hf_config.vocab_size"),
         ({**LLAMA_2_7B, "hidden_size": "4096"}, "model.hf_config.hidden_size"),

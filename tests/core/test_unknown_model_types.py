@@ -22,9 +22,10 @@ GRANITE = {"model_type": "granite", "architectures": ["GraniteForCausalLM"], "hi
            "embedding_multiplier": 12.0, "residual_multiplier": 0.22, "attention_multiplier": 0.0078125}
 # Granite's sizes under a model type with no record, which the estimate stands in for.
 UNKNOWN = {**GRANITE, "model_type": "newdecoder", "architectures": ["NewDecoderForCausalLM"]}
-# google-bert/bert-base-uncased's config.json, in part.
-BERT = {"model_type": "bert", "architectures": ["BertForMaskedLM"], "hidden_size": 768, "num_hidden_layers": 12,
-        "num_attention_heads": 12, "intermediate_size": 3072, "vocab_size": 30522, "type_vocab_size": 2}
+# An encoder with no record here (XLM-RoBERTa), with BERT-base's sizes.
+ENCODER = {"model_type": "xlm-roberta", "architectures": ["XLMRobertaForMaskedLM"], "hidden_size": 768,
+           "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072, "vocab_size": 30522,
+           "type_vocab_size": 2}
 
 
 def _estimate(config: dict) -> core.Estimate:
@@ -52,8 +53,8 @@ def test_granite_is_counted_by_its_own_record():
 
 
 @pytest.mark.parametrize("config, words", [
-    (BERT, "an encoder"),
-    ({**BERT, "model_type": "newbert"}, "BertForMaskedLM"),  # the class says what the type does not
+    (ENCODER, "an encoder"),
+    ({**ENCODER, "model_type": "newbert"}, "XLMRobertaForMaskedLM"),  # the class says what the type does not
     ({**GRANITE, "model_type": "mystery", "architectures": ["MysteryForSequenceClassification"]}, "no ...ForCausalLM"),
     ({**GRANITE, "model_type": "vlm", "vision_config": {"hidden_size": 1024}}, "multimodal"),
     ({**GRANITE, "model_type": "seq2seq", "is_encoder_decoder": True}, "encoder-decoder"),

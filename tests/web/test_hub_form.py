@@ -36,11 +36,11 @@ def test_a_box_not_yet_holding_org_slash_name_is_waited_for(stand_in_hub: StandI
 
 @pytest.mark.parametrize(("hub_id", "said"), [
     ("org/no-such-model", "No model org/no-such-model on the Hugging Face Hub"),
-    ("org/bert", "org/bert's config.json, model_type: model_type 'bert'"),
+    ("org/distilbert", "org/distilbert's config.json, model_type: model_type 'distilbert'"),
     ("not an/id", "String should match pattern"),
 ])
 def test_a_failure_shows_at_the_box(stand_in_hub: StandInHub, hub_id: str, said: str):
-    stand_in_hub.add("org/bert", {"model_type": "bert", "type_vocab_size": 2, "hidden_size": 768})
+    stand_in_hub.add("org/distilbert", {"model_type": "distilbert", "type_vocab_size": 2, "hidden_size": 768})
     form = parse_form({"source": "hub", "hub": hub_id})
     assert list(form.errors) == ["hub"] and form.errors["hub"].startswith(said), form.errors
 

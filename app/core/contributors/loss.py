@@ -4,6 +4,7 @@ linear cross entropy, and a mixture's router logits that the loop keeps."""
 from __future__ import annotations
 
 from app.core import activations as act
+from app.core.classifier_tensors import logits_shape, upcasts_logits
 from app.core.contributors.base import (
     BWD_HEAD,
     BWD_LOSS,
@@ -28,11 +29,10 @@ class Loss(StageBase):
         if not self.kind.last:
             return
         arch, setup, training = self.arch, self.setup, self.training
-        n_v = setup.tokens * arch.vocab_size
-        v_rank = ceil_div(n_v, self.parallelism.tensor)
+        rows, width, dims = logits_shape(arch, setup)
+        v_rank = ceil_div(rows * width, self.parallelism.tensor)
         half = setup.half_bytes
-        dims = _ceil_text(f"{setup.micro_batch_size} × {setup.seq_len:,} × {arch.vocab_size:,}",
-                          self.parallelism.tensor)  # the vocabulary split over tensor-parallel ranks
+        dims = _ceil_text(dims, self.parallelism.tensor)  # the vocabulary split over tensor-parallel ranks
         logits = v_rank * half
         if training.implementation == "megatron":
             self.add("loss.logits", "temporary", "Logits before the fused cross entropy", f"{half} B × {dims}",
@@ -57,6 +57,9 @@ class Loss(StageBase):
         self._router_logits(loop.keeps_output)
         # Chunked: the fp32 upcast and the loss's gradients exist for one chunk of tokens at a time.
         per = ceil_div(v_rank, chunks)
+        if not upcasts_logits(arch, setup):  # a classifier's cross entropy over its logits as they are
+            self._loss_gradients(dims, per * half, half)
+            return
         fp32 = per * act.FP32_BYTES
         one = f" for one of {chunks} chunks" if chunks > 1 else ""
         dims_chunk = _ceil_text(dims, chunks)
@@ -73,6 +76,14 @@ class Loss(StageBase):
                  f"4 B × {dims_chunk}", fp32, self.per_stage(fp32), Life("micro-batch", BWD_LOSS, only=(BWD_LOSS,)))
         self.add("loss.grad_logits_half", "temporary", "Gradient of the logits cast back for the output layer",
                  f"{half} B × {dims}", logits, self.per_stage(logits), Life("micro-batch", BWD_HEAD, only=(BWD_HEAD,)))
+
+    def _loss_gradients(self, dims: str, size: int, width: int) -> None:
+        """The cross entropy's two gradients over logits it does not upcast (a classifier's, in their dtype)."""
+        for key, label, phases in (("loss.grad_log_probs", "Gradient of the log-probabilities (nll_loss backward)",
+                                    (BWD_LOSS,)),
+                                   ("loss.grad_logits", "Gradient of the logits (log_softmax backward)", (BWD_HEAD,))):
+            self.add(key, "temporary", label, f"{width} B × {dims}", size, self.per_stage(size),
+                     Life("micro-batch", BWD_LOSS, phases[-1]))
 
     def _fused_linear_loss(self) -> None:
         """Liger Kernel 0.8.5's fused linear cross entropy (liger_kernel/ops/fused_linear_cross_entropy.py).

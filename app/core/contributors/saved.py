@@ -4,6 +4,7 @@ embedding's, the head's and the loss's."""
 from __future__ import annotations
 
 from app.core import activations as act
+from app.core.classifier_tensors import logits_shape, upcasts_logits
 from app.core.contributors.base import (
     BWD_EMBEDDING,
     BWD_HEAD,
@@ -15,6 +16,7 @@ from app.core.contributors.base import (
     _listed,
 )
 from app.core.contributors.offload import ActivationOffloading
+from app.core.families import family_of
 from app.core.finetuning import layer_role, layer_roles
 from app.core.recompute import describe as describe_recomputation
 from app.core.recompute import kept_layer_role
@@ -117,18 +119,20 @@ class SavedTensors(ActivationOffloading):
     def _head_and_loss(self) -> None:
         """The last stage's final norm and output layer's input, and the loss's saved tensors."""
         arch, setup, kind, training = self.arch, self.setup, self.kind, self.training
-        b, s = setup.micro_batch_size, setup.seq_len
+        kept = "fp32 softmax or log-probabilities (4 B × " if upcasts_logits(arch, setup) else "log-probabilities ("
         if kind.last:
             head = act.head_activations(arch, setup)
             loss = tuple(item for item in head if item.name.startswith(("loss.", "logits.")))
             rest = tuple(item for item in head if item not in loss)
             loss_end = BWD_HEAD if training.implementation == "megatron" else BWD_LOSS
-            self.add("activations.head", "activations", "Final norm and the output layer's input", _listed(rest),
+            label = "The classification head's saved tensors" if family_of(arch).classifier else \
+                "Final norm and the output layer's input"
+            self.add("activations.head", "activations", label, _listed(rest),
                      act.total_bytes(rest), act.total_bytes(rest) * self.ranks, Life("micro-batch", FWD_LOSS, BWD_HEAD))
             if loss:  # none with a fused linear cross entropy (its gradients are kept instead)
                 self.add("activations.loss", "activations",
-                         f"The loss's saved tensors: fp32 softmax or log-probabilities (4 B × {b} × {s:,} × "
-                         f"{arch.vocab_size:,}) and the labels", _listed(loss), act.total_bytes(loss),
+                         f"The loss's saved tensors: {kept}{logits_shape(arch, setup)[2]}) and the labels",
+                         _listed(loss), act.total_bytes(loss),
                          act.total_bytes(loss) * self.ranks, Life("micro-batch", FWD_LOSS, loss_end))
 
     def _sliding_window_extra(self) -> tuple[int, int]:

@@ -241,6 +241,8 @@ def _hf_softmax_bytes(arch: Architecture, setup: ActivationSetup) -> int:
     """
     if family_of(arch).gpt2_modules:
         return FP32_BYTES if setup.autocast else setup.half_bytes
+    if family_of(arch).softmax_in_scores_dtype:  # CPU autocast has no softmax kernel of its own (torch 2.13)
+        return FP32_BYTES if setup.autocast and setup.device == "cuda" else setup.half_bytes
     return FP32_BYTES
 
 

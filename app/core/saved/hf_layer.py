@@ -10,6 +10,7 @@ from app.core.architecture import Architecture
 from app.core.families import family_of
 from app.core.finetuning import Role, embeddings_train, head_trains
 from app.core.saved.attention import _hf_attention, _hf_qk_norms, attention_kernel
+from app.core.saved.classifier import classifier_embedding, classifier_head
 from app.core.saved.common import (
     COMPLEX64_BYTES,
     FP32_BYTES,
@@ -177,6 +178,9 @@ def _layer_mlp_input(saved: _Saved, arch: Architecture, setup: ActivationSetup, 
 
 def _hf_embedding(arch: Architecture, setup: ActivationSetup) -> list[SavedTensor]:
     """First stage: token ids (embedding backward), position ids or the shared rotary cos/sin, embedding dropout."""
+    classifier = family_of(arch).classifier
+    if classifier is not None:
+        return classifier_embedding(arch, setup, classifier)
     saved = _Saved(setup)
     n, s, h = setup.tokens, setup.seq_len, arch.hidden_size
     if embeddings_train(setup.finetuning):  # the embedding's weight gradient needs them
@@ -218,6 +222,9 @@ def _hf_head(arch: Architecture, setup: ActivationSetup) -> list[SavedTensor]:
     a copy of N labels, except at micro-batch 1, where the slice is already contiguous and stays a
     view of the padded storage of s + 1 labels.
     """
+    classifier = family_of(arch).classifier
+    if classifier is not None:
+        return classifier_head(arch, setup, classifier)
     saved = _Saved(setup)
     n, v = setup.tokens, arch.vocab_size
     labels = n + 1 if setup.micro_batch_size == 1 else n
