@@ -431,6 +431,21 @@ def _moe_modelled(training: Training, parallelism: Parallelism, arch: Architectu
                                                         "(Mixtral, Qwen2-MoE, Qwen3-MoE and gpt-oss are)")
 
 
+def _llama4_modelled(training: Training, parallelism: Parallelism, arch: Architecture) -> None:
+    """Llama 4 as measured on CPU (docs/VALIDATION.md, "More families"): trained in full by transformers' sdpa or
+    eager attention (Llama4PreTrainedModel has no flash-attention path), on one GPU's share of the data only."""
+    if not family_of(arch).llama4_attention:
+        return
+    why = {"training.attention": training.attention == "flash" and "has no flash-attention path in transformers",
+           "finetuning": training.finetuning != Finetuning() and "is measured trained in full",
+           "parallelism.tensor": parallelism.tensor > 1 and "is measured without tensor parallelism",
+           "parallelism.context": parallelism.context > 1 and "is measured without context parallelism",
+           "parallelism.expert": parallelism.expert > 1 and "has no expert-parallel plan in transformers"}
+    for field_name, reason in why.items():
+        if reason:
+            raise DomainError(field_name, f"Llama 4 {reason}")
+
+
 def _heads_and_layers(training: Training, parallelism: Parallelism, arch: Architecture) -> None:
     """Heads split evenly over tensor-parallel GPUs, layers over pipeline stages."""
     t, p = parallelism.tensor, parallelism.pipeline
@@ -533,6 +548,8 @@ SETUP_RULES: Final = (
     Rule(("training.implementation", "training.precision",
           "finetuning", "parallelism.expert"),
          _moe_modelled, needs_architecture=True),
+    Rule(("training.attention", "finetuning", "parallelism.tensor", "parallelism.context", "parallelism.expert"),
+         _llama4_modelled, needs_architecture=True),
     Rule(("parallelism.tensor", "parallelism.pipeline",
           "parallelism.first_stage_layers", "parallelism.last_stage_layers"),
          _heads_and_layers, needs_architecture=True),

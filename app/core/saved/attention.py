@@ -241,6 +241,8 @@ def _hf_softmax_bytes(arch: Architecture, setup: ActivationSetup) -> int:
     """
     if family_of(arch).gpt2_modules:
         return FP32_BYTES if setup.autocast else setup.half_bytes
+    if family_of(arch).softmax_in_dtype:  # Llama 4's eager attention (the scores' dtype; autocast is refused)
+        return setup.half_bytes
     return FP32_BYTES
 
 
