@@ -431,13 +431,22 @@ def _moe_modelled(training: Training, parallelism: Parallelism, arch: Architectu
                                                         "(Mixtral, Qwen2-MoE, Qwen3-MoE and gpt-oss are)")
 
 
+LLAMA4_ADAPTED: Final = frozenset(("q_proj", "k_proj", "v_proj", "o_proj"))
+
+
 def _llama4_modelled(training: Training, parallelism: Parallelism, arch: Architecture) -> None:
-    """Llama 4 as measured on CPU (docs/VALIDATION.md, "More families"): trained in full by transformers' sdpa or
-    eager attention (Llama4PreTrainedModel has no flash-attention path), on one GPU's share of the data only."""
+    """Llama 4 as measured on CPU (docs/VALIDATION.md, "More families" and "Fine-tuning"): trained in full or by LoRA
+    on the attention's projections, by transformers' sdpa or eager attention (Llama4PreTrainedModel has no
+    flash-attention path), on one GPU's share of the data only."""
     if not family_of(arch).llama4_attention:
         return
+    ft = training.finetuning
+    adapters = ft.method != "full"
     why = {"training.attention": training.attention == "flash" and "has no flash-attention path in transformers",
-           "finetuning": training.finetuning != Finetuning() and "is measured trained in full",
+           "finetuning.method": adapters and ft.method != "lora" and f"is not measured with {ft.method}",
+           "finetuning.target_modules": adapters and not set(ft.target_modules) <= LLAMA4_ADAPTED
+           and "is measured with LoRA on q_proj, k_proj, v_proj and o_proj alone",
+           "finetuning.modules_to_save": adapters and bool(ft.modules_to_save) and "is measured without modules_to_save",
            "parallelism.tensor": parallelism.tensor > 1 and "is measured without tensor parallelism",
            "parallelism.context": parallelism.context > 1 and "is measured without context parallelism",
            "parallelism.expert": parallelism.expert > 1 and "has no expert-parallel plan in transformers"}

@@ -8,7 +8,7 @@ import pytest
 from app import core
 from app.core import DomainError
 from app.core import activations as act
-from app.core.finetuning import Finetuning
+from app.core.finetuning import Finetuning, layer_role
 from app.core.hf_config import architecture_from_hf_config
 from app.core.setup import Parallelism
 
@@ -81,7 +81,11 @@ def test_a_llama4_config_reads_its_text_config_and_names_it():
 
 @pytest.mark.parametrize("training, parallelism, field", [
     ({"attention": "flash"}, {}, "training.attention"),
-    ({"finetuning": Finetuning(method="lora")}, {}, "finetuning"),
+    ({"finetuning": Finetuning(method="lora", target_modules=("all-linear",))}, {}, "finetuning.target_modules"),
+    ({"finetuning": Finetuning(method="lora", target_modules=("q_proj", "gate_proj"))}, {},
+     "finetuning.target_modules"),
+    ({"finetuning": Finetuning(method="qlora")}, {}, "finetuning.method"),
+    ({"finetuning": Finetuning(method="full", frozen_layers=1)}, {}, "finetuning.method"),
     ({}, {"tensor": 2}, "parallelism.tensor"),
     ({}, {"context": 2}, "parallelism.context"),
     ({"precision": core.precision_preset("autocast-bf16")}, {}, "training.precision"),
@@ -98,3 +102,22 @@ def test_scout_estimates_on_its_own_record():
     arch = architecture_from_hf_config({"model_type": "llama4_text", "num_hidden_layers": 4})
     result = core.estimate(architecture=arch, training=core.Training(seq_len=256))
     assert not any("has no record" in warning for warning in result.warnings)
+
+
+@pytest.mark.parametrize("precision, targets, layers", [
+    # Measured on CPU with peft 0.21 (validation/finetuning.py, three layers: rotating, without positions, rotating):
+    # with q_proj and v_proj adapted the lowest layer's K needs no gradient, so its L2 norm keeps nothing.
+    ("bf16", ("q_proj", "v_proj"), (315_648, 315_008, 340_992)),
+    ("fp32", ("q_proj", "k_proj", "v_proj", "o_proj"), (619_776, 659_584, 685_568)),
+])
+def test_lora_on_the_attention_keeps_what_was_measured(precision, targets, layers):
+    config = {**SMALL, "num_hidden_layers": 3, "head_dim": 16, "intermediate_size_mlp": 192,
+              "no_rope_layers": [1, 0, 1]}
+    arch = architecture_from_hf_config(config)
+    tuning = Finetuning(method="lora", rank=8, target_modules=targets, dropout=0.1 if len(targets) == 4 else 0.0)
+    setup = act.ActivationSetup(micro_batch_size=2, seq_len=32, attention="sdpa", device="cpu",
+                                precision=core.precision_preset(precision), finetuning=tuning)
+    kept = (act.sliding_window_layer(arch, setup, layer_role(tuning, 0)),
+            act.layer_activations(arch, setup, layer_role(tuning, 1)),
+            act.sliding_window_layer(arch, setup, layer_role(tuning, 2)))
+    assert tuple(act.total_bytes(items) for items in kept) == layers

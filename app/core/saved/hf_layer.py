@@ -139,23 +139,27 @@ def _layer_attention_core(saved: _Saved, arch: Architecture, setup: ActivationSe
     if arch.qk_norm:
         _hf_qk_norms(saved, arch, setup, weight_grad=tuning.weights, input_grads=(grad("attn.q"), grad("attn.k")))
     if family_of(arch).llama4_attention:
-        _llama4_qk_scaling(saved, arch, setup, local=local)
+        _llama4_qk_scaling(saved, arch, setup, local=local, grads=(grad("attn.q"), grad("attn.k")))
     _hf_attention(saved, arch, setup, out_proj_input=tuning.weights,
                   grads=(grad("attn.q"), grad("attn.k"), grad("attn.v")))
 
 
-def _llama4_qk_scaling(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, local: bool) -> None:
+def _llama4_qk_scaling(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, local: bool,
+                       grads: tuple[bool, bool] = (True, True)) -> None:
     """Llama4TextAttention.forward (modeling_llama4.py, transformers 5.24). A rotating layer with ``use_qk_norm``
     L2-normalises the rotated Q and K (Llama4TextL2Norm, no weight): each norm keeps its fp32 input (n × heads × d)
     and its fp32 reciprocal RMS (n × heads). A layer without positions and with ``attn_temperature_tuning`` scales
     Q by ``log1p(floor((p + 1) / floor_scale)) · attn_scale + 1``, an fp32 factor per position (s, broadcast over
-    the batch), which the multiply keeps. Measured on CPU: docs/VALIDATION.md, "More families"."""
+    the batch), which the multiply keeps. Each only where Q's or K's projection output needs a gradient (`grads`:
+    in the lowest trainable layer, only an adapted projection's does). Measured on CPU: docs/VALIDATION.md, "More
+    families" and "Fine-tuning"."""
     n, d = setup.tokens, arch.head_size
     if local and arch.extra("use_qk_norm"):
-        for name, heads in (("q", arch.num_attention_heads), ("k", arch.kv_heads)):
-            saved.add(f"attn.{name}_l2norm.input_fp32", n * heads * d, FP32_BYTES, "tensor")
-            saved.add(f"attn.{name}_l2norm.rstd", n * heads, FP32_BYTES, "tensor")
-    elif not local and arch.extra("attn_temperature_tuning"):
+        for (name, heads), needed in zip((("q", arch.num_attention_heads), ("k", arch.kv_heads)), grads, strict=True):
+            if needed:
+                saved.add(f"attn.{name}_l2norm.input_fp32", n * heads * d, FP32_BYTES, "tensor")
+                saved.add(f"attn.{name}_l2norm.rstd", n * heads, FP32_BYTES, "tensor")
+    elif not local and arch.extra("attn_temperature_tuning") and grads[0]:
         saved.add("attn.temperature_scales", setup.seq_len, FP32_BYTES, "none")
 
 
