@@ -33,6 +33,7 @@ from transformers import (
     GPT2LMHeadModel,
     GptOssConfig,
     GptOssForCausalLM,
+    Llama4ForCausalLM,
     LlamaConfig,
     LlamaForCausalLM,
     MixtralConfig,
@@ -56,7 +57,7 @@ LAYERS = 3
 
 @dataclass(frozen=True)
 class Case:
-    family: str  # llama, gpt2, mixtral, qwen3_moe, qwen2_moe, gpt_oss, deepseek_v3 or deepseek_v2
+    family: str  # llama, gpt2, mixtral, qwen3_moe, qwen2_moe, gpt_oss, deepseek_v3, deepseek_v2 or llama4_text
     precision: str  # bf16 or fp32 (the base's dtype; peft keeps the adapters in fp32)
     targets: tuple[str, ...]
     dropout: float = 0.0
@@ -119,6 +120,15 @@ def _model(case: Case) -> tuple[torch.nn.Module, dict]:
                            max_position_embeddings=256, rope_parameters={"rope_type": "default", "rope_theta": 150000.0},
                            attn_implementation="eager")
         return GptOssForCausalLM(oss), oss.to_dict()
+    if case.family == "llama4_text":
+        # Llama 4 Scout's layout (validation/models.py): the rotating layers first and third, a mixture in each.
+        from validation.models import FAMILIES, Size
+
+        llama4 = FAMILIES["llama4_text"](Size(hidden=64, layers=LAYERS, heads=4, kv_heads=2, intermediate=96,
+                                              vocab=300, positions=256, head_dim=16))
+        llama4.use_cache = False
+        llama4._attn_implementation = case.attention
+        return Llama4ForCausalLM(llama4), llama4.to_dict()
     if case.family in ("deepseek_v3", "deepseek_v2"):
         # Multi-head latent attention (V3: Q through its low-rank q_a_proj and q_b_proj; V2-Lite's plain q_proj),
         # the first layer dense, then routed experts beside an ungated shared expert, all frozen.
@@ -177,7 +187,11 @@ def predict(case: Case) -> dict[str, object]:
     stage = states.finetuned_stage(arch, tuning, precision.bits("weights"), 1, layers=LAYERS, first=True, last=True,
                                    first_layer=0)
     weights = stage.frozen_rank_bytes + sum(part.rank_elements * part.bits // 8 for part in stage.parts.values())
-    layers = [act.total_bytes(act.layer_activations(arch, setup, layer_role(tuning, index),
+    # Llama 4's chunked layers keep what its rotating layers do (`act.sliding_window_layer`).
+    kinds = config.get("layer_types") or ["full_attention"] * LAYERS
+    layers = [act.total_bytes(act.sliding_window_layer(arch, setup, layer_role(tuning, index))
+                              if kinds[index] == "chunked_attention" else
+                              act.layer_activations(arch, setup, layer_role(tuning, index),
                                                     dense=index < arch.dense_layers)) for index in range(LAYERS)]
     return {"trainable": result.trainable_param_count, "params": result.param_count, "weights": weights,
             "layers": layers, "embedding": act.total_bytes(act.embedding_activations(arch, setup)),
@@ -233,6 +247,11 @@ CASES = (
       for precision in ("bf16", "fp32")
       for targets in (("q_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"), ("kv_b_proj",))
       for attention in ("sdpa", "eager")),
+    # Llama 4 with its attention adapted: the router, the experts (run on every token) and the shared expert frozen.
+    *(Case("llama4_text", precision, targets, dropout, attention)
+      for precision in ("bf16", "fp32")
+      for targets, dropout in ((("q_proj", "v_proj"), 0.0), (("q_proj", "k_proj", "v_proj", "o_proj"), 0.1))
+      for attention in ("sdpa", "eager")),
 )
 
 
@@ -245,6 +264,7 @@ def peak_cases() -> tuple:
     oss = Size(hidden=256, layers=4, heads=4, kv_heads=2, intermediate=256, vocab=2048, head_dim=64)
     long = Size(hidden=256, layers=4, heads=4, kv_heads=2, intermediate=1536, vocab=512, head_dim=64)
     mla = Size(hidden=256, layers=4, heads=4, kv_heads=4, intermediate=512, vocab=2048, head_dim=64)
+    llama4 = Size(hidden=256, layers=4, heads=4, kv_heads=2, intermediate=512, vocab=2048, head_dim=64)
     return (
         tl.TimelineCase("llama", precision="bf16", seq=256, batch=2, size=size, lora_rank=8,
                         lora_targets=("q_proj", "v_proj")),
@@ -274,6 +294,11 @@ def peak_cases() -> tuple:
                         lora_targets=("q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj")),
         tl.TimelineCase("deepseek_v2-lite", precision="fp32", seq=128, batch=2, size=mla, attention="eager",
                         lora_rank=8, lora_targets=("q_proj", "kv_b_proj"), loop="hf-trainer"),
+        # Llama 4 with its attention adapted, the mixture frozen.
+        tl.TimelineCase("llama4_text", precision="bf16", seq=256, batch=2, size=llama4, lora_rank=8,
+                        lora_targets=("q_proj", "v_proj")),
+        tl.TimelineCase("llama4_text", precision="fp32", seq=128, batch=2, size=llama4, attention="eager",
+                        lora_rank=16, lora_targets=("q_proj", "k_proj", "v_proj", "o_proj"), lora_dropout=0.1),
         # Long sequences under recomputation with a small vocabulary, where a layer's backward decides the peak:
         # the MLP's working set (Llama), and the fp32 norm after the MLP before it (OLMo 2, Gemma 3).
         tl.TimelineCase("llama", precision="bf16", seq=1024, batch=1, size=long, lora_rank=8,
@@ -292,8 +317,8 @@ def section(results: list[Result], peaks: list) -> list[str]:
     exact = sum(result.passed for result in results)
     lines = [
         SECTION, "",
-        "LoRA with peft 0.21.2 on small Llama, GPT-2, Mixtral, Qwen3-MoE, Qwen2-MoE, gpt-oss, DeepSeek-V3 and "
-        "DeepSeek-V2 models built from a config, on CPU "
+        "LoRA with peft 0.21.2 on small Llama, GPT-2, Mixtral, Qwen3-MoE, Qwen2-MoE, gpt-oss, DeepSeek-V3, "
+        "DeepSeek-V2 and Llama 4 models built from a config, on CPU "
         "(`python -m validation.finetuning`). Each case compares, to the byte, peft's own trainable and total "
         "parameter counts, the bytes of every parameter (the frozen base in its dtype, the adapters in fp32 as "
         "peft's `autocast_adapter_dtype` leaves them, the copies `modules_to_save` makes) and the tensors "
@@ -318,7 +343,12 @@ def section(results: list[Result], peaks: list) -> list[str]:
         "normalised tensors or the projections' inputs; in the lowest layer each matmul of the attention keeps one "
         "operand only where the other needs a gradient, so adapting q_a_proj, kv_a_proj_with_mqa or o_proj alone "
         "leaves different tensors kept there; its dense first layer, routers and shared experts keep no inputs, "
-        "and the routers keep their fp32 cast of the bf16 weight (E × h), as in full training. "
+        "and the routers keep their fp32 cast of the bf16 weight (E × h), as in full training. Llama 4's frozen "
+        "mixture keeps neither the router's input, nor the scaled tokens every expert takes, nor the down matmuls' "
+        "inputs, and in the lowest layer its rotating layers' L2 norms of Q and K keep their fp32 input only where "
+        "the projection is adapted (with q_proj and v_proj, Q's alone); its LoRA is accepted on q_proj, k_proj, "
+        "v_proj and o_proj alone (all-linear would adapt the router, an nn.Linear, and the shared expert; QLoRA "
+        "is not measured). "
         f"**{exact} of {len(results)} cases exact.**", "",
         "| case | trainable | all params | weights B | layers B (first, others) | embedding B | head B | |",
         "| --- | ---: | ---: | ---: | --- | ---: | ---: | --- |",

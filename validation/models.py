@@ -369,6 +369,27 @@ def _roberta_no_dropout(size: Size) -> PretrainedConfig:
     return config
 
 
+def _llama4_text(size: Size) -> PretrainedConfig:
+    # Llama-4-Scout's layout: a mixture in every layer (four experts, one per token, a shared expert), Q and K
+    # L2-normalised on the rotating layers, temperature tuning on the others; layers alternate rotating (chunked
+    # attention, chunks of 8,192 tokens) and not (Scout's every fourth layer), so that two layers hold one of each.
+    return transformers.Llama4TextConfig(
+        hidden_size=size.hidden, num_hidden_layers=size.layers, num_attention_heads=size.heads,
+        num_key_value_heads=size.kv_heads, head_dim=size.head_dim or size.hidden // size.heads,
+        intermediate_size=size.intermediate, intermediate_size_mlp=2 * size.intermediate, vocab_size=size.vocab,
+        max_position_embeddings=size.positions, num_local_experts=4, num_experts_per_tok=1,
+        interleave_moe_layer_step=1, no_rope_layers=[int(index % 2 == 0) for index in range(size.layers)],
+        attention_chunk_size=8192, pad_token_id=0, bos_token_id=0, eos_token_id=1,
+    )
+
+
+def _llama4_text_chunk16(size: Size) -> PretrainedConfig:
+    # As above with chunks of 16 tokens, shorter than the sequence: sdpa is handed the chunks as a mask.
+    config = _llama4_text(size)
+    config.attention_chunk_size = 16
+    return config
+
+
 FAMILIES: dict[str, Callable[[Size], PretrainedConfig]] = {
     "gpt2": _gpt2,
     "gpt2-no-dropout": _gpt2_no_dropout,
@@ -408,6 +429,8 @@ FAMILIES: dict[str, Callable[[Size], PretrainedConfig]] = {
     "bert-three-labels": _bert_three_labels,
     "roberta": _roberta,
     "roberta-no-dropout": _roberta_no_dropout,
+    "llama4_text": _llama4_text,
+    "llama4_text-chunk16": _llama4_text_chunk16,
 }
 
 # Dtypes of the precision presets the harness runs.
@@ -456,6 +479,8 @@ def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
     if hasattr(model, "get_base_model"):  # a peft model: the transformers model it wraps
         model = model.get_base_model()
     base = model.base_model
+    if base is model:  # Llama4ForCausalLM names its base model language_model but holds it as model
+        base = model.model
     if hasattr(base, "encoder"):
         return base.encoder.layer
     return base.h if hasattr(base, "h") else base.layers

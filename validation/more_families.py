@@ -1,7 +1,7 @@
-"""More families measured: transformers' Granite, GLM-4-0414, StarCoder2, Phi-2, GPT-NeoX, GLM-4.5, Cohere, Cohere2 and
-Falcon on CPU.
+"""More families measured: transformers' Granite, GLM-4-0414, StarCoder2, Phi-2, GPT-NeoX, GLM-4.5, Cohere, Cohere2,
+Falcon and Llama 4 on CPU.
 
-Small models built from a config (no download), two layers each (Cohere2 three), from the builders in validation/models.py; each
+Small models built from a config (no download), two layers each (Cohere2 and Llama 4 three), from the builders in validation/models.py; each
 case compares, to the byte, the parameter count the model class has, and the tensors autograd keeps in each layer,
 the embedding and the head (validation/measure.py's recorder), in bf16 and fp32, under sdpa and eager attention,
 with grouped, multi-query and multi-head attention. The peak of two training steps is measured by the timeline
@@ -66,19 +66,27 @@ LAYOUTS: Final = {
     "falcon-new-decoder": "Falcon-40B and -180B's new decoder architecture: grouped K and V broadcast to every head "
                           "before attention, two LayerNorms of the layer's input (kept once), sdpa's kernel keeping the "
                           "mask; the falcon-new-decoder-one-norm rows have one LayerNorm (Falcon2-11B's)",
+    "llama4_text": "Llama 4 Scout's language model (Llama4ForCausalLM), three layers here: the first and third "
+                   "rotating Q and K by complex multiplies and L2-normalising them in fp32, within chunks of "
+                   "attention, the second without positions, its queries scaled per position in fp32; in each a mixture that runs all four experts "
+                   "on every token, scaled by sigmoid scores zero off the top one, beside a shared expert; eager "
+                   "attention's softmax in the activations' dtype; the llama4_text-chunk16 rows attend within chunks "
+                   "of 16, which sdpa is handed as a mask",
 }
-# Families measured with three layers: Cohere2's two rotating layers share the model's cos and sin, which the harness
-# counts with the embedding (where trainmem places them) only when more than one layer keeps them.
-LAYERS: Final = {"cohere2": 3}
+# Families measured with three layers: Cohere2's and Llama 4's two rotating layers share the model's cos and sin (Llama
+# 4's complex frequencies), which the harness counts with the embedding (where trainmem places them) only when more
+# than one layer keeps them.
+LAYERS: Final = {"cohere2": 3, "llama4_text": 3, "llama4_text-chunk16": 3}
 # K/V heads each family is measured with, for the three shapes (b2 s32, b1 s48, b3 s16) and in the variants (in
 # place of 1, 2, 4): as many as query heads without grouped heads (GPT-NeoX), one for multi-query attention
 # (Falcon-7B), two or more for Falcon's new decoder architecture.
 KV_HEADS: Final = {"gpt_neox": (4, 4, 4), "falcon": (1, 1, 1), "falcon-new-decoder": (2, 4, 2)}
 VARIANT_KV_HEADS: Final = {"falcon-new-decoder-one-norm": (2, 4)}
 # Variants measured beside each family's plain configuration (validation/models.py builds them).
-VARIANTS: Final = ("starcoder2-dropout-window", "phi-dropout", "glm4_moe-dense-first", "falcon-new-decoder-one-norm")
+VARIANTS: Final = ("starcoder2-dropout-window", "phi-dropout", "glm4_moe-dense-first", "falcon-new-decoder-one-norm",
+                   "llama4_text-chunk16")
 # Families whose layer backward is not modelled yet: their peaks where it decides are published with the warning.
-UNMODELLED_BACKWARD: Final = ("phi", "gpt_neox", "cohere", "cohere2", "falcon", "falcon-new-decoder")
+UNMODELLED_BACKWARD: Final = ("phi", "gpt_neox", "cohere", "cohere2", "falcon", "falcon-new-decoder", "llama4_text")
 
 
 # What decides the peak under recomputation with a small vocabulary (the "ckpt" rows): a layer's backward.
@@ -126,7 +134,7 @@ CASES: Final = (
     *(Case(family, precision, attention, batch, seq, kv, LAYERS.get(family, 2))
       for family in LAYOUTS for precision in ("bf16", "fp32") for attention in ("sdpa", "eager")
       for (batch, seq), kv in zip(((2, 32), (1, 48), (3, 16)), KV_HEADS.get(family, (2, 4, 1)), strict=True)),
-    *(Case(family, precision, attention, 2, 32, kv) for family in VARIANTS for precision in ("bf16", "fp32")
+    *(Case(family, precision, attention, 2, 32, kv, LAYERS.get(family, 2)) for family in VARIANTS for precision in ("bf16", "fp32")
       for attention in ("sdpa", "eager") for kv in VARIANT_KV_HEADS.get(family, (1, 2, 4))),
 )
 
@@ -144,6 +152,9 @@ def predict(case: Case) -> dict[str, object]:
                                 precision=core.precision_preset(case.precision))
     layer = act.total_bytes(act.layer_activations(arch, setup))
     sliding = act.total_bytes(act.sliding_window_layer(arch, setup))
+    if arch.is_moe and arch.sliding_window_layers:  # Llama 4: its rotating (chunked) layers and the others
+        kinds = case.config().layer_types
+        return predicted_parts(arch, setup, [sliding if kind == "chunked_attention" else layer for kind in kinds])
     if arch.is_moe:  # a mixture's dense layers come first (GLM-4.5's first_k_dense_replace)
         dense = act.total_bytes(act.layer_activations(arch, setup, dense=True))
         return predicted_parts(arch, setup, [dense] * arch.dense_layers + [layer] * (arch.num_hidden_layers
@@ -188,7 +199,8 @@ def section(rows: list[tuple[Case, dict, dict]], peaks: list, unmodelled: list) 
     exact = sum(measured == predicted for _, measured, predicted in rows)
     lines = [SECTION, "",
              "transformers 5.24's " + "; ".join(LAYOUTS.values()) + ". On CPU (`python -m validation.more_families`), "
-             "two layers each, compared to the byte with the parameter count and each layer's, the embedding's and "
+             "two layers each (Cohere2 and Llama 4 three), compared to the byte with the parameter count and each "
+             "layer's, the embedding's and "
              f"the head's saved tensors. **{exact} of {len(rows)} cases exact.**", "",
              "| case | params | layer B (each) | embedding B | head B | |",
              "| --- | ---: | ---: | ---: | ---: | --- |"]
@@ -200,11 +212,12 @@ def section(rows: list[tuple[Case, dict, dict]], peaks: list, unmodelled: list) 
     lines += ["", "The peak of two training steps (the timeline harness):", "", *peak_table(peaks), "",
               *BACKWARD_NOTES, "",
               "Not modelled yet: the layer backward of Phi-2, GPT-NeoX and Falcon (attention and the MLP side by "
-              "side, the MLP without a gate) and of Cohere and Cohere2 (attention and the gated MLP side by side after "
-              "one fp32 LayerNorm, whose backward runs in fp32). Where it decides the peak the estimate comes out low "
+              "side, the MLP without a gate), of Cohere and Cohere2 (attention and the gated MLP side by side after "
+              "one fp32 LayerNorm, whose backward runs in fp32) and of Llama 4's mixture (every expert's gradients "
+              "over every token). Where it decides the peak the estimate comes out low "
               "(Phi-2 by 7.5%, GPT-NeoX by 2.7% here, by 8.6% and 3.6% with I/h 6; Cohere by 6.4% and 6.6%, Cohere2 "
-              "by 8.3% and 8.7%; Falcon-7B's layout by 1.7% and 1.6%, Falcon-40B's by 5.8% and 4.5%), and says so in "
-              "a warning (`unmodelled_cases`):", "",
+              "by 8.3% and 8.7%; Falcon-7B's layout by 1.7% and 1.6%, Falcon-40B's by 5.8% and 4.5%; Llama 4 by 3.3% "
+              "and 2.7%), and says so in a warning (`unmodelled_cases`):", "",
               *peak_table(unmodelled), ""]
     return lines
 

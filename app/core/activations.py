@@ -86,12 +86,13 @@ __all__ = [
 
 
 def layer_activations(arch: Architecture, setup: ActivationSetup, role: Role = "full", *,
-                      dense: bool = False) -> tuple[SavedTensor, ...]:
+                      dense: bool = False, local: bool = False) -> tuple[SavedTensor, ...]:
     """Every tensor one layer keeps for backward, for one micro-batch, without recomputation.
 
     For a mixture of experts, a sparse layer; ``dense`` asks for one of its first ``first_k_dense_replace``
     layers (``arch.dense_layers`` of them), whose MLP is dense. Under ``compile="inductor"``: what the partitioner
-    keeps (`compiled_layer`; the rules refuse it where it was not measured).
+    keeps (`compiled_layer`; the rules refuse it where it was not measured). ``local``: one of the
+    ``sliding_window_layers`` (`sliding_window_layer`).
     """
     if setup.compile == "inductor":
         return compiled_layer(arch, setup)
@@ -100,7 +101,7 @@ def layer_activations(arch: Architecture, setup: ActivationSetup, role: Role = "
         return tuple(_hf_mla_layer(arch, setup, role, dense=dense))
     if setup.implementation == "megatron":
         return tuple(_megatron_layer(arch, setup))
-    return tuple(_hf_layer(arch, setup, role, dense=dense))
+    return tuple(_hf_layer(arch, setup, role, dense=dense, local=local))
 
 
 def _window_masked(arch: Architecture, setup: ActivationSetup) -> bool:
@@ -128,10 +129,10 @@ def sliding_window_layer(arch: Architecture, setup: ActivationSetup, role: Role 
     layers take. On CPU the math path (attention dropout) adds the mask to its scores and repeats K/V anyway.
     """
     if not _window_masked(arch, setup):
-        return layer_activations(arch, setup, role)
+        return layer_activations(arch, setup, role, local=True)
     kernel = attention_kernel(arch, setup)
     if kernel == "eager" or (setup.device == "cpu" and kernel == "math"):
-        return layer_activations(arch, setup, role)
+        return layer_activations(arch, setup, role, local=True)
     masked = setup if setup.device == "cpu" else replace(setup, attention="memory-efficient")
     saved = _Saved(masked)
     b, s, n = setup.micro_batch_size, setup.seq_len, setup.tokens
@@ -139,7 +140,7 @@ def sliding_window_layer(arch: Architecture, setup: ActivationSetup, role: Role 
     saved.add("attn.sliding_window_mask", b * s * s, setup.half_bytes, "none", core=True)
     if 1 < g < a:
         saved.add("attn.key_value_repeated", 2 * n * (a - g) * d, setup.half_bytes, "tensor")
-    return layer_activations(arch, masked, role) + tuple(saved.items)
+    return layer_activations(arch, masked, role, local=True) + tuple(saved.items)
 
 
 def checkpointed_layer_activations(

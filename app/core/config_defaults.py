@@ -14,7 +14,7 @@ DEFAULT_MAX_POSITIONS: Final = {"llama": 2048, "mistral": 131072, "qwen2": 32768
                                 "olmo2": 2048, "granite": 2048, "glm4": 131072,
                                 "starcoder2": 4096, "phi": 2048, "gpt_neox": 2048,
                                 "glm4_moe": 131072, "cohere": 8192, "cohere2": 8192,
-                                "falcon": 2048}
+                                "falcon": 2048, "llama4_text": 131072}
 
 # Every dimension a config.json may leave out, for the model types whose configuration class gives each one a
 # default (transformers 5.24): Gemma3TextConfig (configuration_gemma3.py; a Gemma 3 config.json for the 4B, 12B
@@ -48,6 +48,11 @@ CONFIG_DEFAULTS: Final[dict[str, dict[str, int]]] = {
                     "num_attention_heads": 64} for model_type in ("cohere", "cohere2")},
     # FalconConfig (configuration_falcon.py), transformers 5.24: Falcon-7B's numbers (ffn_hidden_size 4 × hidden).
     "falcon": {"vocab_size": 65024, "hidden_size": 4544, "num_hidden_layers": 32, "num_attention_heads": 71},
+    # Llama4TextConfig (configuration_llama4.py), transformers 5.24: Llama-4-Scout-17B-16E's numbers.
+    "llama4_text": {"vocab_size": 202_048, "hidden_size": 5120, "intermediate_size": 8192,
+                    "intermediate_size_mlp": 16384, "num_hidden_layers": 48, "num_attention_heads": 40,
+                    "num_key_value_heads": 8, "head_dim": 128, "num_local_experts": 16, "num_experts_per_tok": 1,
+                    "no_rope_layer_interval": 4, "attention_chunk_size": 8192},
     "glm4": {"vocab_size": 151_552, "hidden_size": 4096, "intermediate_size": 13696, "num_hidden_layers": 40,
              "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128},
 }

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Final, Literal
 if TYPE_CHECKING:  # the architecture reads its family's parameters (`lm_head_bias`)
     from app.core.architecture import Architecture
 
-Router = Literal["softmax", "gpt-oss", "deepseek-v2", "deepseek-v3"]
+Router = Literal["softmax", "gpt-oss", "deepseek-v2", "deepseek-v3", "llama4"]
 LinearNames = Literal["llama", "gpt2", "phi3", "starcoder2", "phi", "gpt_neox"]
 
 
@@ -98,12 +98,17 @@ class Family:
     # int64 indices kept), a mask always materialised for sdpa, eager's softmax in the activations' dtype, and
     # multi-query K and V handed to sdpa with their one head (`saved.falcon`).
     falcon_attention: bool = False
-    # Eager attention's softmax over the scores in their own dtype, with no mask added (BERT's and RoBERTa's
-    # eager_attention_forward, without an attention mask): half precision, but fp32 under CUDA autocast.
+    # Eager attention's softmax over the scores in their own dtype (BERT's and RoBERTa's eager_attention_forward,
+    # without an attention mask; Llama 4's, modeling_llama4.py): half precision, but fp32 under CUDA autocast.
     softmax_in_scores_dtype: bool = False
     # An encoder with a sequence-classification head in place of the language model's output layer (None: a decoder).
     classifier: SequenceClassifier | None = None
+    # Q and K L2-normalised (no weight) after the rotary multiply on the rotating layers alone, where the config's
+    # use_qk_norm says; the other layers' queries scaled by an fp32 factor per position where its
+    # attn_temperature_tuning says (Llama4TextAttention.forward, modeling_llama4.py).
+    llama4_attention: bool = False
     # Mixtures of experts
+    # "llama4": every expert runs on every token, scaled by its sigmoid score, zero off the top k (Llama4TextMoe).
     router: Router = "softmax"
     # The experts multiply by the router's fp32 weights as they are (Mixtral, DeepSeek; a custom mixture is modelled
     # as Mixtral); Qwen3-MoE casts them to the activations' dtype first.
@@ -159,6 +164,10 @@ FAMILIES: Final[dict[str | None, Family]] = {family.model_type: family for famil
     Family("falcon", linear_names="gpt_neox", parallel_blocks=True, falcon_attention=True),
     Family("bert", classifier=BERT_HEAD, softmax_in_scores_dtype=True),
     Family("roberta", classifier=ROBERTA_HEAD, softmax_in_scores_dtype=True),
+    # Llama 4 (Llama4ForCausalLM): the rotating layers alone attend within chunks (the window: `rotary_on_sliding_only`),
+    # their rotary frequencies complex numbers as DeepSeek-V2's.
+    Family("llama4_text", complex_rotary=True, rotary_on_sliding_only=True, softmax_in_scores_dtype=True,
+           llama4_attention=True, router="llama4"),
     Family("gpt_oss", fp32_normalised=True, half_rotary=True, eager_under_sdpa=True, router="gpt-oss",
            backward_by_moment=True, moe_autocast_measured=True, peft_linear_only=True),
 )}

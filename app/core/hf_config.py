@@ -70,13 +70,15 @@ def _unknown_decoder(config: Mapping[str, Any], model_type: Any) -> Architecture
 
 
 def _text_config(config: Mapping[str, Any]) -> ConfigReader:
-    """The language model of a Gemma 3 ``config.json`` (model_type ``gemma3``): its ``text_config``.
+    """The language model of a Gemma 3 or Llama 4 ``config.json`` (model_type ``gemma3``, ``llama4``): its
+    ``text_config``.
 
-    What is counted is what Gemma3ForCausalLM counts for that text_config: the language model that
-    transformers builds inside Gemma3ForConditionalGeneration. The SigLIP vision tower and the multimodal
-    projector are not counted (419,816,304 parameters for google/gemma-3-4b-pt, measured:
-    Gemma3ForConditionalGeneration minus Gemma3ForCausalLM on the meta device, transformers 5.24), nor are the
-    image tokens' activations: a text-only fine-tune (vision tower frozen or dropped) is what is modelled.
+    What is counted is what Gemma3ForCausalLM (Llama4ForCausalLM) counts for that text_config: the language model
+    that transformers builds inside Gemma3ForConditionalGeneration (Llama4ForConditionalGeneration). The vision tower
+    and the multimodal projector are not counted (419,816,304 parameters for google/gemma-3-4b-pt; 455,178,240 for
+    Llama4Config's defaults, Llama 4 Scout's: measured as the multimodal class minus the causal LM on the meta
+    device, transformers 5.24), nor are the image tokens' activations: a text-only fine-tune (vision tower frozen or
+    dropped) is what is modelled.
     """
     text = config.get("text_config")
     prefix = f"{FIELD_PREFIX}.text_config"

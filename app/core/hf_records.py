@@ -17,6 +17,7 @@ from app.core.hf_decoder import (
     gpt2_architecture,
 )
 from app.core.hf_encoders import bert_architecture, roberta_architecture
+from app.core.hf_llama4 import llama4_text_architecture
 from app.core.hf_mixtures import (
     deepseek_v2_architecture,
     deepseek_v3_architecture,
@@ -45,7 +46,7 @@ class ConfigRecord:
     model_type: str
     own_reader: Reader | None = None  # None: the common decoder reader, with `decoder`
     decoder: DecoderTraits = DecoderTraits()
-    # A multimodal config.json whose language model, its text_config, is read as this model type's (Gemma 3).
+    # A multimodal config.json whose language model, its text_config, is read as this model type's (Gemma 3, Llama 4).
     text_config_as: str | None = None
 
     def read(self, reader: ConfigReader) -> Architecture:
@@ -100,4 +101,6 @@ RECORDS: Final[dict[str, ConfigRecord]] = {record.model_type: record for record 
     # Encoders, estimated with a sequence-classification head (families.SequenceClassifier).
     ConfigRecord("bert", bert_architecture),
     ConfigRecord("roberta", roberta_architecture),
+    ConfigRecord("llama4_text", llama4_text_architecture),
+    ConfigRecord("llama4", text_config_as="llama4_text"),
 )}

@@ -13,6 +13,7 @@ from app.core import activations as act
 from app.core.architecture import Architecture
 from app.core.errors import DomainError
 from app.core.families import family_of
+from app.core.family_rules import encoder_classifier, llama4_modelled
 from app.core.finetuning import Finetuning, experts_wrapped, validate_finetuning
 from app.core.inputs import check_declared
 from app.core.optimizers import check_optimizer
@@ -339,47 +340,6 @@ def _liger_families(training: Training, parallelism: Parallelism, arch: Architec
                                                      "other ungated MLPs or mixtures of experts")
 
 
-# Frameworks whose accounting of model states holds for any model (not Megatron-LM's or torchtitan's, whose own
-# model code is a decoder's).
-_ENCODER_FRAMEWORKS: Final = ("pytorch", "deepspeed", "fsdp2", "hf-trainer")
-
-
-def _encoder_classifier(training: Training, parallelism: Parallelism, arch: Architecture) -> None:
-    """An encoder with a classification head (BERT, RoBERTa: `Family.classifier`) is estimated as it was measured
-    (docs/VALIDATION.md, "Encoders"): transformers' modules under sdpa or eager attention, every parameter trained, the
-    standard cross entropy over num_labels, no or full recomputation, the model whole on each GPU (data parallelism
-    and ZeRO only). Every other setting is refused, naming it."""
-    if family_of(arch).classifier is None:
-        return
-    ft = training.finetuning
-    unmodelled = (
-        ("training.implementation", training.implementation != "transformers", "transformers' modules only"),
-        ("training.framework", training.framework not in _ENCODER_FRAMEWORKS,
-         f"a framework of {', '.join(_ENCODER_FRAMEWORKS)} (Megatron-LM and torchtitan build decoders)"),
-        ("finetuning.method", ft.method != "full", "full fine-tuning only (LoRA and QLoRA on encoders not measured)"),
-        ("finetuning.frozen_layers", ft.frozen_layers > 0, "every layer trained"),
-        ("finetuning.freeze_embeddings", ft.freeze_embeddings, "the embeddings trained"),
-        ("parallelism.tensor", parallelism.tensor > 1, "no tensor parallelism"),
-        ("parallelism.sequence_parallel", parallelism.sequence_parallel, "no sequence parallelism"),
-        ("parallelism.pipeline", parallelism.pipeline > 1, "no pipeline parallelism"),
-        ("parallelism.context", parallelism.context > 1, "no context parallelism"),
-        ("training.fp8", training.fp8 != "none", "no FP8 training"),
-        ("training.loss", training.loss != "standard",
-         "the standard cross entropy (the loss is over num_labels, not the vocabulary: nothing to chunk or fuse)"),
-        ("training.compile", training.compile != "none", "no torch.compile"),
-        ("training.attention", training.attention not in ("sdpa", "eager"), "sdpa or eager attention"),
-        ("training.activation_checkpointing", training.activation_checkpointing not in ("none", "full"),
-         "no recomputation, or full recomputation of every layer"),
-        ("training.recompute_every", training.recompute_every != 1, "full recomputation of every layer"),
-        ("training.recompute_first_layers", training.recompute_first_layers is not None, "every layer recomputed"),
-        ("training.activation_offload", training.activation_offload != "none", "no activation offloading"),
-    )
-    for field_name, refused, measured in unmodelled:
-        if refused:
-            raise DomainError(field_name, f"an encoder with a classification head ({arch.model_type}) is estimated as "
-                                          f"measured: {measured}")
-
-
 def _context_sinks(training: Training, parallelism: Parallelism, arch: Architecture) -> None:
     """gpt-oss's attention with sinks runs a fused kernel per chunk only under flash."""
     if parallelism.context > 1 and arch.attention_sinks and training.attention != "flash":
@@ -562,7 +522,7 @@ SETUP_RULES: Final = (
           "parallelism.sequence_parallel", "parallelism.pipeline", "parallelism.context", "training.fp8",
           "training.loss", "training.compile", "training.attention", "training.activation_checkpointing",
           "training.recompute_every", "training.recompute_first_layers", "training.activation_offload"),
-         _encoder_classifier, needs_architecture=True),
+         encoder_classifier, needs_architecture=True),
     Rule(("training.implementation",), _liger_families, needs_architecture=True),
     Rule(("training.activation_checkpointing", "training.implementation", "training.attention", "training.fp8",
           "training.precision", "finetuning"), _op_policy, needs_architecture=True),
@@ -579,6 +539,8 @@ SETUP_RULES: Final = (
     Rule(("training.implementation", "training.precision",
           "finetuning", "parallelism.expert"),
          _moe_modelled, needs_architecture=True),
+    Rule(("training.attention", "finetuning", "parallelism.tensor", "parallelism.context", "parallelism.expert"),
+         llama4_modelled, needs_architecture=True),
     Rule(("parallelism.tensor", "parallelism.pipeline",
           "parallelism.first_stage_layers", "parallelism.last_stage_layers"),
          _heads_and_layers, needs_architecture=True),

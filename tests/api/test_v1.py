@@ -94,7 +94,7 @@ def test_presets_and_gpus():
     assert all(m["architecture_source"].startswith("https://") for m in presets["models"])
     assert {p["id"] for p in presets["precisions"]} >= {"fp32", "autocast-bf16", "fp16-fp32-master", "megatron-bf16", "bf16"}
     assert presets["model_types"] == list(core.SUPPORTED_MODEL_TYPES)
-    assert {"granite", "glm4", "starcoder2", "phi"} <= set(presets["model_types"])
+    assert {"granite", "glm4", "starcoder2", "phi", "llama4_text", "llama4"} <= set(presets["model_types"])
     gpus = client.get("/api/v1/gpus").json()
     assert all(isinstance(g["capacity"], int) and g["source"] for g in gpus)
 

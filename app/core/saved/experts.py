@@ -29,8 +29,11 @@ def _hf_moe(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, weight
     gradients pass through) their F.linear calls need no weight gradient and keep no input: neither the router's
     input, nor the gathered tokens, nor the down matmul's input; what the gradients to the tokens need stays.
     The shared experts' weights train as `shared_weights` says (as `weights` where it is None).
-    Measured on CPU: docs/VALIDATION.md.
+    Measured on CPU: docs/VALIDATION.md. Llama 4's block runs every expert on every token (`_llama4_moe`).
     """
+    if family_of(arch).router == "llama4":
+        _llama4_moe(saved, arch, setup, weights=weights)
+        return
     _hf_routing(saved, arch, setup, weights=weights)
     _hf_routed_experts(saved, arch, setup, weights=weights)
     shared = weights if shared_weights is None else shared_weights
@@ -38,6 +41,40 @@ def _hf_moe(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, weight
         _hf_shared_experts(saved, arch, setup, weights=shared)
     elif arch.shared_expert_gate:
         _hf_gated_shared_expert(saved, arch, setup, weights=shared, adapters=shared_adapters)
+
+
+def _llama4_moe(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, weights: bool = True) -> None:
+    """Llama4TextMoe (modeling_llama4.py, transformers 5.24), for n tokens, E experts of width I, k per token.
+
+    Llama4Router's linear keeps its input (n × h; the shared expert's gate and up projections read the same
+    tensor); top-k keeps its int64 indices (n × k), which the scatter of the top logits into a row of -inf reuses;
+    the sigmoid, run in fp32, keeps its fp32 output (n × E), zero off the top k. Every token is then repeated for
+    every expert (E·n × h) and multiplied by its score, a column of E·n copied out of the transposed scores: the
+    multiply keeps both. Llama4TextExperts runs all E experts on all n tokens with two batched matmuls: the first
+    keeps the scaled tokens (E·n × h), SiLU the gate-and-up output (E·n × 2I, whose up half the product keeps as a
+    view), the product SiLU's output (E·n × I), the second matmul the product (E·n × I). So the experts keep E·n
+    rows whatever k is, and however tokens are routed. The shared expert, a gated MLP of width I, keeps its gate,
+    SiLU's output, its up projection and their product (n × I each); the block adds the experts' sum to it in
+    place. All in the activations' dtype. With the weights frozen (`weights` False) the linears and matmuls keep
+    no input for a weight gradient. Measured on CPU: docs/VALIDATION.md, "More families"."""
+    n, h, e, k, width = setup.tokens, arch.hidden_size, arch.num_local_experts, arch.num_experts_per_tok, \
+        arch.expert_size
+    wa = setup.half_bytes
+    if weights:
+        saved.add("moe.router_input", n * h, wa, "sequence")
+    saved.add("moe.topk_indices", n * k, INDEX_BYTES, "none")
+    saved.add("moe.router_scores_fp32", n * e, FP32_BYTES, "none")
+    saved.add("moe.scores_column", e * n, wa, "none")
+    saved.add("moe.repeated_tokens", e * n * h, wa, "none")
+    if weights:
+        saved.add("moe.scaled_tokens", e * n * h, wa, "none")
+    saved.add("moe.gate_up", e * n * 2 * width, wa, "expert")
+    saved.add("moe.act_output", e * n * width, wa, "expert")
+    if weights:
+        saved.add("moe.product", e * n * width, wa, "expert")
+    for name in ("gate", "act_output", "up", "product"):
+        if weights or name != "product":
+            saved.add(f"moe.shared.{name}", n * arch.shared_expert_size, wa, "tensor")
 
 
 def _hf_routing(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, weights: bool) -> None:

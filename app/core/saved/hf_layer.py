@@ -25,7 +25,7 @@ from app.core.saved.mlp import _hf_mlp, _layer_tuning
 
 
 def _hf_layer(arch: Architecture, setup: ActivationSetup, role: Role = "full", *,
-              dense: bool = False) -> list[SavedTensor]:
+              dense: bool = False, local: bool = False) -> list[SavedTensor]:
     """One decoder layer as Hugging Face's modules save it (see module docstring): the attention block
     (`_layer_attention`), the MLP block (`_layer_mlp`) and any extra norms.
 
@@ -33,13 +33,14 @@ def _hf_layer(arch: Architecture, setup: ActivationSetup, role: Role = "full", *
     autograd keeps only what the gradients still needed ask for: a frozen linear layer keeps no
     input (no weight gradient), a frozen norm no normalised tensor; in the lowest trainable layer
     the input needs no gradient, so its first norm keeps nothing for it; a layer with nothing
-    trainable at or below it keeps nothing at all. Adapters add what `_hf_adapters` says.
+    trainable at or below it keeps nothing at all. Adapters add what `_hf_adapters` says. `local`: one of the
+    ``sliding_window_layers`` (where a family's two kinds of layer differ beyond the mask: Llama 4's).
     """
     saved = _Saved(setup)
     if role == "off":
         return saved.items
     tuning, form = _LayerTuning.of(arch, setup, role), _LayerForm.of(arch)
-    _layer_attention(saved, arch, setup, tuning, form)
+    _layer_attention(saved, arch, setup, tuning, form, local=local)
     mlp_grad = tuning.through("attn.q", "attn.k", "attn.v", "attn.qkv", "attn.o")
     _layer_mlp(saved, arch, setup, tuning, form, grad=mlp_grad, dense=dense)
     for index in range(2, arch.norms_per_layer):
@@ -101,7 +102,7 @@ class _LayerForm:
 
 
 def _layer_attention(saved: _Saved, arch: Architecture, setup: ActivationSetup, tuning: _LayerTuning,
-                     form: _LayerForm) -> None:
+                     form: _LayerForm, *, local: bool = False) -> None:
     """A layer's attention block: its norm (before it, or after it with `post` norms), the input of the query, key
     and value projections and their adapters, the attention itself (`_layer_attention_core`) where anything in or
     below it needs a gradient, and the output projection's adapters."""
@@ -115,7 +116,7 @@ def _layer_attention(saved: _Saved, arch: Architecture, setup: ActivationSetup, 
                  arch=arch, setup=setup)
     attention_records = input_grad or weights or bool(attn_in)
     if attention_records:
-        _layer_attention_core(saved, arch, setup, tuning)
+        _layer_attention_core(saved, arch, setup, tuning, local=local)
     attn_out = tuning.adapters_on("attn.o")
     if attn_out:
         kernel_keeps_output = attention_records and attention_kernel(arch, setup) not in ("eager", "math")
@@ -125,7 +126,8 @@ def _layer_attention(saved: _Saved, arch: Architecture, setup: ActivationSetup, 
         _hf_norm(saved, "attn_post_norm", arch, setup, weight_grad=weights, input_grad=attention_records)
 
 
-def _layer_attention_core(saved: _Saved, arch: Architecture, setup: ActivationSetup, tuning: _LayerTuning) -> None:
+def _layer_attention_core(saved: _Saved, arch: Architecture, setup: ActivationSetup, tuning: _LayerTuning, *,
+                          local: bool = False) -> None:
     """Between the projections and the output projection: GLM-4's per-layer rotary tables, the q and k norms and
     the attention, where Q, K and V each need a gradient as their projection or a fused one does."""
 
@@ -137,8 +139,29 @@ def _layer_attention_core(saved: _Saved, arch: Architecture, setup: ActivationSe
         saved.add("rope.cos_sin (this layer's)", 2 * setup.seq_len * arch.rope_size, setup.stream_bytes, "none")
     if arch.qk_norm:
         _hf_qk_norms(saved, arch, setup, weight_grad=tuning.weights, input_grads=(grad("attn.q"), grad("attn.k")))
+    if family_of(arch).llama4_attention:
+        _llama4_qk_scaling(saved, arch, setup, local=local, grads=(grad("attn.q"), grad("attn.k")))
     _hf_attention(saved, arch, setup, out_proj_input=tuning.weights,
                   grads=(grad("attn.q"), grad("attn.k"), grad("attn.v")))
+
+
+def _llama4_qk_scaling(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, local: bool,
+                       grads: tuple[bool, bool] = (True, True)) -> None:
+    """Llama4TextAttention.forward (modeling_llama4.py, transformers 5.24). A rotating layer with ``use_qk_norm``
+    L2-normalises the rotated Q and K (Llama4TextL2Norm, no weight): each norm keeps its fp32 input (n × heads × d)
+    and its fp32 reciprocal RMS (n × heads). A layer without positions and with ``attn_temperature_tuning`` scales
+    Q by ``log1p(floor((p + 1) / floor_scale)) · attn_scale + 1``, an fp32 factor per position (s, broadcast over
+    the batch), which the multiply keeps. Each only where Q's or K's projection output needs a gradient (`grads`:
+    in the lowest trainable layer, only an adapted projection's does). Measured on CPU: docs/VALIDATION.md, "More
+    families" and "Fine-tuning"."""
+    n, d = setup.tokens, arch.head_size
+    if local and arch.extra("use_qk_norm"):
+        for (name, heads), needed in zip((("q", arch.num_attention_heads), ("k", arch.kv_heads)), grads, strict=True):
+            if needed:
+                saved.add(f"attn.{name}_l2norm.input_fp32", n * heads * d, FP32_BYTES, "tensor")
+                saved.add(f"attn.{name}_l2norm.rstd", n * heads, FP32_BYTES, "tensor")
+    elif not local and arch.extra("attn_temperature_tuning") and grads[0]:
+        saved.add("attn.temperature_scales", setup.seq_len, FP32_BYTES, "none")
 
 
 def _layer_mlp(saved: _Saved, arch: Architecture, setup: ActivationSetup, tuning: _LayerTuning, form: _LayerForm, *,

@@ -1,0 +1,75 @@
+"""What the families measured with a layout of their own were measured with (docs/VALIDATION.md): the setup rules
+that refuse, by name, what their measurements do not cover. `rules.SETUP_RULES` runs them with the others."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from app.core.architecture import Architecture
+from app.core.errors import DomainError
+from app.core.families import family_of
+from app.core.setup import Parallelism, Training
+
+# Frameworks whose accounting of model states holds for any model (not Megatron-LM's or torchtitan's, whose own
+# model code is a decoder's).
+ENCODER_FRAMEWORKS: Final = ("pytorch", "deepspeed", "fsdp2", "hf-trainer")
+
+
+def encoder_classifier(training: Training, parallelism: Parallelism, arch: Architecture) -> None:
+    """An encoder with a classification head (BERT, RoBERTa: `Family.classifier`) is estimated as it was measured
+    (docs/VALIDATION.md, "Encoders"): transformers' modules under sdpa or eager attention, every parameter trained, the
+    standard cross entropy over num_labels, no or full recomputation, the model whole on each GPU (data parallelism
+    and ZeRO only). Every other setting is refused, naming it."""
+    if family_of(arch).classifier is None:
+        return
+    ft = training.finetuning
+    unmodelled = (
+        ("training.implementation", training.implementation != "transformers", "transformers' modules only"),
+        ("training.framework", training.framework not in ENCODER_FRAMEWORKS,
+         f"a framework of {', '.join(ENCODER_FRAMEWORKS)} (Megatron-LM and torchtitan build decoders)"),
+        ("finetuning.method", ft.method != "full", "full fine-tuning only (LoRA and QLoRA on encoders not measured)"),
+        ("finetuning.frozen_layers", ft.frozen_layers > 0, "every layer trained"),
+        ("finetuning.freeze_embeddings", ft.freeze_embeddings, "the embeddings trained"),
+        ("parallelism.tensor", parallelism.tensor > 1, "no tensor parallelism"),
+        ("parallelism.sequence_parallel", parallelism.sequence_parallel, "no sequence parallelism"),
+        ("parallelism.pipeline", parallelism.pipeline > 1, "no pipeline parallelism"),
+        ("parallelism.context", parallelism.context > 1, "no context parallelism"),
+        ("training.fp8", training.fp8 != "none", "no FP8 training"),
+        ("training.loss", training.loss != "standard",
+         "the standard cross entropy (the loss is over num_labels, not the vocabulary: nothing to chunk or fuse)"),
+        ("training.compile", training.compile != "none", "no torch.compile"),
+        ("training.attention", training.attention not in ("sdpa", "eager"), "sdpa or eager attention"),
+        ("training.activation_checkpointing", training.activation_checkpointing not in ("none", "full"),
+         "no recomputation, or full recomputation of every layer"),
+        ("training.recompute_every", training.recompute_every != 1, "full recomputation of every layer"),
+        ("training.recompute_first_layers", training.recompute_first_layers is not None, "every layer recomputed"),
+        ("training.activation_offload", training.activation_offload != "none", "no activation offloading"),
+    )
+    for field_name, refused, measured in unmodelled:
+        if refused:
+            raise DomainError(field_name, f"an encoder with a classification head ({arch.model_type}) is estimated as "
+                                          f"measured: {measured}")
+
+
+LLAMA4_ADAPTED: Final = frozenset(("q_proj", "k_proj", "v_proj", "o_proj"))
+
+
+def llama4_modelled(training: Training, parallelism: Parallelism, arch: Architecture) -> None:
+    """Llama 4 as measured on CPU (docs/VALIDATION.md, "More families" and "Fine-tuning"): trained in full or by LoRA
+    on the attention's projections, by transformers' sdpa or eager attention (Llama4PreTrainedModel has no
+    flash-attention path), on one GPU's share of the data only."""
+    if not family_of(arch).llama4_attention:
+        return
+    ft = training.finetuning
+    adapters = ft.method != "full"
+    why = {"training.attention": training.attention == "flash" and "has no flash-attention path in transformers",
+           "finetuning.method": adapters and ft.method != "lora" and f"is not measured with {ft.method}",
+           "finetuning.target_modules": adapters and not set(ft.target_modules) <= LLAMA4_ADAPTED
+           and "is measured with LoRA on q_proj, k_proj, v_proj and o_proj alone",
+           "finetuning.modules_to_save": adapters and bool(ft.modules_to_save) and "is measured without modules_to_save",
+           "parallelism.tensor": parallelism.tensor > 1 and "is measured without tensor parallelism",
+           "parallelism.context": parallelism.context > 1 and "is measured without context parallelism",
+           "parallelism.expert": parallelism.expert > 1 and "has no expert-parallel plan in transformers"}
+    for field_name, reason in why.items():
+        if reason:
+            raise DomainError(field_name, f"Llama 4 {reason}")
