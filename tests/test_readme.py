@@ -73,3 +73,11 @@ def test_the_screenshot_the_readme_shows_exists() -> None:
         screenshot = README.parent / target
         assert screenshot.read_bytes()[:8] == PNG_SIGNATURE, f"{target} is not a PNG"
         assert screenshot.stat().st_size < MAX_SCREENSHOT_BYTES
+
+
+def test_readme_names_every_model_type_a_config_may_have():
+    from app import core
+
+    paragraph = README.read_text(encoding="utf-8").split("model\ntypes measured", 1)[1].split(".", 1)[0]
+    named = set(re.findall(r"\b[a-z][a-z0-9_]*[0-9_][a-z0-9_]*\b|\b[a-z]+\b", paragraph))
+    assert set(core.SUPPORTED_MODEL_TYPES) <= named, set(core.SUPPORTED_MODEL_TYPES) - named
