@@ -11,6 +11,7 @@ from app import core
 from app.core.finetuning import Finetuning
 from app.core.job import Job, with_field
 from app.core.series import MAX_REPLAYED, MAX_VALUES, polynomial, series
+from tests.budget import spread
 
 LLAMA = core.get_preset("llama-3-8b").architecture
 OLMO2 = core.get_preset("olmo-2-7b").architecture
@@ -58,8 +59,9 @@ def _same(point, result: core.Estimate) -> None:
     assert point.fits == (result.gpu.fits if result.gpu else None)
 
 
-@pytest.mark.parametrize("name", JOBS)
-@pytest.mark.parametrize("path, low, high", [("training.seq_len", 1, 200_000), ("training.micro_batch_size", 1, 300)])
+@pytest.mark.parametrize("name, path, low, high", spread(
+    [(name, *field) for name in JOBS for field in (("training.seq_len", 1, 200_000),
+                                                   ("training.micro_batch_size", 1, 300))], "every point"))
 def test_every_point_is_what_an_estimate_says(name, path, low, high):
     job = JOBS[name]
     rng = random.Random(f"{name}{path}")

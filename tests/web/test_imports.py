@@ -215,6 +215,7 @@ GARBAGE = ["{", "}", "[", "]", ":", "=", "-", "--", "\n", "\t", "'", '"', "a", "
            "\x00", "[model]", "zero_optimization", "{}", "--num-layers", "stage: 3"]
 
 
+@pytest.mark.search  # a search over generated pastes, which make test runs in full
 def test_no_paste_gives_a_500(client):
     rng = random.Random(20261130)
     for _ in range(examples(150)):

@@ -172,6 +172,7 @@ def test_offload_at_one_gpu_is_estimated(client):
 QUERY_VALUES = ["", "0", "-1", "1", "3", "7", "1e9", "abc", "99999999999999999999", "true", "custom", "{", "%00", "null"]
 
 
+@pytest.mark.search  # a search over generated queries, which make test runs in full
 def test_no_query_gives_a_500(client):
     rng = random.Random(20241130)
     names = sorted(ALL_CONTROLS | {"fill"})
