@@ -1,4 +1,4 @@
-"""Activation offloading, counted on CPU: the tensors torchtune's pack hook moves under full recomputation.
+"""Activation offloading, counted on CPU: what torchtune's pack hook and transformers' offloaded checkpoints move.
 
 torchtune's `OffloadActivations` (pytorch/torchtune at bd2a0fc, torchtune/training/_activation_offloading.py) moves
 each tensor its pack hook receives that lies on the accelerator, holds at least `min_offload_size` bytes (1,024) and
@@ -10,16 +10,23 @@ embedding's token ids, the final norm's tensors; the output layer torchtune leav
 the loss runs after the hooks as in its recipes).
 trainmem's host line is compared with the first: each moved tensor in a pinned block of the next power of two.
 
+transformers 5.24's `activation_checkpointing_enable(offload=True)` is run as it is, with torch's `save_on_cpu` (which
+needs an accelerator to pin) swapped for hooks that copy the same way into ordinary memory and record: each tensor
+moved, how many layer inputs are still referenced once forward is done (none should be: what stays on the GPU), and
+the most copies brought back that are alive at once in backward.
+
     python -m validation.activation_offload     # count, compare, print a line per case
 """
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Final
 
 import torch
 import transformers
+import transformers.modeling_utils
 from torch.autograd.graph import saved_tensors_hooks
 
 from app import core
@@ -78,12 +85,59 @@ def count(case: Case) -> Counted:
     return Counted(tuple(moved["in_layers"]), tuple(moved["elsewhere"]))
 
 
-def predicted(case: Case) -> int:
+@dataclass(frozen=True)
+class Checkpoints:
+    moved: tuple[int, ...]  # bytes of each tensor save_on_cpu copies to the host
+    inputs_alive: int  # layer inputs still referenced after forward (on a GPU: the ones left there)
+    fetched_alive: int  # the most tensors copied back for recomputation alive at once in backward
+
+
+def count_checkpoints(case: Case, *, reentrant: bool = False, offload: bool = True) -> Checkpoints:
+    """One bf16 training step of the case with transformers' offloaded checkpoints, save_on_cpu recorded."""
+    torch.manual_seed(0)
+    moved: list[int] = []
+    fetched: list[weakref.ref[torch.Tensor]] = []
+    most = [0]
+
+    class Recorded(saved_tensors_hooks):  # save_on_cpu(pin_memory=True) less the pinning, which needs CUDA
+        def __init__(self, pin_memory: bool, device_type: str) -> None:
+            def pack(tensor: torch.Tensor) -> tuple[torch.device, torch.Tensor]:
+                copy = torch.empty(tensor.size(), dtype=tensor.dtype, layout=tensor.layout)
+                copy.copy_(tensor)
+                moved.append(copy.nbytes)
+                return tensor.device, copy
+
+            def unpack(packed: tuple[torch.device, torch.Tensor]) -> torch.Tensor:
+                back = packed[1].to(packed[0], copy=True)
+                fetched.append(weakref.ref(back))
+                most[0] = max(most[0], sum(ref() is not None for ref in fetched))
+                return back
+
+            super().__init__(pack, unpack)
+
+    model = transformers.LlamaForCausalLM(config(case)).to(torch.bfloat16)
+    model.activation_checkpointing_enable({"use_reentrant": reentrant}, offload=offload)
+    model.train()
+    inputs: list[weakref.ref[torch.Tensor]] = []
+    for layer in model.model.layers:
+        layer.register_forward_pre_hook(lambda _, args: inputs.append(weakref.ref(args[0])))
+    ids = torch.randint(0, 512, (case.micro_batch_size, case.seq_len))
+    original, transformers.modeling_utils.save_on_cpu = transformers.modeling_utils.save_on_cpu, Recorded
+    try:  # each checkpoint call looks save_on_cpu up in transformers' module
+        logits = model(input_ids=ids).logits
+        alive = sum(ref() is not None for ref in inputs)
+        torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(), ids[:, 1:].flatten()).backward()
+    finally:
+        transformers.modeling_utils.save_on_cpu = original
+    return Checkpoints(tuple(moved), alive, most[0])
+
+
+def predicted(case: Case, offload: str = "torchtune") -> int:
     """trainmem's host bytes for the case (0 without a host section)."""
     arch = core.architecture_from_hf_config(config(case).to_dict())
     training = core.Training(micro_batch_size=case.micro_batch_size, seq_len=case.seq_len,
                              precision=core.precision_preset("bf16"),
-                             activation_checkpointing="full", activation_offload="torchtune")
+                             activation_checkpointing="full", activation_offload=offload)
     result = core.estimate(architecture=arch, training=training, device="cpu", reserve=False)
     return result.host.per_gpu.total_bytes if result.host else 0
 
@@ -96,6 +150,12 @@ def main() -> None:
               f"{len(counted.in_layers)} tensors moved in the layers ({sum(counted.in_layers):,} B, pinned "
               f"{measured:,} B), trainmem {predicted(case):,} B; elsewhere {len(counted.elsewhere)} tensors "
               f"({sum(counted.elsewhere):,} B)")
+        for reentrant in (False, True):
+            checkpoints = count_checkpoints(case, reentrant=reentrant)
+            print(f"  checkpoints to host{' (reentrant)' * reentrant}: {len(checkpoints.moved)} tensors moved "
+                  f"({sum(checkpoints.moved):,} B, pinned {sum(pinned_bytes(size) for size in checkpoints.moved):,} "
+                  f"B), trainmem {predicted(case, 'checkpoints-to-host'):,} B; layer inputs left after forward "
+                  f"{checkpoints.inputs_alive}, copies back alive at once {checkpoints.fetched_alive}")
 
 
 if __name__ == "__main__":

@@ -180,7 +180,8 @@ QUANTISED: Final = "quantised weights (4-bit, 8-bit) are not modelled yet: the e
 OFFLOAD: Final = ("this offload is not modelled (trainmem moves the optimizer state, or it and the parameters, to "
                    "host memory: parallelism.offload)")
 OFFLOAD_ACTIVATIONS: Final = ("this activation offloading is not modelled (training.activation_offload models "
-                               "torchtune's, with every layer recomputed): the activations are counted on the GPU")
+                               "torchtune's and transformers' offloaded checkpoints, with every layer recomputed): the "
+                               "activations are counted on the GPU")
 OFFLOAD_DETAIL: Final = "how offloaded buffers are pinned, paged or placed: no GPU memory of its own"
 FP8: Final = ("this fp8 training is not modelled (training.fp8 models torchao's float8 and Transformer Engine's FP8 "
               "as Megatron-LM runs it): the estimate uses the precision's 16- or 32-bit dtypes")

@@ -32,7 +32,8 @@ WHY: Final[dict[str, dict[str, str]]] = {
                               "convention, at stage 0 plain data parallelism's",
     },
     "training-arguments": {
-        "training.activation_offload": "TrainingArguments have no activation offloading",
+        "training.activation_offload": "TrainingArguments offload with transformers' own save_on_cpu "
+                                         "(checkpoints-to-host), not torchtune's hooks",
         "model": "TrainingArguments do not name the model: from_pretrained does",
         "training.seq_len": "the sequence length is the tokenizer's or the data collator's (max_length)",
         "training.attention": "the attention kernel is the model's: from_pretrained(..., attn_implementation=...)",
@@ -84,8 +85,8 @@ WHY: Final[dict[str, dict[str, str]]] = {
                               "MEGATRON_LM, else pytorch's (this file writes no FSDP section, so not fsdp2's)",
     },
     "axolotl": {
-        "training.activation_offload": "with an adapter axolotl offloads without recomputation, which is not "
-                                         "modelled",
+        "training.activation_offload": "axolotl offloads with torchtune's hooks (TRL's copy), and with an adapter "
+                                         "without recomputation, which is not modelled",
         "model": "base_model is a Hugging Face id or a path: give your model's (no preset matches this model)",
         "training.precision": "axolotl loads the weights in the run's half dtype: bf16 alone is pure bf16, "
                               "DeepSpeed adds an fp32 master copy; autocast over fp32 weights has no axolotl form",

@@ -77,15 +77,29 @@ def _recomputation(data: dict[str, Any], r: Reading) -> tuple[str, ...]:
 
 def _checkpoint_kwargs(options: Any, name: str, r: Reading, *, checkpointing: bool) -> None:
     """torch.utils.checkpoint's options: use_reentrant picks the variant (transformers' default false), read where
-    checkpointing is on; the rest change no count."""
+    checkpointing is on; the rest change no count. transformers 5 takes offload out first (Trainer.train: each
+    checkpoint under torch's save_on_cpu, `app.core.activation_offload`)."""
     rest = dict(options) if isinstance(options, dict) else options
+    if isinstance(rest, dict) and rest.get("offload") is not None:
+        _offload(r.boolean(f"{name}.offload", rest.pop("offload")), f"{name}.offload", r, checkpointing=checkpointing)
     if checkpointing and isinstance(rest, dict) and rest.get("use_reentrant") is not None:
         value = r.boolean(f"{name}.use_reentrant", rest.pop("use_reentrant"))
         r.said("training.use_reentrant", value, f"{name}.use_reentrant", value,
                note="the reentrant checkpoint holds each rebuilt layer's output through its backward" if value else
                "the non-reentrant checkpoint, as transformers runs it by default")
     if rest:
-        r.ignore_all(rest, name, "checkpointing options other than use_reentrant change no count trainmem keeps")
+        r.ignore_all(rest, name, "checkpointing options other than use_reentrant and offload change no count "
+                                 "trainmem keeps")
+
+
+def _offload(on: bool, key: str, r: Reading, *, checkpointing: bool) -> None:
+    if not checkpointing:
+        r.ignore(key, "offload moves the checkpoints' inputs: without activation checkpointing there are none")
+    elif on:
+        r.said("training.activation_offload", "checkpoints-to-host", key, True,
+               note="each layer's checkpointed input in pinned host memory (torch's save_on_cpu)")
+    else:
+        r.said("training.activation_offload", "none", key, False)
 
 
 def _old_checkpointing_name(value: Any, on: bool, r: Reading) -> None:

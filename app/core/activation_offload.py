@@ -13,6 +13,13 @@ non-reentrant checkpointing the tensors the hooks see in a decoder layer are its
 
 PyTorch's pinned host allocator rounds each allocation up to a power of two and keeps freed blocks cached for reuse
 (aten/src/ATen/core/CachingHostAllocator.h, `CachingHostAllocatorImpl::allocate`, torch 2.13: `PowerOf2Ceil`).
+
+transformers 5.24's `activation_checkpointing_enable(offload=True)` (the Trainer's `activation_checkpointing_kwargs`
+`{"offload": true}`; transformers/modeling_utils.py, `_activation_checkpointing_enable`) runs each layer's checkpoint
+inside `torch.autograd.graph.save_on_cpu(pin_memory=True)`: every tensor the checkpoint saves, whatever its size, is
+copied into a new pinned tensor on the compute stream, so no GPU copy waits in a stash, and copied back for the
+layer's recomputation in backward. The checkpoint saves the layer's positional inputs only (transformers binds the
+keyword ones with `functools.partial`, modeling_layers.py `GradientCheckpointingLayer`): the b·s·h hidden states.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ class ActivationOffload:
     about: str
     min_offload_bytes: int = 0  # smaller saved tensors stay on the GPU
     forward_stash: int = 0  # packs after which a moved tensor's GPU copy is let go (max_fwd_stash_size)
+    fix: str = ""  # the fix's summary where the solver offers it
+    copies: str = ""  # where the copies run, for the fix's cost
 
 
 ACTIVATION_OFFLOADS: Final[dict[str, ActivationOffload]] = {
@@ -41,7 +50,16 @@ ACTIVATION_OFFLOADS: Final[dict[str, ActivationOffload]] = {
             "torchtune's enable_activation_offloading: with full recomputation, each layer's input saved for its "
             "recomputation is copied to pinned host memory on a second stream; the GPU keeps the last five until "
             "their copies are done, and in backward the layer being recomputed and the one before it.",
-            min_offload_bytes=1024, forward_stash=5),
+            min_offload_bytes=1024, forward_stash=5,
+            fix="Offload activations to the CPU (torchtune's enable_activation_offloading)",
+            copies="overlapped with compute on a second stream"),
+        ActivationOffload(
+            "checkpoints-to-host", "Checkpoints in host memory (transformers' offload, save_on_cpu)",
+            "transformers' activation_checkpointing_enable(offload=True): with full recomputation, each layer's "
+            "checkpointed input is copied to pinned host memory on the compute stream (torch's save_on_cpu) and "
+            "copied back for its recomputation; the GPU keeps only the input of the layer being recomputed.",
+            fix="Keep the checkpoints in host memory (activation_checkpointing_kwargs offload: true)",
+            copies="on the compute stream, which waits for them"),
     )
 }
 

@@ -480,14 +480,14 @@ def _frozen_pipeline(training: Training, parallelism: Parallelism, arch: Archite
 
 
 def _activation_offload(training: Training, parallelism: Parallelism, arch: Architecture | None) -> None:
-    """Activation offloading as torchtune runs it (`app.core.activation_offload`): its recipes refuse it without
-    activation checkpointing, which they apply to every layer; it is modelled for Hugging Face-style modules on one
-    pipeline stage."""
+    """Activation offloading as torchtune and transformers run it (`app.core.activation_offload`): torchtune's recipes
+    refuse it without activation checkpointing, transformers offloads only the checkpoints; both are modelled with
+    every layer recomputed, for Hugging Face-style modules on one pipeline stage."""
     if training.activation_offload == "none":
         return
     why = None
     if training.activation_checkpointing != "full":
-        why = "needs activation_checkpointing full (torchtune refuses offloading without it)"
+        why = "needs activation_checkpointing full (torchtune refuses it without; transformers moves checkpoints)"
     elif training.recompute_every != 1 or training.recompute_first_layers is not None:
         why = "is modelled with every layer recomputed: set recompute_every 1 and recompute_first_layers null"
     elif training.implementation == "megatron":

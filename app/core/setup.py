@@ -325,8 +325,9 @@ class Training:
         "none", "choice", "Activation offloading",
         "none; torchtune: torchtune's enable_activation_offloading, which copies each layer's input saved for its "
         "recomputation to pinned host memory (the answer's host section) and keeps on the GPU only the copies in "
-        "flight. Needs activation_checkpointing full on every layer, the transformers implementation and one "
-        "pipeline stage.", choices=ACTIVATION_OFFLOADS)
+        "flight; checkpoints-to-host: transformers' activation_checkpointing_enable(offload=True), the same inputs "
+        "copied on the compute stream, none waiting on the GPU. Needs activation_checkpointing full on every layer, "
+        "the transformers implementation and one pipeline stage.", choices=ACTIVATION_OFFLOADS)
     attention: act.Attention = declared(
         "sdpa", "choice", "Attention kernel",
         "eager stores the s × s score matrix; flash is a fused kernel that does not; sdpa is the kernel PyTorch's "

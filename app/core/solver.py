@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Final
 
 from app.core import activations as act
-from app.core.activation_offload import pinned_bytes
+from app.core.activation_offload import ACTIVATION_OFFLOADS, pinned_bytes
 from app.core.errors import DomainError
 from app.core.estimate import Estimate
 from app.core.flops import step_flops
@@ -354,13 +354,15 @@ def _fewest_recomputed(job: Job) -> int | None:
 
 
 def _activation_offload(job: Job) -> list[Candidate]:
-    """Each layer's input saved for its recomputation moved to pinned host memory (torchtune's activation
-    offloading, `app.core.activation_offload`), with full recomputation of every layer, which it needs. Its cost:
-    the host memory, and each input crossing PCIe twice a micro-batch (to the host in forward, back in backward)."""
+    """Each layer's input saved for its recomputation moved to pinned host memory (`app.core.activation_offload`:
+    transformers' offload where the Trainer runs, else torchtune's), with full recomputation of every layer, which it
+    needs. Its cost: the host memory, and each input crossing PCIe twice a micro-batch (to the host in forward, back
+    in backward)."""
     arch, training, p = job.architecture, job.training, job.parallelism
     if arch is None or training.activation_offload != "none":
         return []
-    change: dict[str, object] = {"training.activation_offload": "torchtune"}
+    offload = ACTIVATION_OFFLOADS["checkpoints-to-host" if training.framework == "hf-trainer" else "torchtune"]
+    change: dict[str, object] = {"training.activation_offload": offload.id}
     partial = training.recompute_every != 1 or training.recompute_first_layers is not None
     if training.activation_checkpointing != "full":
         change["training.activation_checkpointing"] = "full"
@@ -374,10 +376,10 @@ def _activation_offload(job: Job) -> list[Candidate]:
         training.activation_checkpointing, _share(job, training.activation_checkpointing, training.recompute_every,
                                                   training.recompute_first_layers))
     recompute = f"; +{extra:.1%} compute per step to recompute every layer" if extra > 0 else ""
-    return [(change, "Offload activations to the CPU (torchtune's enable_activation_offloading)",
+    return [(change, offload.fix,
              Cost("host", f"{host / GIB:.1f} GiB of pinned host memory per GPU ({layers} layers' inputs); each step "
                           f"copies {moved / GIB:.1f} GiB over PCIe, each input to the host in forward and back in "
-                          f"backward, overlapped with compute on a second stream{recompute}",
+                          f"backward, {offload.copies}{recompute}",
                   extra_compute=extra if extra > 0 else None))]
 
 

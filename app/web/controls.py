@@ -86,7 +86,9 @@ PAGE_HELP: Final[dict[str, str]] = {
     "output through that layer's backward. Unticked: the non-reentrant one, transformers' default.",
     "activation_offload": "torchtune: each layer's input kept for its recomputation is copied to pinned host "
     "memory in forward and back in backward (torchtune's enable_activation_offloading); the GPU keeps only the last "
-    "few copies in flight. Needs full recomputation of every layer, Hugging Face's modules and one pipeline stage.",
+    "few copies in flight. Checkpoints in host memory: the same inputs copied by transformers' own offload "
+    "(activation checkpointing's offload option) on the compute stream, none left waiting on the GPU. Both need "
+    "full recomputation of every layer, Hugging Face's modules and one pipeline stage.",
     "first_stage_layers": "Blank: an even split. Decoder layers on the first stage; fewer where the embedding sits "
     "balance the stages (Megatron-LM's --decoder-first-pipeline-num-layers). The other stages share the rest "
     "evenly, at least one each; with two stages, first and last add up to the layers.",

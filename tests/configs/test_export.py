@@ -319,4 +319,15 @@ def test_activation_offloading_goes_to_axolotl_and_back_and_elsewhere_with_its_r
     assert not [u for u in axolotl["unexpressed"] if u["field"].startswith("training.activation")]
     trainer = export_config(body, "training-arguments")
     assert [u["why"] for u in trainer["unexpressed"] if u["field"] == "training.activation_offload"] == [
-        "TrainingArguments have no activation offloading"]
+        "TrainingArguments offload with transformers' own save_on_cpu (checkpoints-to-host), not torchtune's hooks"]
+
+
+def test_offloaded_checkpoints_go_to_the_trainer_and_back():
+    body = {"model": {"preset": "llama-3-8b"},
+            "training": {"activation_checkpointing": "full", "activation_offload": "checkpoints-to-host"}}
+    trainer = export_config(body, "training-arguments")
+    assert json.loads(trainer["text"])["activation_checkpointing_kwargs"] == {"offload": True}
+    assert not [u for u in trainer["unexpressed"] if u["field"].startswith("training.activation")]
+    axolotl = export_config(body, "axolotl")
+    assert [u["field"] for u in axolotl["unexpressed"] if u["field"] == "training.activation_offload"] == [
+        "training.activation_offload"]

@@ -168,3 +168,19 @@ def test_use_reentrant_without_checkpointing_is_left_aside():
     answer = imported("training-arguments", args)
     assert "use_reentrant" not in answer["request"]["training"]
     assert ignored(answer)["gradient_checkpointing_kwargs.use_reentrant"]
+
+
+@pytest.mark.parametrize("name", ["activation_checkpointing_kwargs", "gradient_checkpointing_kwargs"])
+def test_offload_keeps_the_checkpoints_in_host_memory(name):
+    # transformers 5.24's Trainer pops offload from these kwargs and runs each checkpoint under save_on_cpu
+    args = {"output_dir": "out", "bf16": True, "activation_checkpointing": True, name: {"offload": True}}
+    answer = imported("training-arguments", args)
+    assert answer["request"]["training"]["activation_offload"] == "checkpoints-to-host"
+    assert understood(answer)[f"{name}.offload"] == ["training.activation_offload"]
+
+
+def test_offload_without_checkpointing_is_left_aside():
+    args = {"output_dir": "out", "activation_checkpointing_kwargs": {"offload": True}}
+    answer = imported("training-arguments", args)
+    assert "activation_offload" not in answer["request"]["training"]
+    assert "without activation checkpointing" in ignored(answer)["activation_checkpointing_kwargs.offload"]

@@ -1,5 +1,6 @@
-"""Activation offloading (torchtune's): the layers' inputs move to pinned host memory, the GPU keeps the copies in
-flight, the solver offers it, and the setups it is not modelled for are refused by name."""
+"""Activation offloading (torchtune's, and transformers' offloaded checkpoints): the layers' inputs move to pinned
+host memory, the GPU keeps the copies in flight, the solver offers it, and the setups it is not modelled for are
+refused by name."""
 
 from __future__ import annotations
 
@@ -52,6 +53,33 @@ def test_the_peak_falls_by_the_moved_inputs_when_it_is_at_the_loss():
     assert kept.peak.bytes - moved.peak.bytes == 28 * 65_536 * 3584 * 2
 
 
+@pytest.mark.parametrize(("event", "left_on_gpu"), [
+    ("forward: layer 28", 0),  # save_on_cpu copies on the compute stream: no GPU copy waits for its transfer
+    ("backward: loss gradients", 0),
+    ("backward: layer 28", 1),  # the input copied back for the top layer's recomputation
+])
+def test_offloaded_checkpoints_leave_no_stash_on_the_gpu(event, left_on_gpu):
+    kept, moved = _estimate("none"), _estimate("checkpoints-to-host")
+    assert _at(kept, event) - _at(moved, event) == (28 - left_on_gpu) * INPUT
+    assert moved.host is not None and moved.host.per_gpu["activations"] == 28 * PINNED
+
+
+def test_offloaded_checkpoints_take_every_input_however_small():
+    # hidden 64, s 4, bf16: each input 4 × 64 × 2 = 512 B; torchtune leaves tensors under 1,024 B on the GPU,
+    # save_on_cpu moves every one (counted on CPU: tests/validation/test_activation_offload.py)
+    arch = core.architecture_from_hf_config({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+                                             "num_hidden_layers": 2, "num_attention_heads": 4,
+                                             "num_key_value_heads": 2, "vocab_size": 512})
+    host = {}
+    for offload in ("torchtune", "checkpoints-to-host"):
+        run = core.Training(seq_len=4, precision=core.precision_preset("bf16"), activation_checkpointing="full",
+                            activation_offload=offload)
+        result = core.estimate(architecture=arch, training=run, reserve=False)
+        host[offload] = result.host.per_gpu.total_bytes if result.host else 0
+    assert host == {"torchtune": 0, "checkpoints-to-host": 2 * 512}
+
+
+@pytest.mark.parametrize("offload", ["torchtune", "checkpoints-to-host"])
 @pytest.mark.parametrize(("training", "parallelism", "words"), [
     ({"activation_checkpointing": "none"}, {}, "activation_checkpointing full"),
     ({"activation_checkpointing": "selective"}, {}, "activation_checkpointing full"),
@@ -59,8 +87,8 @@ def test_the_peak_falls_by_the_moved_inputs_when_it_is_at_the_loss():
     ({"implementation": "megatron"}, {}, "cpu-offloading"),
     ({}, {"pipeline": 2}, "pipeline"),
 ])
-def test_setups_not_modelled_are_refused_by_name(training, parallelism, words):
-    run = core.Training(**{"seq_len": 4096, "activation_checkpointing": "full", "activation_offload": "torchtune",
+def test_setups_not_modelled_are_refused_by_name(training, parallelism, words, offload):
+    run = core.Training(**{"seq_len": 4096, "activation_checkpointing": "full", "activation_offload": offload,
                            **training})
     with pytest.raises(core.DomainError, match=words) as error:
         core.estimate(architecture=QWEN, training=run, parallelism=core.Parallelism(**parallelism), reserve=False)
@@ -113,3 +141,14 @@ def test_with_some_layers_recomputed_the_fix_recomputes_them_all():
                if "training.activation_offload" in fix.change]
     assert offered and offered[0].change == {"training.activation_offload": "torchtune", "training.recompute_every": 1,
                                              "training.recompute_first_layers": None}
+
+
+def test_under_the_trainer_the_fix_is_transformers_offload():
+    arch, gpu = core.get_preset("llama-3.2-1b").architecture, core.get_gpu("h100-80gb")
+    run = core.Training(seq_len=393_216, activation_checkpointing="full", loss="fused-linear", framework="hf-trainer",
+                        optimizer_implementation="fused", loop="hf-trainer", allocator="expandable-segments")
+    offered = [fix for fix in fixes(Job(architecture=arch, training=run, gpu=gpu))
+               if "training.activation_offload" in fix.change]
+    assert [fix.change for fix in offered] == [{"training.activation_offload": "checkpoints-to-host"}]
+    assert "32.0 GiB of pinned host memory" in offered[0].cost.text  # 16 × 2 GiB, as torchtune's
+    assert "compute stream" in offered[0].cost.text

@@ -34,3 +34,20 @@ def test_the_embedding_and_final_norm_move_too_and_are_left_on_the_gpu_here():
     tokens = case.micro_batch_size * case.seq_len
     assert sorted(ao.count(case).elsewhere) == sorted([tokens * 8, tokens * case.hidden_size * 4,
                                                        tokens * case.hidden_size * 4, tokens * case.hidden_size * 2])
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+@pytest.mark.parametrize("case", ao.CASES, ids=lambda c: f"h{c.hidden_size}-L{c.layers}-b{c.micro_batch_size}-s{c.seq_len}")
+def test_transformers_offloaded_checkpoints_move_each_layers_input_and_keep_none(case, reentrant):
+    counted = ao.count_checkpoints(case, reentrant=reentrant)
+    each = case.micro_batch_size * case.seq_len * case.hidden_size * 2  # one bf16 layer input, whatever its size
+    assert list(counted.moved) == [each] * case.layers
+    assert counted.inputs_alive == 0  # none left where the layers ran
+    assert counted.fetched_alive == 1  # the input brought back for the layer being recomputed
+    assert ao.predicted(case, "checkpoints-to-host") == case.layers * pinned_bytes(each)
+
+
+def test_without_offload_the_checkpoints_keep_every_layers_input():
+    case = ao.CASES[0]
+    counted = ao.count_checkpoints(case, offload=False)
+    assert counted.moved == () and counted.inputs_alive == case.layers

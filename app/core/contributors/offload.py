@@ -27,13 +27,14 @@ class ActivationOffloading(StageBase):
             f"{inputs} × {pinned_bytes(each):,} B (each {each:,} B rounded up to a power of two "
             "by the pinned allocator)", host, host * self.ranks * self.kind.count, life, self.names))
         stash = min(offload.forward_stash, inputs)
-        self.add("activations.offload_stash", "activations",
-                 f"The last {stash} layers' inputs, kept on the GPU until their copies to the host are done",
-                 f"{stash} × {each:,} B (max_fwd_stash_size {offload.forward_stash}, one saved input per layer)",
-                 stash * each, stash * each * self.ranks * self.kind.count,
-                 Life("micro-batch", FWD_LAYER_FIRST, self.fwd_end))
-        # In backward a layer's input is copied back for its recomputation and kept until the next layer's first
-        # node has run; the lowest layer's rebuild counts its own input (`recompute.lowest`), so one here.
+        if stash:  # torchtune's streams; save_on_cpu copies on the compute stream and keeps no GPU copy
+            self.add("activations.offload_stash", "activations",
+                     f"The last {stash} layers' inputs, kept on the GPU until their copies to the host are done",
+                     f"{stash} × {each:,} B (max_fwd_stash_size {offload.forward_stash}, one saved input per layer)",
+                     stash * each, stash * each * self.ranks * self.kind.count,
+                     Life("micro-batch", FWD_LAYER_FIRST, self.fwd_end))
+        # In backward a layer's input is copied back for its recomputation (torchtune keeps it until the next layer's
+        # first node has run); the lowest layer's rebuild counts its own input (`recompute.lowest`), so one here.
         self.add("activations.offload_fetched", "activations",
                  "The input of the layer being recomputed, copied back from the host",
                  f"1 × {each:,} B", each, each * self.ranks * self.kind.count,
