@@ -5,6 +5,7 @@ and are left out."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 APP = Path(__file__).resolve().parents[1] / "app"
@@ -37,6 +38,7 @@ def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
     return found & modules.keys()
 
 
+@functools.cache  # both tests read the same files
 def _graph() -> dict[str, set[str]]:
     modules = _modules()
     return {name: _imports(path, modules) - {name} for name, path in modules.items()}
