@@ -234,8 +234,8 @@ _ESTIMATES: ContextVar[dict[Job, Estimate | None] | None] = ContextVar("solver_e
 
 def _candidates(job: Job) -> list[Candidate]:
     out: list[Candidate] = []
-    for maker in (_free_changes, _batch_shape, _recomputation, _activation_offload, _zero, _offload, _experts,
-                  _more_gpus, _numerics):
+    for maker in (_free_changes, _batch_shape, _compiled, _recomputation, _activation_offload, _zero, _offload,
+                  _experts, _more_gpus, _numerics):
         try:
             out.extend(maker(job))
         except DomainError:  # a kind of change this setup does not allow at all: no fixes of that kind
@@ -288,6 +288,17 @@ def _batch_shape(job: Job) -> list[Candidate]:
                      Cost("throughput", f"same sequences and FLOPs per optimizer step, in {steps} micro-batches "
                                         f"instead of {m}: smaller matmuls keep the GPU less busy"))]
     return []
+
+
+def _compiled(job: Job) -> list[Candidate]:
+    """torch.compile with inductor, where it was measured (`rules._compiled` refuses the rest): AOTAutograd's
+    partitioner keeps fewer of a layer's tensors for backward (app/core/saved/compiled.py)."""
+    if job.architecture is None or job.training.compile != "none":
+        return []
+    return [({"training.compile": "inductor"}, "Compile the model with torch.compile (inductor)",
+             Cost("throughput", "a one-off compile before the first step, and again for each new sequence length "
+                                "unless the shapes are marked dynamic; backward recomputes the cheap pointwise "
+                                "operations whose outputs eager mode keeps"))]
 
 
 def _recomputation(job: Job) -> list[Candidate]:

@@ -199,3 +199,23 @@ def test_a_verdict_alone_replays_a_job_that_runs_out_once(monkeypatch):
     replays.clear()
     tensors_over = with_field(job, "training.seq_len", 131072)  # its tensors alone pass the room: no replay at all
     assert tensors_over.surely_over() and tensors_over.fitting_estimate() is None and not replays
+
+
+def test_compiling_is_offered_where_it_decides_and_only_where_it_was_measured():
+    from app import wire
+
+    # Qwen2.5-1.5B at 4,096 tokens on an A100 40GB: over by what inductor's partitioner does not keep.
+    body = {"model": {"preset": "Qwen/Qwen2.5-1.5B"}, "training": {"seq_len": 4096, "micro_batch_size": 1},
+            "gpu": "a100-40gb"}
+    job = wire.job_from(body)
+    given = job.estimate()
+    assert given.gpu is not None and not given.gpu.fits
+    compiled = [fix for fix in fixes(job, given) if fix.change == {"training.compile": "inductor"}]
+    assert len(compiled) == 1 and compiled[0].cost.kind == "throughput" and "compile" in compiled[0].cost.text
+    fitted = compiled[0].estimate
+    assert fitted.peak.bytes < given.peak.bytes and fitted.gpu is not None and fitted.gpu.fits
+    # LoRA under inductor was not measured: the rules refuse it, so it is never offered.
+    lora = wire.job_from({**body, "finetuning": {"method": "lora"}, "training": {"seq_len": 65536}})
+    verdict = lora.estimate().gpu
+    assert verdict is not None and not verdict.fits
+    assert not any("training.compile" in fix.change for fix in fixes(lora))
