@@ -62,6 +62,8 @@ CASES: Final = (
     Case("gpt2", r".*attn\.c_proj"),
     Case("gpt2", r"transformer\.h\.\d+\.mlp\.c_(fc|proj)"),
     Case("gpt2", r".*\.h\.[0-5]\.attn\.c_attn"),
+    # What all-linear adapts in each family: every linear module of the layers, not the output layer.
+    *(Case(family, "all-linear") for family in ("glm4", "starcoder2", "phi", "gpt_neox", "falcon", "gpt2")),
 )
 
 

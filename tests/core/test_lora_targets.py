@@ -28,6 +28,13 @@ PEFT_COUNTS = {
     ("gpt2", r".*\.c_proj"): 43_008,
     ("gpt2", r".*attn\.c_proj"): 12_288,
     ("gpt2", r"transformer\.h\.\d+\.mlp\.c_(fc|proj)"): 61_440,
+    # What all-linear adapts, family by family: every linear module of the layers, not the output layer.
+    ("glm4", "all-linear"): 211_968,
+    ("starcoder2", "all-linear"): 73_728,
+    ("phi", "all-linear"): 73_728,
+    ("gpt_neox", "all-linear"): 67_584,
+    ("falcon", "all-linear"): 89_088,
+    ("gpt2", "all-linear"): 98_304,
 }
 
 
