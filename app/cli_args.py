@@ -18,6 +18,7 @@ from typing import Any, Final, NoReturn
 
 from app import configs, core, hub, wire
 from app.core.job import JOB_FIELDS, Job, JobField, field_value
+from app.core.lora_targets import targets_from_text
 from app.core.solver import TARGETS
 from app.web.parse import FormError, parse_gpu_capacity
 
@@ -31,7 +32,8 @@ SOURCE_OPTIONS: Final = {"model.preset": "--model", "model.hf_config": "--config
 RENAMED_OPTIONS: Final = {"finetuning.dropout": "--lora-dropout"}
 # A Hub model's revision: a flag of the model's, but no source of its own (--model names the Hub id).
 REVISION: Final = hub.REVISION_FIELD
-LIST_FIELDS: Final = ("finetuning.target_modules", "finetuning.modules_to_save")
+LIST_FIELDS: Final = ("finetuning.modules_to_save",)
+TARGETS_FIELD: Final = "finetuning.target_modules"
 VERSION_FIELDS: Final = ("finetuning.bitsandbytes_version",)
 _ARCHITECTURE_TYPES: Final = {f.name: str(f.type) for f in dataclasses.fields(core.Architecture)}
 
@@ -42,7 +44,7 @@ class Flag:
 
     path: str  # the field's path in the API's request, e.g. "training.seq_len"
     option: str  # "--seq-len"
-    kind: str  # "int", "float", "bool", "choice", "list", "version" or "config" (a config.json file)
+    kind: str  # "int", "float", "bool", "choice", "list", "targets", "version" or "config" (a config.json file)
     field: JobField | None  # its range or choices, where the core lists them
 
 
@@ -66,6 +68,8 @@ def _flag(path: str) -> Flag:
         return Flag(path, option, "revision", None)
     if path in LIST_FIELDS:
         return Flag(path, option, "list", None)
+    if path == TARGETS_FIELD:
+        return Flag(path, option, "targets", None)
     if path in VERSION_FIELDS:
         return Flag(path, option, "version", None)
     if path in ("finetuning.dropout", "parallelism.expert_load"):
@@ -316,6 +320,8 @@ def _converter(flag: Flag) -> Any:
         return functools.partial(_choice, flag)
     if flag.kind == "list":
         return _names
+    if flag.kind == "targets":
+        return _targets
     if flag.kind == "revision":
         return _revision
     if flag.kind == "version":
@@ -343,6 +349,12 @@ def _names(text: str) -> list[str]:
     return names
 
 
+def _targets(text: str) -> str | list[str]:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("give module names separated by commas, all-linear or a regular expression")
+    return targets_from_text(text)
+
+
 def _help(flag: Flag, defaults: Job) -> str:
     if flag.kind == "version":
         return (f"{flag.path}: a version such as 0.41.1 (QLoRA before 0.43.2 keeps each 4-bit layer's input; "
@@ -368,7 +380,9 @@ def _kind_text(flag: Flag) -> str:
         text = f"an integer from {item.low:,} to {item.high:,}"
     else:
         text = {"int": "an integer", "float": "a number", "bool": "on or off",
-                "list": "names separated by commas"}[flag.kind]
+                "list": "names separated by commas",
+                "targets": "names separated by commas, all-linear, or a regular expression matched as peft matches "
+                           "it against each module's qualified name (model.layers.0.self_attn.q_proj)"}[flag.kind]
     return text
 
 
@@ -395,7 +409,7 @@ def _add_request_flags(parser: argparse.ArgumentParser) -> None:
     groups = {section: parser.add_argument_group(title) for section, title in SECTIONS.items()}
     for flag in FLAGS.values():
         group = groups.get(flag.path.partition(".")[0], parser)
-        metavar = {"config": "PATH", "float": "P", "list": "NAMES", "revision": "REV", "version": "VERSION"}.get(
+        metavar = {"config": "PATH", "float": "P", "list": "NAMES", "targets": "TARGETS", "revision": "REV", "version": "VERSION"}.get(
             flag.kind, "ID" if flag.kind == "choice" else "N")
         if flag.kind == "bool":
             group.add_argument(flag.option, dest=flag.path, action=argparse.BooleanOptionalAction, default=None,

@@ -219,6 +219,8 @@ def hub_config(found: hub.HubModel) -> dict[str, Any]:
 def finetuning_from(finetuning: Mapping[str, Any]) -> Finetuning:
     values = {name: finetuning[name] for name in FINETUNING_FIELDS if finetuning.get(name) is not None}
     for name in ("target_modules", "modules_to_save"):
+        if name == "target_modules" and isinstance(values.get(name), str):
+            continue  # all-linear or a regular expression, as peft takes a string
         if name in values:
             if not isinstance(values[name], list | tuple) or not all(isinstance(x, str) for x in values[name]):
                 raise core.DomainError(f"finetuning.{name}", "must be a list of module names")

@@ -67,3 +67,52 @@ def test_megatron_text_and_its_expansions_are_bounded():
     _refused_quickly(lambda: import_config("megatron", "--num-layers " + "a" * 900_000), "text")
     doubling = "A=xxxxxxxxxxxxxxxx\n" + "A=$A$A$A$A\n" * 40 + "--num-layers $A --hidden-size 64"
     _refused_quickly(lambda: import_config("megatron", doubling), "text")
+
+
+# LoRA targets as a regular expression (app/core/lora_targets.py), on Llama's module names.
+_LLAMA = {"model_type": "llama", "num_hidden_layers": 126, "hidden_size": 1024, "intermediate_size": 4096,
+          "num_attention_heads": 8, "vocab_size": 1024}
+
+
+def _targets(pattern: str, config: dict | None = None) -> None:
+    from app.core import lora_targets
+    from app.core.finetuning import Finetuning, validate_finetuning
+
+    lora_targets._selection.cache_clear()  # each try matches afresh
+    arch = architecture_from_hf_config(config or _LLAMA)
+    validate_finetuning(Finetuning(method="lora", target_modules=pattern), arch)
+
+
+@pytest.mark.parametrize("pattern", [
+    "(a+)+b",  # nested repeats: seconds against a name of 60 characters
+    "(.*)*q_proj", "(?:.|.)+q_proj", "(\\w+)\\1",  # a repeated group of repeats or alternatives; a back-reference
+    ".*" * 6 + "Z",  # adjacent repeats: C(n + 6, 6) paths a name
+    "(.|.)" * 20 + "Z",  # 2**20 alternatives a name
+    "(" * 200,  # a compile error
+    "a" * 100_000,  # past the length limit
+])
+def test_a_hostile_target_expression_is_refused_within_100_ms(pattern):
+    _refused_quickly(lambda: _targets(pattern), "finetuning.target_modules")
+
+
+def test_an_expression_on_the_most_layers_allowed_is_refused_within_100_ms():
+    _refused_quickly(lambda: _targets(r".*\.q_proj", {**_LLAMA, "num_hidden_layers": 10_000}),
+                     "finetuning.target_modules")
+
+
+@pytest.mark.parametrize("pattern", [
+    "(.|.)" * 8 + "Z",  # 2**8 alternatives a name, inside the step budget over 126 layers' names, and none match
+    r"(?!.*Z).*Z",  # never matches: every split tried
+    r"(?!.*mlp).*_proj",
+])
+def test_the_costliest_accepted_expressions_answer_within_100_ms(pattern):
+    def matched() -> str:
+        try:
+            _targets(pattern)
+        except DomainError as error:
+            return error.message
+        return ""
+
+    cpu_s, message = least_cpu_s(matched, CPU_LIMIT_S)
+    assert "steps" not in message  # matched against every name, not refused for its cost
+    assert cpu_s < CPU_LIMIT_S

@@ -159,6 +159,13 @@ ESTIMATES = [
       "--mlp", "swiglu", "--norm", "rmsnorm", "--position-embedding", "rope", "--tensor", "2"],
      {"model": {"num_hidden_layers": 4, "hidden_size": 512, "num_attention_heads": 8, "vocab_size": 1000,
                 "mlp": "swiglu", "norm": "rmsnorm", "position_embedding": "rope"}, "parallelism": {"tensor": 2}}),
+    # --target-modules: names separated by commas are a list, anything else a regular expression, as peft takes it.
+    (["--model", "llama-3-8b", "--method", "lora", "--target-modules", "q_proj,v_proj", "--gpu", "h100-80gb"],
+     {"model": {"preset": "llama-3-8b"}, "finetuning": {"method": "lora", "target_modules": ["q_proj", "v_proj"]},
+      "gpu": "h100-80gb"}),
+    (["--model", "llama-3-8b", "--method", "lora", "--target-modules", r".*\.(q_proj|v_proj)", "--gpu", "h100-80gb"],
+     {"model": {"preset": "llama-3-8b"}, "finetuning": {"method": "lora", "target_modules": r".*\.(q_proj|v_proj)"},
+      "gpu": "h100-80gb"}),
 ]
 
 

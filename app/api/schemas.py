@@ -43,6 +43,7 @@ from app.core import gpus as core_gpus
 from app.core import setup as limits
 from app.core.finetuning import Finetuning
 from app.core.job import JOB_FIELDS, Job
+from app.core.lora_targets import MAX_PATTERN_CHARS
 from app.core.series import MAX_VALUES
 from app.core.solver import COST_ORDER, TARGETS
 from app.core.units import DTYPE_BITS
@@ -199,11 +200,18 @@ else:
         doc="What trains: everything (full, optionally freezing the embeddings or the first layers), or LoRA/QLoRA "
         "adapters beside a frozen base, counted as peft counts them.",
         given={
-            "target_modules": (list[str], Field(
-                default_factory=lambda: ["q_proj", "v_proj"], min_length=1, max_length=64,
+            "target_modules": (Annotated[list[str], Field(min_length=1, max_length=64)]
+                               | Annotated[str, Field(min_length=1, max_length=MAX_PATTERN_CHARS)],
+                               Field(
+                default_factory=lambda: ["q_proj", "v_proj"],
                 description="Module names as the model family spells them (q_proj, v_proj, ... for Llama-style "
                 "models; c_attn, c_proj, c_fc for GPT-2), or ['all-linear'] for every linear layer but the output "
-                "layer, as peft means it.")),
+                "layer, as peft means it. A string is taken as peft 0.21 takes it: 'all-linear', or a regular "
+                "expression full-matched against each module's qualified name in the model's module tree "
+                "(named_modules(), e.g. a layer's self_attn.q_proj under its index), which must select the same "
+                "linear modules in every layer (dense decoders only; no back-references or repeated groups holding "
+                "repeats or alternatives).",
+                examples=[["q_proj", "v_proj"], "all-linear", r".*\.(q_proj|v_proj)"])),
             "modules_to_save": (list[Literal["embed_tokens", "lm_head"]], Field(
                 default_factory=list, max_length=2, description="Modules trained in full beside the adapters (peft "
                 "keeps a trainable copy beside the frozen original).")),

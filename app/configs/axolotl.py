@@ -540,9 +540,14 @@ def _targets(data: dict[str, Any], r: Reading) -> None:
                    "inside all-linear already")
     elif data.get("lora_target_modules"):
         modules = data["lora_target_modules"]
-        modules = [modules] if isinstance(modules, str) else modules
+        if isinstance(modules, str):
+            # axolotl hands a string to peft's LoraConfig as it is (loaders/adapter.py, _build_peft_lora_config,
+            # commit 01883e3): all-linear, or a regular expression full-matched against each module's name.
+            r.said("finetuning.target_modules", modules, "lora_target_modules", modules,
+                   note="a regular expression, matched as peft matches it")
+            return
         if not isinstance(modules, list) or not all(isinstance(m, str) for m in modules):
-            raise r.error("lora_target_modules", "must be a module name or a list of them")
+            raise r.error("lora_target_modules", "must be a regular expression or a list of module names")
         r.said("finetuning.target_modules", list(modules), "lora_target_modules", modules)
     else:
         raise r.error("lora_target_modules", "is missing: axolotl needs lora_target_modules or lora_target_linear "

@@ -9,6 +9,7 @@ from typing import Any, Final
 from app.configs import yaml as yaml_reader
 from app.configs.common import preset_repo
 from app.configs.export_json import ds_core, ds_precision, half_dtype, needs_engine, trainer_optim
+from app.core.lora_targets import ALL_LINEAR
 
 # --- YAML writing ------------------------------------------------------------------------------------------
 
@@ -240,9 +241,12 @@ def _axolotl_adapter(finetuning: dict[str, Any] | None, config: dict[str, Any], 
 
 def _axolotl_modules(finetuning: dict[str, Any], config: dict[str, Any]) -> None:
     """The adapters' target modules (all-linear as lora_target_linear) and the modules saved whole."""
-    if finetuning["target_modules"] == ["all-linear"] or "all-linear" in finetuning["target_modules"]:
+    targets = finetuning["target_modules"]
+    if isinstance(targets, str):  # all-linear or a regular expression: axolotl hands peft a string as it is
+        config["lora_target_modules"] = targets
+    elif ALL_LINEAR in targets:
         config["lora_target_linear"] = True
     else:
-        config["lora_target_modules"] = list(finetuning["target_modules"])
+        config["lora_target_modules"] = list(targets)
     if finetuning["modules_to_save"]:
         config["lora_modules_to_save"] = list(finetuning["modules_to_save"])

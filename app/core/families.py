@@ -40,12 +40,51 @@ ROBERTA_HEAD: Final = SequenceClassifier(pooled_view=False, positions_from_token
 
 
 @dataclass(frozen=True)
+class ModulePaths:
+    """Where a causal LM's modules sit in transformers 5.24's module tree (``named_modules()``), the qualified names
+    that peft matches a target_modules expression against: the list of decoder layers, the attention block of a layer
+    (the MLP is ``mlp`` in each of them), the other modules in a layer (norms, activations, dropouts: those of every
+    family of the layout, configured either way) and those outside the layers; printed from small models built from
+    configs (validation/lora_targets.py)."""
+
+    layers: str
+    attention: str
+    within: tuple[str, ...]
+    outside: tuple[str, ...]
+
+
+LLAMA_PATHS: Final = ModulePaths(
+    "model.layers", "self_attn",
+    ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm",
+     "post_self_attn_layernorm", "post_mlp_layernorm", "resid_attn_dropout", "resid_mlp_dropout", "self_attn.q_norm",
+     "self_attn.k_norm", "mlp.act_fn", "mlp.activation_fn", "mlp.act"),
+    ("model.embed_tokens", "model.norm", "model.rotary_emb", "lm_head"))
+PHI_PATHS: Final = ModulePaths(
+    "model.layers", "self_attn",
+    ("input_layernorm", "resid_dropout", "self_attn.q_layernorm", "self_attn.k_layernorm", "mlp.activation_fn"),
+    ("model.embed_tokens", "model.rotary_emb", "model.embed_dropout", "model.final_layernorm", "lm_head"))
+GPT2_PATHS: Final = ModulePaths(
+    "transformer.h", "attn", ("ln_1", "ln_2", "attn.attn_dropout", "attn.resid_dropout", "mlp.act", "mlp.dropout"),
+    ("transformer.wte", "transformer.wpe", "transformer.drop", "transformer.ln_f", "lm_head"))
+GPT_NEOX_PATHS: Final = ModulePaths(
+    "gpt_neox.layers", "attention",
+    ("input_layernorm", "post_attention_layernorm", "post_attention_dropout", "post_mlp_dropout", "mlp.act"),
+    ("gpt_neox.embed_in", "gpt_neox.emb_dropout", "gpt_neox.final_layer_norm", "gpt_neox.rotary_emb", "lm_head"))
+FALCON_PATHS: Final = ModulePaths(
+    "transformer.h", "self_attention",
+    ("input_layernorm", "post_attention_layernorm", "ln_attn", "ln_mlp", "self_attention.attention_dropout",
+     "mlp.act"),
+    ("transformer.word_embeddings", "transformer.ln_f", "transformer.rotary_emb", "lm_head"))
+
+
+@dataclass(frozen=True)
 class Family:
     model_type: str | None
     custom: bool = False  # an architecture given field by field, with no model type
     # Modules
     gpt2_modules: bool = False  # GPT-2's: Conv1D linears, gelu_new, learned positions, scores kept in their dtype
     linear_names: LinearNames = "llama"  # the linear modules' names, as fine-tuning's target_modules give them
+    module_paths: ModulePaths | None = LLAMA_PATHS  # None: not known here
     # The backward of its MLP without a gate measured (trained in full, no dropout): GPT-2's, StarCoder2's
     ungated_backward_measured: bool = False
     sandwich_norms: bool = False  # a norm before and after each block (Gemma 3, GLM-4)
@@ -129,7 +168,7 @@ class Family:
 
 FAMILIES: Final[dict[str | None, Family]] = {family.model_type: family for family in (
     Family(None, custom=True, fp32_routing=True, moe_backward_measured=True, moe_autocast_measured=True, peft_wraps_experts=True),
-    Family("gpt2", gpt2_modules=True, linear_names="gpt2", ungated_backward_measured=True),
+    Family("gpt2", gpt2_modules=True, linear_names="gpt2", module_paths=GPT2_PATHS, ungated_backward_measured=True),
     Family("llama", compile_measured=True),
     Family("mistral", compile_measured=True),
     Family("qwen2", compile_measured=True),
@@ -149,8 +188,8 @@ FAMILIES: Final[dict[str | None, Family]] = {family.model_type: family for famil
            peft_leaves_shared=True),
     Family("granite"),  # Llama's modules; its four multipliers are Python floats, which keep nothing
     Family("starcoder2", linear_names="starcoder2", ungated_backward_measured=True),
-    Family("phi", linear_names="phi", parallel_blocks=True, lm_head_bias=True, rotary_cat=True),
-    Family("gpt_neox", linear_names="gpt_neox", parallel_blocks=True, rotary_cat=True, value_in_fused_qkv=True),
+    Family("phi", linear_names="phi", module_paths=PHI_PATHS, parallel_blocks=True, lm_head_bias=True, rotary_cat=True),
+    Family("gpt_neox", linear_names="gpt_neox", module_paths=GPT_NEOX_PATHS, parallel_blocks=True, rotary_cat=True, value_in_fused_qkv=True),
     Family("glm4", rotary_cat=True, rotary_per_layer=True, sandwich_norms=True),
     # GLM-4.5's mixture: DeepSeek-V3's router and experts (Glm4MoeTopkRouter, Glm4MoeMoE in modeling_glm4_moe.py).
     Family("glm4_moe", router="deepseek-v3", fp32_routing=True, deepseek_experts=True, rotary_cat=True,
@@ -161,9 +200,9 @@ FAMILIES: Final[dict[str | None, Family]] = {family.model_type: family for famil
     Family("cohere2", parallel_blocks=True, fp32_layernorm=True, rotary_on_sliding_only=True),
     # Falcon-7B, -40B and -180B: attention and an MLP without a gate side by side, from one LayerNorm or two over the
     # same input (FalconDecoderLayer), and GPT-NeoX's module names (query_key_value, dense, dense_h_to_4h...).
-    Family("falcon", linear_names="gpt_neox", parallel_blocks=True, falcon_attention=True),
-    Family("bert", classifier=BERT_HEAD, softmax_in_scores_dtype=True),
-    Family("roberta", classifier=ROBERTA_HEAD, softmax_in_scores_dtype=True),
+    Family("falcon", linear_names="gpt_neox", module_paths=FALCON_PATHS, parallel_blocks=True, falcon_attention=True),
+    Family("bert", classifier=BERT_HEAD, module_paths=None, softmax_in_scores_dtype=True),
+    Family("roberta", classifier=ROBERTA_HEAD, module_paths=None, softmax_in_scores_dtype=True),
     # Llama 4 (Llama4ForCausalLM): the rotating layers alone attend within chunks (the window: `rotary_on_sliding_only`),
     # their rotary frequencies complex numbers as DeepSeek-V2's.
     Family("llama4_text", complex_rotary=True, rotary_on_sliding_only=True, softmax_in_scores_dtype=True,
@@ -172,7 +211,7 @@ FAMILIES: Final[dict[str | None, Family]] = {family.model_type: family for famil
            backward_by_moment=True, moe_autocast_measured=True, peft_linear_only=True),
 )}
 # A model type read from a config that no record names: modelled with no trait of its own.
-_PLAIN: Final = Family("")
+_PLAIN: Final = Family("", module_paths=None)
 
 
 def family_of(arch: Architecture) -> Family:

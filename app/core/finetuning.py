@@ -41,12 +41,12 @@ from app.core.architecture import MAX_LAYERS, Architecture, layer_tensors
 from app.core.errors import DomainError
 from app.core.families import family_of
 from app.core.inputs import check_declared, declarations, declared
+from app.core.lora_targets import ALL_LINEAR, is_all_linear, pattern_shape, select
 from app.core.param_tensors import ParamTensor
 from app.core.units import ceil_div
 
 METHODS: Final = ("full", "lora", "qlora")
 QUANTIZATIONS: Final = ("nf4", "nf4-double", "int8")
-ALL_LINEAR: Final = "all-linear"
 SAVABLE_MODULES: Final = ("embed_tokens", "lm_head")
 MAX_RANK: Final = 1 << 14
 # The first bitsandbytes release whose 4-bit matmul no longer keeps its input (module docstring).
@@ -94,7 +94,9 @@ class Finetuning:
         "without autocast. Of mixtures of experts, which parts may be frozen or adapted depends on the family.",
         choices=METHODS)
     rank: int = declared(16, "int", "LoRA rank", "LoRA rank r.", low=1, high=MAX_RANK)
-    target_modules: tuple[str, ...] = ("q_proj", "v_proj")
+    # Module names as the family spells them (q_proj), or one string: all-linear, or a regular expression that peft
+    # full-matches against each module's qualified name (app.core.lora_targets).
+    target_modules: tuple[str, ...] | str = ("q_proj", "v_proj")
     dropout: float = declared(0.0, "float", "LoRA dropout", "LoRA dropout (lora_dropout); above 0 each adapter keeps "
                               "its own dropped copy of its input.", low=0, high=1, below_high=True)
     modules_to_save: tuple[str, ...] = ()
@@ -167,6 +169,8 @@ def _module_of(tensor: ParamTensor) -> str:
 def _validate_fields(f: Finetuning) -> None:
     """Each field in its range, and the fields that belong to one method only."""
     check_declared("finetuning", f, FINETUNING_INPUTS)
+    if isinstance(f.target_modules, str) and not is_all_linear(f.target_modules):
+        pattern_shape(f.target_modules)
     for name in f.modules_to_save:
         if name not in SAVABLE_MODULES:
             raise DomainError("finetuning.modules_to_save", f"must name {' or '.join(SAVABLE_MODULES)}, got {name!r}")
@@ -209,7 +213,9 @@ def _validate_adapters(f: Finetuning, arch: Architecture) -> None:
     # stacked parameters), so only the attention's projections are adapters' targets there.
     names = module_names(arch)
     known = {names[_module_of(x)] for x in linear_modules(arch) if _module_of(x) in names}
-    for name in f.target_modules:
+    if isinstance(f.target_modules, str) and not is_all_linear(f.target_modules):
+        _pattern_keys(arch, f.target_modules)
+    for name in () if isinstance(f.target_modules, str) else f.target_modules:
         if arch.has_shared_expert and name in ("gate_proj", "up_proj", "down_proj", "shared_expert_gate"):
             raise DomainError("finetuning.target_modules", f"{name!r} names the shared expert's modules, whose "
                                                            "adapters are not modelled (it is frozen): name the "
@@ -217,7 +223,7 @@ def _validate_adapters(f: Finetuning, arch: Architecture) -> None:
         if name != ALL_LINEAR and name not in known:
             raise DomainError("finetuning.target_modules", f"{name!r} is not a linear module of this model; "
                                                            f"it has {', '.join(sorted(known))} (or all-linear)")
-    if arch.is_moe and ALL_LINEAR in f.target_modules and not (experts_wrapped(arch, f)
+    if arch.is_moe and is_all_linear(f.target_modules) and not (experts_wrapped(arch, f)
                                                                or family_of(arch).peft_linear_only):
         # peft 0.21 wraps the stacked expert parameters (ParamWrapper, target_parameters) and, each forward,
         # folds the adapters into a new copy of the whole expert stack (torch.baddbmm in _LoraFactorsProxy),
@@ -252,7 +258,7 @@ def experts_wrapped(arch: Architecture, finetuning: Finetuning) -> bool:
     """Whether adapters sit on a mixture's router and stacked experts: peft 0.21's all-linear on Mixtral, Qwen3-MoE or
     DeepSeek wraps the router's weight and the experts' gate_up_proj and down_proj parameters (ParamWrapper,
     peft/tuners/lora/layer.py), measured on CPU (docs/VALIDATION.md, "Fine-tuning")."""
-    return (finetuning.adapters and ALL_LINEAR in finetuning.target_modules and arch.is_moe
+    return (finetuning.adapters and is_all_linear(finetuning.target_modules) and arch.is_moe
             and family_of(arch).peft_wraps_experts
             # a custom mixture is modelled as Mixtral, which has no shared experts: with them, what peft adapts
             # depends on the model's class
@@ -270,15 +276,39 @@ def targeted(arch: Architecture, finetuning: Finetuning) -> tuple[ParamTensor, .
     `experts_wrapped`."""
     if not finetuning.adapters:
         return ()
-    names = module_names(arch)
-    wanted = set(finetuning.target_modules)
-    linear = tuple(tensor for tensor in linear_modules(arch)
-                   if ALL_LINEAR in wanted or names.get(_module_of(tensor)) in wanted)
+    keys = _target_keys(arch, finetuning)
+    linear = tuple(tensor for tensor in linear_modules(arch) if _module_of(tensor) in keys)
     if experts_wrapped(arch, finetuning):
         if family_of(arch).peft_leaves_shared:
             linear = tuple(tensor for tensor in linear if not tensor.name.startswith(("moe.shared.", "mlp.")))
         linear += tuple(tensor for tensor in layer_tensors(arch) if tensor.name in _WRAPPED)
     return linear
+
+
+def _target_keys(arch: Architecture, finetuning: Finetuning) -> frozenset[str]:
+    """The layer modules' internal keys (``attn.q``) that the targets name."""
+    names = module_names(arch)
+    every = frozenset(_module_of(tensor) for tensor in linear_modules(arch))
+    targets = finetuning.target_modules
+    if is_all_linear(targets):
+        return every
+    if isinstance(targets, str):
+        return _pattern_keys(arch, targets)
+    return frozenset(key for key in every if names.get(key) in targets)
+
+
+def _pattern_keys(arch: Architecture, pattern: str) -> frozenset[str]:
+    """What a regular expression selects in every layer, matched as peft does against the qualified names
+    (``model.layers.3.self_attn.q_proj``); mixtures and families whose module tree is not known here are refused."""
+    paths = family_of(arch).module_paths
+    if arch.is_moe or paths is None:
+        raise DomainError("finetuning.target_modules", "a regular expression is matched against the model's module "
+                                                       "names, which are known here for dense decoders only: name "
+                                                       "the modules as a list")
+    names = module_names(arch)
+    modules = tuple((key, f"{paths.attention if key.startswith('attn.') else 'mlp'}.{names[key]}")
+                    for key in (_module_of(tensor) for tensor in linear_modules(arch)) if key in names)
+    return select(pattern, paths, modules, arch.num_hidden_layers)
 
 
 def adapter_tensors(arch: Architecture, finetuning: Finetuning) -> tuple[ParamTensor, ...]:

@@ -33,7 +33,9 @@ EXTRA_HELP: Final[dict[str, str]] = {
     "expert_load": "× balanced routing: 1.25 for a capacity factor of 1.25 (tokens over it dropped), or the "
     "imbalance a dropless run expects.",
     "host_ram": "The page's own figure, for the host memory bar: e.g. 512 GiB or 2 TB.",
-    "target_modules": "Comma-separated, e.g. q_proj, v_proj, or all-linear.",
+    "target_modules": "Comma-separated, e.g. q_proj, v_proj, or all-linear; anything else is a regular expression "
+                      "that peft matches against each module's full name, e.g. .*\\.(q_proj|v_proj), selecting the "
+                      "same modules in every layer.",
 }
 # The page's own words where the schema's description speaks the API's (its paths, its field names, null): the
 # whole help text of these controls. A test keeps the API's names out of every help text on the page.

@@ -33,6 +33,7 @@ from app.api.schemas import (
 from app.core.gpus import CUSTOM_ID, DEFAULT_LIKE
 from app.core.inputs import Input
 from app.core.job import Job
+from app.core.lora_targets import targets_from_text
 from app.web.labels import DECLARED_CONTROLS, LABELS, SECTIONS
 from app.web.parse import (  # noqa: F401  (read from here by the page's other rooms and the tests)
     _SEPARATORS,
@@ -363,12 +364,12 @@ def _training_dict(values: Mapping[str, str], read: _Reader) -> dict[str, Any]:
     return training
 
 
-def parse_modules(control: str, raw: str) -> list[str]:
-    """Module names separated by commas or spaces: ``q_proj, v_proj`` or ``all-linear``."""
-    names = [name for name in re.split(r"[,\s]+", raw.strip()) if name]
-    if not names:
+def parse_modules(control: str, raw: str) -> list[str] | str:
+    """Module names separated by commas or spaces (``q_proj, v_proj``), ``all-linear``, or else a regular
+    expression (``.*\\.(q_proj|v_proj)``), as peft takes a string."""
+    if not raw.strip():
         raise FormError(control, "Name at least one module, e.g. q_proj, v_proj, or all-linear.")
-    return list(dict.fromkeys(names))
+    return targets_from_text(raw)
 
 
 def _finetuning_dict(values: Mapping[str, str], read: Any) -> dict[str, Any]:

@@ -124,6 +124,25 @@ def test_finetuning_in_the_api():
     assert swept["points"][0]["peak"]["bytes"] < swept["points"][1]["peak"]["bytes"]
 
 
+def test_target_modules_as_peft_takes_a_string():
+    body = {"model": {"preset": "llama-2-7b"}, "training": {"precision": "bf16", "seq_len": 2048}, "gpu": "rtx-4090-24gb"}
+    listed = _estimate(body | {"finetuning": {"method": "lora", "rank": 8, "target_modules": ["q_proj", "v_proj"]}})
+    matched = _estimate(body | {"finetuning": {"method": "lora", "rank": 8, "target_modules": r".*\.(q_proj|v_proj)"}})
+    assert matched["trainable_param_count"] == listed["trainable_param_count"] == 4_194_304
+    assert matched["peak"]["bytes"] == listed["peak"]["bytes"]
+    every = _estimate(body | {"finetuning": {"method": "lora", "rank": 8, "target_modules": "all-linear"}})
+    assert every["trainable_param_count"] == _estimate(
+        body | {"finetuning": {"method": "lora", "rank": 8, "target_modules": ["all-linear"]}})["trainable_param_count"]
+    for bad, reason in ((r"(a+)+b", "repeated group"), ("(", "not a regular expression"),
+                        (r".*layers\.(0|1)\..*q_proj", "some layers only"), ("x" * 257, "at most 256"), (7, "string")):
+        response = client.post("/api/v1/estimate", json=body | {"finetuning": {"method": "lora", "target_modules": bad}})
+        detail = response.json()["detail"]
+        assert response.status_code == 422, bad
+        assert detail[0]["loc"][:3] == ["body", "finetuning", "target_modules"] and reason in str(detail), detail
+    schema = client.get("/openapi.json").json()["components"]["schemas"]["FinetuningIn"]["properties"]["target_modules"]
+    assert [branch["type"] for branch in schema["anyOf"]] == ["array", "string"]
+
+
 def test_offload_answers_host_memory():
     body = {"model": {"preset": "llama-3-8b"}, "parallelism": {"data": 8, "zero_stage": 3, "offload": "optimizer",
                                                                 "gpus_per_node": 4}, "gpu": "a100-40gb"}

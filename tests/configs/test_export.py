@@ -225,7 +225,9 @@ def test_adapters_round_trip_through_axolotl():
     for finetuning in ({"method": "lora", "rank": 8, "target_modules": ["q_proj", "v_proj"], "dropout": 0.05},
                        {"method": "qlora", "rank": 16, "target_modules": ["all-linear"], "quantization": "nf4"},
                        {"method": "qlora", "rank": 16, "target_modules": ["q_proj"], "quantization": "int8",
-                        "modules_to_save": ["lm_head"]}):
+                        "modules_to_save": ["lm_head"]},
+                       {"method": "lora", "rank": 8, "target_modules": r".*\.(q_proj|v_proj)"},
+                       {"method": "lora", "rank": 8, "target_modules": "all-linear"}):
         body = {"model": {"preset": "llama-2-7b"}, "training": {"precision": "bf16", "loop": "hf-trainer"},
                 "finetuning": finetuning}
         out = check_round_trip(body, "axolotl")

@@ -136,6 +136,10 @@ def test_axolotl_lora_over_an_int8_base_and_plain_lora():
     assert finetuning["method"] == "qlora" and finetuning["quantization"] == "int8"
     finetuning = imported("axolotl", text.replace("load_in_8bit: true", "load_in_8bit: false"))["request"]["finetuning"]
     assert finetuning == {"method": "lora", "rank": 8, "target_modules": ["q_proj", "v_proj"], "dropout": 0.0}
+    # A string goes to peft's LoraConfig as it is: a regular expression (axolotl's _build_peft_lora_config).
+    text = text.replace("load_in_8bit: true", "load_in_8bit: false").replace(
+        "lora_target_modules:\n  - q_proj\n  - v_proj", "lora_target_modules: '.*\\.(q_proj|v_proj)'")
+    assert imported("axolotl", text)["request"]["finetuning"]["target_modules"] == r".*\.(q_proj|v_proj)"
 
 
 def test_axolotl_fsdp_and_attention_switches():

@@ -22,6 +22,16 @@ def test_lora_fields_feed_the_finetuning_request():
     assert form.estimate.trainable_param_count < form.estimate.param_count
 
 
+def test_target_modules_that_are_not_names_are_a_regular_expression():
+    listed = parse_form({"method": "lora", "rank": "8", "target_modules": "q_proj, v_proj"})
+    matched = parse_form({"method": "lora", "rank": "8", "target_modules": r" .*\.(q_proj|v_proj) "})
+    assert matched.ok and matched.request is not None and matched.estimate is not None, matched.errors
+    assert matched.request.finetuning.target_modules == r".*\.(q_proj|v_proj)"
+    assert listed.estimate is not None and matched.estimate.peak == listed.estimate.peak
+    refused = parse_form({"method": "lora", "target_modules": r"(a+)+b"})
+    assert "target_modules" in refused.errors and "repeated group" in refused.errors["target_modules"]
+
+
 def test_qlora_reads_its_quantization_and_all_linear():
     form = parse_form({"method": "qlora", "target_modules": "all-linear", "quantization": "int8"})
     assert form.ok and form.request is not None, form.errors
