@@ -12,6 +12,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
@@ -94,8 +95,7 @@ def test_the_shortened_timeouts_are_shorter_than_the_real_ones():
     assert (Guard.__init__.__kwdefaults__ or {}).get("body_timeout_s") == BODY_TIMEOUT_S
 
 
-@pytest.fixture
-def server():
+def _started() -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
     port = _free_port()
     env = os.environ | {"PORT": str(port), "TRAINMEM_HOST": "127.0.0.1"}
     process = subprocess.Popen([sys.executable, "-c", SHORT_TIMEOUTS], env=env, stdout=subprocess.PIPE,
@@ -118,8 +118,20 @@ def server():
         process.wait()
 
 
-def test_a_taken_port_is_said_plainly(server):
-    port, _ = server
+@pytest.fixture
+def server() -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    """A server of the test's own, which it may stop."""
+    yield from _started()
+
+
+@pytest.fixture(scope="module")
+def shared_server() -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    """One server for the tests that leave it running (each start costs a process importing the app)."""
+    yield from _started()
+
+
+def test_a_taken_port_is_said_plainly(shared_server):
+    port, _ = shared_server
     assert port_taken("127.0.0.1", port)
     done = subprocess.run([sys.executable, "-m", "app.serve"], env=os.environ | {"PORT": str(port)},
                           capture_output=True, text=True, timeout=30)
@@ -176,10 +188,10 @@ def _post(port: int, body: bytes, timeout: float = 5) -> int:
         return error.code
 
 
-def test_idle_and_slow_clients_cannot_take_the_service(server):
+def test_idle_and_slow_clients_cannot_take_the_service(shared_server):
     """300 connections that send nothing and 40 that drip a body: /healthz and an estimate still answer, quickly
     (before, uvicorn's limit_concurrency=256 counted the idle sockets and answered everything with 503)."""
-    port, _ = server
+    port, _ = shared_server
     idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(300)]
     slow = []
     for _ in range(40):
@@ -198,9 +210,9 @@ def test_idle_and_slow_clients_cannot_take_the_service(server):
             s.close()
 
 
-def test_a_body_that_drips_meets_one_deadline(server):
+def test_a_body_that_drips_meets_one_deadline(shared_server):
     """A byte every second keeps every gap short, but the whole body must arrive within the body timeout."""
-    port, _ = server
+    port, _ = shared_server
     s = socket.create_connection(("127.0.0.1", port))
     s.sendall(b"POST /api/v1/estimate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
               b"Content-Length: 100\r\n\r\n")
