@@ -55,10 +55,11 @@ test: $(VENV)/.test $(VENV)/.validate
 	$(PYTEST) $(XDIST) -m "not browser and not search" $(PYTEST_ARGS)
 	$(PYTEST) -m "browser or search" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
-# Quick feedback while editing: everything but the browser tests, the PyTorch measurements and the long searches
-# (schemathesis and the slow-input search, which `make test` and `make fuzz` run), with a quarter of each
-# generated-input test's examples (tests/budget.py; `make test` draws them all). About 220 s of CPU (user + sys)
-# over the two workers: 2 min 20 s on a 2-core machine at a load average near 1.
+# Quick feedback while editing: everything but the browser tests, the tests that need the validate extra (PyTorch
+# measurements, the GPU runs re-predicted, names checked against transformers) and the searches over generated
+# inputs (schemathesis, the slow-input search, random queries and pastes), which `make test` runs; a quarter of each
+# generated-input test's examples and of each fixed product of cases (tests/budget.py). About 125 s of CPU
+# (user + sys) over the two workers: 63-78 s on a 2-core machine at a load average near 1.
 test-fast: $(VENV)/.test
 	$(PYTEST) $(XDIST) -m "not browser and not validation and not search" --examples-share=0.25 \
 		$(PYTEST_ARGS)
