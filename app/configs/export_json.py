@@ -167,8 +167,8 @@ def write_trainer(setup: dict[str, Any], notes: list[str]) -> str:
     }
     if t["activation_offload"] == "checkpoints-to-host":
         args["activation_checkpointing_kwargs"] = {"offload": True}
-        notes.append("activation_checkpointing_kwargs' offload is read by transformers 5.24's Trainer; older "
-                     "releases pass it on to torch.utils.checkpoint, which refuses it")
+        notes.append("activation_checkpointing_kwargs' offload is read by transformers 5.24's Trainer; releases "
+                     "before 5 have no such argument")
     if optim_args:
         args["optim_args"] = optim_args
     if needs_engine(precision, p):

@@ -64,7 +64,8 @@ def llama4_modelled(training: Training, parallelism: Parallelism, arch: Architec
     adapters = ft.method != "full"
     why = {"training.attention": training.attention == "flash" and "has no flash-attention path in transformers",
            "finetuning.method": adapters and ft.method != "lora" and f"is not measured with {ft.method}",
-           "finetuning.target_modules": adapters and not set(ft.target_modules) <= LLAMA4_ADAPTED
+           "finetuning.target_modules": adapters and (isinstance(ft.target_modules, str)
+                                                      or not set(ft.target_modules) <= LLAMA4_ADAPTED)
            and "is measured with LoRA on q_proj, k_proj, v_proj and o_proj alone",
            "finetuning.modules_to_save": adapters and bool(ft.modules_to_save) and "is measured without modules_to_save",
            "parallelism.tensor": parallelism.tensor > 1 and "is measured without tensor parallelism",

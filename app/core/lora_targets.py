@@ -71,7 +71,7 @@ def targets_from_text(text: str) -> str | list[str]:
     (``q_proj, v_proj`` or ``all-linear``); anything else is a regular expression."""
     names = [name for name in re.split(r"[,\s]+", text.strip()) if name]
     if names and all(_NAME.fullmatch(name) for name in names):
-        return list(dict.fromkeys(names))
+        return list(dict.fromkeys(ALL_LINEAR if name.lower() == ALL_LINEAR else name for name in names))
     return text.strip()
 
 
@@ -162,7 +162,8 @@ def _selection(pattern: str, paths: ModulePaths, modules: tuple[tuple[str, str],
     per_layer = len(modules) + len(inner) + 1
     others = _others(paths)
     count = layers * per_layer + len(others)
-    longest = max((len(f"{paths.layers}.{layers - 1}.{path}") for _, path in modules), default=0)
+    longest = max((len(f"{paths.layers}.{layers - 1}.{path}") for path in (*(path for _, path in modules), *inner)),
+                  default=0)
     steps = count * (shape.steps(max(longest, *map(len, others))) + NAME_STEPS)
     if steps > MATCH_BUDGET:
         return Selection(frozenset(), f"the expression could take {steps:,} steps over this model's {count:,} module "

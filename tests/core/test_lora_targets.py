@@ -136,6 +136,7 @@ def test_the_step_bound_by_hand():
     ("q_proj, v_proj", ["q_proj", "v_proj"]),
     ("q_proj v_proj q_proj", ["q_proj", "v_proj"]),
     ("all-linear", ["all-linear"]),
+    ("All-Linear", ["all-linear"]),  # any case, as the API takes it (peft lowers the string)
     (r".*\.(q_proj|v_proj)", r".*\.(q_proj|v_proj)"),
     (r" model\.layers\.\d+\.mlp\.down_proj ", r"model\.layers\.\d+\.mlp\.down_proj"),
     ("a{1,2}", "a{1,2}"),
