@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from app.core.families import family_of
+from app.core.families import DEFAULT_LABELS, family_of
 from app.core.param_tensors import ParamTensor
 
 if TYPE_CHECKING:
@@ -21,7 +21,13 @@ if TYPE_CHECKING:
 
 def num_labels(arch: Architecture) -> int:
     """The classifier's outputs: len(id2label) of the config, 2 where it names none (PretrainedConfig)."""
-    return int(arch.extra("num_labels", 2))
+    return int(arch.extra("num_labels", DEFAULT_LABELS))
+
+
+def classifier_dropout(arch: Architecture) -> float:
+    """The dropout before the head's classifier: the config's classifier_dropout, the hidden states' where it is
+    null (the config reader records it, `hf_encoders`)."""
+    return float(arch.extra("classifier_dropout", arch.dropout))
 
 
 def type_vocab_size(arch: Architecture) -> int:

@@ -35,6 +35,8 @@ class SequenceClassifier:
     positions_from_tokens: bool
 
 
+# The labels a sequence classifier's config.json implies when it names none (PretrainedConfig's num_labels default).
+DEFAULT_LABELS: Final = 2
 BERT_HEAD: Final = SequenceClassifier(pooled_view=True, positions_from_tokens=False)
 ROBERTA_HEAD: Final = SequenceClassifier(pooled_view=False, positions_from_tokens=True)
 
@@ -223,7 +225,7 @@ def stand_in_warnings(arch: Architecture) -> list[str]:
     `_unknown_decoder`): the Llama-style decoder it is estimated as, and what that leaves out; and what an encoder is
     estimated as (its sequence-classification head, whatever head its config's architectures name)."""
     if family_of(arch).classifier is not None:
-        labels = int(arch.extra("num_labels", 2))
+        labels = int(arch.extra("num_labels", DEFAULT_LABELS))
         return [f"{arch.model_type} is estimated as transformers' sequence classifier ({labels} labels: a dense layer "
                 "and tanh over the first token, then the classifier), trained in full on sequences without padding "
                 "(no attention mask); another head (masked language modelling, tokens) is not counted."]

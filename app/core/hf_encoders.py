@@ -9,6 +9,7 @@ from typing import Final
 
 from app.core.architecture import Architecture
 from app.core.errors import DomainError
+from app.core.families import DEFAULT_LABELS
 from app.core.hf_reader import ConfigReader, short_value
 
 # The activations whose MLP the saved tensors follow (`saved.mlp`): one kernel (gelu, gelu_pytorch_tanh), GPT-2's
@@ -59,7 +60,7 @@ def _num_labels(reader: ConfigReader) -> int:
     id2label = reader.config.get("id2label")
     if id2label is not None and not isinstance(id2label, Mapping):
         raise DomainError(reader._field("id2label"), f"must be an object of labels, got {short_value(id2label)}")
-    labels = len(id2label) if id2label is not None else reader.int("num_labels", 2)
+    labels = len(id2label) if id2label is not None else reader.int("num_labels", DEFAULT_LABELS)
     if not 2 <= labels <= 1_000_000:
         raise DomainError(reader._field("id2label" if id2label is not None else "num_labels"),
                           f"the classifier is modelled for 2 to 1,000,000 labels (one label is a regression, whose "

@@ -5,7 +5,7 @@ Measured on CPU: docs/VALIDATION.md, "Encoders"."""
 from __future__ import annotations
 
 from app.core.architecture import Architecture
-from app.core.classifier_tensors import num_labels
+from app.core.classifier_tensors import classifier_dropout, num_labels
 from app.core.families import SequenceClassifier
 from app.core.saved.common import FP32_BYTES, INDEX_BYTES, ActivationSetup, SavedTensor, _Saved
 from app.core.saved.hf_parts import _hf_norm
@@ -39,7 +39,7 @@ def classifier_head(arch: Architecture, setup: ActivationSetup, head: SequenceCl
     """
     saved = _Saved(setup)
     b, n, h = setup.micro_batch_size, setup.tokens, arch.hidden_size
-    dropout = arch.extra("classifier_dropout", arch.dropout) > 0
+    dropout = classifier_dropout(arch) > 0
     half, stream = setup.half_bytes, setup.stream_bytes
     if dropout and not head.pooled_view:
         saved.mask("classifier.input_dropout_mask", b * h, stream, "none")
