@@ -58,8 +58,8 @@ test: $(VENV)/.test $(VENV)/.validate
 # Quick feedback while editing: everything but the browser tests, the tests that need the validate extra (PyTorch
 # measurements, the GPU runs re-predicted, names checked against transformers) and the searches over generated
 # inputs (schemathesis, the slow-input search, random queries and pastes), which `make test` runs; a quarter of each
-# generated-input test's examples and of each fixed product of cases (tests/budget.py). About 125 s of CPU
-# (user + sys) over the two workers: 63-78 s on a 2-core machine at a load average near 1.
+# generated-input test's examples and of each fixed product of cases (tests/budget.py). About 81 s of CPU
+# (user + sys) over the two workers: 42-48 s on a 2-core machine at a load average of 0.5-1.8.
 test-fast: $(VENV)/.test
 	$(PYTEST) $(XDIST) -m "not browser and not validation and not search" --examples-share=0.25 \
 		$(PYTEST_ARGS)
