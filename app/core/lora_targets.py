@@ -10,23 +10,28 @@ module ... is not supported"), and would wrap an embedding or the output layer, 
 
 The expression is untrusted, and Python's matcher backtracks: it is parsed with the standard library's own parser and
 refused before any match when it refers back to a group, repeats a group that holds alternatives or repeats, or could
-take more than `MATCH_BUDGET` steps over the model's names. A step bound for one name: the product of the
-alternatives' counts, times the ways the repeats can share the name's characters (at most the product of their
-ranges, and at most C(n + k, k) for k repeats over n characters).
+take more than `MATCH_BUDGET` steps over the model's names. A step bound for one name: the matcher tries each line
+through the expression (one choice at each alternative) in turn, and along a line the ways its repeats can share the
+name's characters (at most the product of their ranges, and at most C(n + k, k) for k repeats over n characters); the
+bound is the sum over the lines, so that ``.*mlp\\.(gate|up)_proj|.*attn\\.[qv]_proj`` counts three lines of one repeat.
 """
 
 from __future__ import annotations
 
+import importlib
 import re
 from dataclasses import dataclass
 from functools import lru_cache
 from math import comb, prod
-from re import _constants as sre
-from re import _parser
 from typing import Any, Final
 
 from app.core.errors import DomainError
 from app.core.families import ModulePaths
+
+# The standard library's own parser of expressions and its opcodes (re._parser, re._constants since Python 3.11), which
+# have no type stubs.
+_parser: Any = importlib.import_module("re._parser")
+sre: Any = importlib.import_module("re._constants")
 
 FIELD: Final = "finetuning.target_modules"
 ALL_LINEAR: Final = "all-linear"
@@ -41,23 +46,55 @@ _REPEATS: Final = (sre.MAX_REPEAT, sre.MIN_REPEAT, sre.POSSESSIVE_REPEAT)
 _CHARACTERS: Final = (sre.LITERAL, sre.NOT_LITERAL, sre.ANY, sre.IN)
 
 
+# Beyond this many distinct lines (by their repeats), lines are counted together with every repeat of any of them,
+# which only raises the bound.
+MAX_LINE_KINDS: Final = 1_000
+
+Lines = dict[tuple[tuple[int, int], ...], int]  # the repeats' ranges along a line: how many lines have them
+
+
 @dataclass(frozen=True)
 class Shape:
-    """What bounds an expression's backtracking: the product of its alternatives' counts, the ranges (least, most)
-    of its repeats, and its look-arounds, each bounded on its own: one ahead of any choice runs once (a full match
-    starts at the first character only), any other wherever the match reaches it."""
+    """What bounds an expression's backtracking: its lines (one choice at each alternative) counted by the ranges
+    (least, most) of the repeats along them, and its look-arounds, each bounded on its own: one ahead of any choice
+    runs once (a full match starts at the first character only), any other wherever the match reaches it."""
 
-    alternatives: int
-    repeats: tuple[tuple[int, int], ...]
+    lines: tuple[tuple[tuple[tuple[int, int], ...], int], ...]
     lookarounds: tuple[Shape, ...] = ()
     leading: tuple[Shape, ...] = ()
 
     def steps(self, length: int) -> int:
         """The bound on the paths a match against a name of `length` characters can try."""
-        ranges = [max(0, min(most, length) - least) + 1 for least, most in self.repeats]
-        line = self.alternatives * min(prod(ranges), comb(length + len(ranges), len(ranges)))
+        line = sum(count * _repeat_ways(repeats, length) for repeats, count in self.lines)
         once = sum(look.steps(length) for look in self.leading)
         return line * prod(look.steps(length) for look in self.lookarounds) + once
+
+
+def _repeat_ways(repeats: tuple[tuple[int, int], ...], length: int) -> int:
+    """The ways repeats in one line can share `length` characters."""
+    ranges = [max(0, min(most, length) - least) + 1 for least, most in repeats]
+    return min(prod(ranges), comb(length + len(ranges), len(ranges)))
+
+
+def _then(before: Lines, after: Lines) -> Lines:
+    """The lines of one part followed by another's."""
+    out: Lines = {}
+    for first, count in before.items():
+        for second, more in after.items():
+            key = tuple(sorted(first + second))
+            out[key] = out.get(key, 0) + count * more
+    if len(out) <= MAX_LINE_KINDS:
+        return out
+    return {tuple(sorted(repeat for key in out for repeat in key)): sum(out.values())}
+
+
+def _either(branches: list[Lines]) -> Lines:
+    """The lines of alternatives: each branch's, side by side."""
+    out: Lines = {}
+    for lines in branches:
+        for key, count in lines.items():
+            out[key] = out.get(key, 0) + count
+    return _then(out, {(): 1})
 
 
 def is_all_linear(target_modules: str | tuple[str, ...]) -> bool:
@@ -88,35 +125,30 @@ def pattern_shape(pattern: str) -> Shape:
 
 
 def _walk(items: list[tuple[Any, Any]], *, top: bool = False) -> Shape:
-    """The shape of a parsed sequence: its alternatives and repeats counted as if in one line (which only raises the
-    bound), its look-arounds apart."""
-    alternatives, repeats = 1, []
+    """The shape of a parsed sequence: its lines, its look-arounds apart."""
+    lines: Lines = {(): 1}
     lookarounds: list[Shape] = []
     leading: list[Shape] = []
     for op, value in items:
-        inner: list[Any] = []
         if op in (sre.GROUPREF, sre.GROUPREF_EXISTS):
             raise DomainError(FIELD, "back-references to a group are not accepted in a regular expression")
+        parts: list[Shape] = []
         if op is sre.BRANCH:
-            alternatives *= len(value[1])
-            inner = value[1]
+            parts = [_walk(list(branch)) for branch in value[1]]
+            lines = _then(lines, _either([dict(part.lines) for part in parts]))
         elif op in _REPEATS:
             least, most, body = value
             _repeatable(body)
-            repeats.append((least, most))
-        elif op is sre.SUBPATTERN:
-            inner = [value[3]]
-        elif op is sre.ATOMIC_GROUP:
-            inner = [value]
+            lines = _then(lines, {((least, most),): 1})
+        elif op in (sre.SUBPATTERN, sre.ATOMIC_GROUP):
+            parts = [_walk(list(value[3] if op is sre.SUBPATTERN else value))]
+            lines = _then(lines, dict(parts[0].lines))
         elif op in (sre.ASSERT, sre.ASSERT_NOT):
-            ahead = top and alternatives == 1 and not repeats and not lookarounds
+            ahead = top and lines == {(): 1} and not lookarounds
             (leading if ahead else lookarounds).append(_walk(list(value[1])))
-        for sequence in inner:
-            shape = _walk(list(sequence))
-            alternatives *= shape.alternatives
-            repeats += shape.repeats
-            lookarounds += shape.lookarounds
-    return Shape(alternatives, tuple(repeats), tuple(lookarounds), tuple(leading))
+        for part in parts:
+            lookarounds += part.lookarounds
+    return Shape(tuple(lines.items()), tuple(lookarounds), tuple(leading))
 
 
 def _repeatable(body: Any) -> None:

@@ -129,7 +129,22 @@ def test_the_step_bound_by_hand():
     # (n + 1); after a choice, at each of the line's paths.
     assert pattern_shape(r"(?!.*mlp).*_proj").steps(10) == 11 + 11
     assert pattern_shape(r".*(?!.*mlp)_proj").steps(10) == 11 * 11
+    # Alternatives are tried one line at a time: the three lines through (gate|up|down) and the other branch's one
+    # each hold a single repeat (n + 1 ways), where counting both repeats in every line gave 4 · C(n + 2, 2).
+    assert pattern_shape(r".*mlp\.(gate|up|down)_proj|.*attn\.[qv]_proj").steps(10) == 4 * 11
+    assert pattern_shape(r"(a.*|b)(c|d.*)").steps(10) == 1 * 1 + 1 * 11 + 11 * 1 + comb(12, 2)
     assert MATCH_BUDGET == 1_000_000
+
+
+@pytest.mark.parametrize("preset", ["llama-3-8b", "llama-3.1-405b"])
+def test_alternatives_of_whole_paths_are_accepted_on_deep_models(preset):
+    # Every projection named by its path, in two branches: the modules all-linear adapts (checked against peft's
+    # count above), so the trainable count is all-linear's.
+    pattern = r".*mlp\.(gate|up|down)_proj|.*self_attn\.[qkvo]_proj"
+    counts = [core.estimate(architecture=core.get_preset(preset).architecture,
+                            training=core.Training(finetuning=Finetuning(method="lora", target_modules=targets)),
+                            reserve=False).trainable_param_count for targets in (pattern, "all-linear")]
+    assert counts[0] == counts[1] > 0
 
 
 @pytest.mark.parametrize(("text", "targets"), [
