@@ -83,9 +83,7 @@ def _then(before: Lines, after: Lines) -> Lines:
         for second, more in after.items():
             key = tuple(sorted(first + second))
             out[key] = out.get(key, 0) + count * more
-    if len(out) <= MAX_LINE_KINDS:
-        return out
-    return {tuple(sorted(repeat for key in out for repeat in key)): sum(out.values())}
+    return _capped(out)
 
 
 def _either(branches: list[Lines]) -> Lines:
@@ -94,7 +92,19 @@ def _either(branches: list[Lines]) -> Lines:
     for lines in branches:
         for key, count in lines.items():
             out[key] = out.get(key, 0) + count
-    return _then(out, {(): 1})
+    return _capped(out)
+
+
+def _capped(lines: Lines) -> Lines:
+    """At most MAX_LINE_KINDS kinds of line: past that, every line counted with the repeats of all of them (each range
+    as often as the line that has it most often: no more repeats than the expression holds)."""
+    if len(lines) <= MAX_LINE_KINDS:
+        return lines
+    most: dict[tuple[int, int], int] = {}
+    for key in lines:
+        for repeat in set(key):
+            most[repeat] = max(most.get(repeat, 0), key.count(repeat))
+    return {tuple(sorted(repeat for repeat, times in most.items() for _ in range(times))): sum(lines.values())}
 
 
 def is_all_linear(target_modules: str | tuple[str, ...]) -> bool:

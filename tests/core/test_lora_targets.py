@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from math import comb
+from itertools import combinations
+from math import comb, prod
 
 import pytest
 
 from app import core
 from app.core import DomainError
 from app.core.finetuning import Finetuning, validate_finetuning
-from app.core.lora_targets import MATCH_BUDGET, pattern_shape, targets_from_text
+from app.core.lora_targets import MATCH_BUDGET, MAX_LINE_KINDS, pattern_shape, targets_from_text
 from validation.lora_targets import CONFIGS, Case, predict
 
 # Trainable parameters peft 0.21.2 counts (get_nb_trainable_parameters) for these targets on the small models of
@@ -134,6 +135,15 @@ def test_the_step_bound_by_hand():
     assert pattern_shape(r".*mlp\.(gate|up|down)_proj|.*attn\.[qv]_proj").steps(10) == 4 * 11
     assert pattern_shape(r"(a.*|b)(c|d.*)").steps(10) == 1 * 1 + 1 * 11 + 11 * 1 + comb(12, 2)
     assert MATCH_BUDGET == 1_000_000
+
+
+def test_lines_past_the_cap_are_counted_together_never_fewer():
+    # 2^11 lines of eleven different kinds of repeat: past MAX_LINE_KINDS, each line is counted with all eleven.
+    pattern = "".join(f"(a|b.{{0,{i}}})" for i in range(1, 12))
+    exact = sum(min(prod(i + 1 for i in chosen), comb(40 + len(chosen), len(chosen)))
+                for size in range(12) for chosen in combinations(range(1, 12), size))
+    assert 2**11 > MAX_LINE_KINDS
+    assert pattern_shape(pattern).steps(40) >= exact
 
 
 @pytest.mark.parametrize("preset", ["llama-3-8b", "llama-3.1-405b"])
