@@ -357,8 +357,8 @@ def _targets(text: str) -> str | list[str]:
 
 def _help(flag: Flag, defaults: Job) -> str:
     if flag.kind == "version":
-        return (f"{flag.path}: a version such as 0.41.1 (QLoRA before 0.43.2 keeps each 4-bit layer's input; "
-                "default: 0.43.2 or later)")
+        return (f"{flag.path}: a version such as 0.41.1 (QLoRA before 0.43.2 keeps each 4-bit layer's input, "
+                "before 0.43.0 dequantizes through fp16; default: 0.43.2 or later)")
     text = _kind_text(flag)
     if flag.path == "model.preset":
         text = ("a Hugging Face Hub id such as Qwen/Qwen2.5-7B-Instruct (its config.json fetched, or read from "

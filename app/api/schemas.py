@@ -41,7 +41,7 @@ from app.core import architecture as arch_limits
 from app.core import finetuning as finetuning_limits
 from app.core import gpus as core_gpus
 from app.core import setup as limits
-from app.core.finetuning import Finetuning
+from app.core.finetuning import BNB_VERSION_HELP, Finetuning
 from app.core.job import JOB_FIELDS, Job
 from app.core.lora_targets import MAX_PATTERN_CHARS
 from app.core.series import MAX_VALUES
@@ -217,9 +217,7 @@ else:
                 "keeps a trainable copy beside the frozen original).")),
             "bitsandbytes_version": (str | None, Field(
                 default=None, min_length=1, max_length=finetuning_limits.MAX_VERSION_CHARS, examples=["0.41.1"],
-                description="QLoRA: the bitsandbytes version the run uses, as pip shows it. Before 0.43.2 the 4-bit "
-                "matmul keeps each 4-bit layer's input until the backward ends (fixed in bitsandbytes commit "
-                "9e75374), which recomputation does not drop. Absent or null: 0.43.2 or later.")),
+                description=f"{BNB_VERSION_HELP} Absent or null: 0.43.2 or later.")),
         })
 
 

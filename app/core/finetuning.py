@@ -29,6 +29,13 @@ B)`` whenever A or B needs a gradient; bitsandbytes 0.43.1, bitsandbytes/autogra
 commit 4a6fb35) although backward uses only B (line 540: ``grad_A = torch.matmul(grad_output,
 F.dequantize_4bit(B, ctx.state)...)``); commit 9e75374 (bitsandbytes-foundation/bitsandbytes#1270, 2024-07-16)
 stores ``(None, B)`` instead, first released in 0.43.2 (commit ce53caf, same file, line 516).
+
+bitsandbytes before 0.43.0 quantized every 4-bit weight from fp16 (``Params4bit.cuda``: ``self.data.contiguous()
+.half()``, 0.42.0 bitsandbytes/nn/modules.py line 168), so the quantization state records fp16 and
+``dequantize_4bit`` returns an fp16 weight (functional.py, ``torch.empty(shape, dtype=dtype)``) that MatMul4Bit then
+casts to the input's dtype: a bf16 or fp32 matmul holds both copies for a moment. Commit dcfb6f81
+(bitsandbytes-foundation/bitsandbytes#970, 2024-01-16, first released in 0.43.0) quantizes the weight in its own
+dtype (``Params4bit._quantize``: ``self.data.contiguous().cuda(device)``).
 """
 
 from __future__ import annotations
@@ -51,10 +58,17 @@ SAVABLE_MODULES: Final = ("embed_tokens", "lm_head")
 MAX_RANK: Final = 1 << 14
 # The first bitsandbytes release whose 4-bit matmul no longer keeps its input (module docstring).
 BNB_4BIT_INPUT_FIX: Final = (0, 43, 2)
+# The first bitsandbytes release that quantizes a 4-bit weight in its own dtype rather than from fp16 (docstring).
+BNB_4BIT_OWN_DTYPE: Final = (0, 43, 0)
 # A PEP 440 version: release numbers, then an optional pre-release, post-release, development and local part.
 VERSION_PATTERN: Final = (r"^\s*(?P<release>\d+(?:\.\d+){0,3})(?P<pre>[.-]?(?:a|b|rc)\d*)?(?P<post>[.-]?post\d*)?"
                           r"(?P<dev>[.-]?dev\d*)?(?:\+[A-Za-z0-9.]+)?\s*$")
 MAX_VERSION_CHARS: Final = 40
+# What stating the version changes, for the form, the API's schema and the command line (module docstring).
+BNB_VERSION_HELP: Final = (
+    "QLoRA: the bitsandbytes version the run uses, as pip shows it. Before 0.43.2 the 4-bit matmul keeps each 4-bit "
+    "layer's input until the backward ends (fixed in bitsandbytes commit 9e75374), which recomputation does not drop; "
+    "before 0.43.0 each weight is also dequantized to fp16 and then cast to the matmul's dtype (commit dcfb6f81).")
 
 NF4_BLOCK: Final = 64
 NF4_DOUBLE_BLOCK: Final = 256
@@ -122,6 +136,14 @@ class Finetuning:
         if self.method != "qlora" or self.quantization == "int8" or self.bitsandbytes_version is None:
             return False
         return version_before(self.bitsandbytes_version, BNB_4BIT_INPUT_FIX)
+
+    @property
+    def dequantizes_from_fp16(self) -> bool:
+        """Whether each 4-bit weight is dequantized to fp16 before its cast to the matmul's dtype: QLoRA in NF4 with
+        bitsandbytes before 0.43.0 (module docstring)."""
+        if self.method != "qlora" or self.quantization == "int8" or self.bitsandbytes_version is None:
+            return False
+        return version_before(self.bitsandbytes_version, BNB_4BIT_OWN_DTYPE)
 
 
 FINETUNING_INPUTS: Final = declarations(Finetuning)

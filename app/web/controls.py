@@ -12,6 +12,7 @@ from typing import Any, Final, Literal, get_args, get_origin
 
 from app import core
 from app.api.schemas import ARCHITECTURE_FIELDS, FinetuningIn, ModelIn, ParallelismIn, PrecisionIn, TrainingIn
+from app.core.finetuning import BNB_VERSION_HELP
 from app.core.units import DTYPE_BITS
 from app.web.form import CUSTOM_GPU, CUSTOM_PRECISION, GPU_LIKE, NO_GPU, NO_MASTER, SOURCES, UNITS
 from app.web.form import LOOP_SHOWN as LOOP_SHOWN  # noqa: F401  (the page reads them through controls)
@@ -76,9 +77,7 @@ PAGE_HELP: Final[dict[str, str]] = {
     "activation_checkpointing": "None keeps every tensor for backward; selective recomputes the attention core; "
     "op-level is torchtitan's policy, each layer recomputed but every other matmul's output and the attention "
     "kernel's kept; full keeps only each layer's input, of every layer or of those chosen below.",
-    "bitsandbytes_version": "QLoRA: the bitsandbytes version the run uses, as pip shows it. Before 0.43.2 the 4-bit "
-    "matmul keeps each 4-bit layer's input until the backward ends (fixed in bitsandbytes commit 9e75374), which "
-    "recomputation does not drop. Blank: 0.43.2 or later.",
+    "bitsandbytes_version": f"{BNB_VERSION_HELP} Blank: 0.43.2 or later.",
     "recompute_every": "1: every layer. k: every k-th layer of each stage is recomputed (layer i, from 1, when "
     "i % k == 0) and the others keep all they save, as torchtitan's selective_ac_option does (its default is 2).",
     "recompute_first_layers": "Blank: every layer. N: only the first N layers of each stage are recomputed, the "

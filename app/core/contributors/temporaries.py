@@ -18,7 +18,9 @@ from app.core.contributors.base import (
 from app.core.finetuning import linear_modules
 from app.core.recompute import rebuild_beyond_freed
 from app.core.timeline import Life
-from app.core.units import ceil_div, tensor_bytes
+from app.core.units import DTYPE_BITS, ceil_div, tensor_bytes
+
+FP16_BYTES = DTYPE_BITS["fp16"] // 8
 
 
 class Temporaries(StageBase):
@@ -47,8 +49,14 @@ class Temporaries(StageBase):
         largest = max(tensor.elements for tensor in linear_modules(self.arch))
         largest = ceil_div(largest, self.parallelism.tensor)
         size = largest * self.setup.half_bytes
-        self.add("qlora.dequantized", "temporary", f"The largest {ft.quantization} weight dequantized for its matmul",
-                 f"{largest:,} × {self.setup.half_bytes} B", size, self.per_stage(size),
+        label = f"The largest {ft.quantization} weight dequantized for its matmul"
+        formula = f"{largest:,} × {self.setup.half_bytes} B"
+        if ft.dequantizes_from_fp16 and self.training.precision.activations != "fp16":
+            # Before 0.43.0 the weight comes back in fp16 and is cast to the matmul's dtype (app.core.finetuning).
+            size += largest * FP16_BYTES
+            label += ", in fp16 and cast (bitsandbytes before 0.43.0)"
+            formula += f" + {largest:,} × {FP16_BYTES} B: the second in fp16"
+        self.add("qlora.dequantized", "temporary", label, formula, size, self.per_stage(size),
                  Life("micro-batch", FWD_LAYER_FIRST, self.bwd_end))
 
     def _recomputation(self) -> None:
