@@ -103,6 +103,7 @@ def read(text: str, r: Reading) -> None:
     _precision(f, r)
     _optimizer(f, r)
     _recompute(f, r, layers // pipeline if layers else None)
+    _cpu_offloading(f, r)
     _attention(f, r)
     _fp8(f, r)
     _sharding(f, r, tensor)
@@ -332,6 +333,21 @@ def _first_layers(r: Reading, granularity: str, method: str, count: int) -> None
            note=f"--recompute-method block: the first {count} layers of each pipeline stage are recomputed, "
                 "the others keep their activations")
     r.also("--recompute-method", method, "training.recompute_first_layers")
+
+
+def _cpu_offloading(f: Flags, r: Reading) -> None:
+    """--cpu-offloading-num-layers N: N > 0 turns Megatron-LM's activation offloading on (arguments.py at d98e8a6;
+    there is no --cpu-offloading switch); keeping the pinned buffers across steps changes no GPU memory."""
+    count = f.integer("cpu-offloading-num-layers", low=0)
+    if count:
+        r.said("training.activation_offload", "megatron", "--cpu-offloading-num-layers", count,
+               note="Transformer Engine's CPU offloading of the first layers' saved tensors")
+        r.said("training.activation_offload_layers", count, "--cpu-offloading-num-layers", count)
+    elif count == 0:
+        r.ignore("--cpu-offloading-num-layers", "0 layers: nothing is offloaded")
+    if f.switch("cpu-offloading-retain-pinned-cpu-buffers"):
+        r.ignore("--cpu-offloading-retain-pinned-cpu-buffers", "keeps the pinned host buffers across steps: the same "
+                                                                 "host memory, no GPU memory")
 
 
 def _attention(f: Flags, r: Reading) -> None:

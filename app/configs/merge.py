@@ -42,11 +42,12 @@ MUST_MATCH: Final = ("training.micro_batch_size", "training.gradient_accumulatio
 TRAINING_FIELDS: Final = ("micro_batch_size", "seq_len", "precision", "optimizer", "optimizer_implementation",
                           "adafactor_momentum", "activation_checkpointing", "attention", "implementation", "loop",
                           "gradient_accumulation_steps", "loss", "framework", "fp8", "recompute_every",
-                          "recompute_first_layers", "use_reentrant", "compile", "activation_offload")
+                          "recompute_first_layers", "use_reentrant", "compile", "activation_offload",
+                          "activation_offload_layers")
 # Fields that mean something only where a file states them (which layers recomputation applies to, and how; a
 # compiled step; activation offloading): in the request then, left out (the API's default) otherwise.
 STATED_ONLY: Final = ("training.recompute_every", "training.recompute_first_layers", "training.use_reentrant",
-                      "training.compile", "training.activation_offload")
+                      "training.compile", "training.activation_offload", "training.activation_offload_layers")
 PARALLELISM_FIELDS: Final = ("data", "tensor", "pipeline", "sequence_parallel", "zero_stage", "offload", "gpus_per_node",
                               "context", "virtual_stages", "reduce_bucket_size", "expert", "expert_tensor", "expert_load",
                               "first_stage_layers", "last_stage_layers")

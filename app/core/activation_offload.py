@@ -20,12 +20,27 @@ inside `torch.autograd.graph.save_on_cpu(pin_memory=True)`: every tensor the che
 copied into a new pinned tensor on the compute stream, so no GPU copy waits in a stash, and copied back for the
 layer's recomputation in backward. The checkpoint saves the layer's positional inputs only (transformers binds the
 keyword ones with `functools.partial`, modeling_layers.py `GradientCheckpointingLayer`): the b·s·h hidden states.
+
+Megatron-LM's `--cpu-offloading-num-layers N` (N > 0 turns it on; megatron/training/arguments.py and
+megatron/core/transformer/transformer_config.py at NVIDIA/Megatron-LM d98e8a6, which refuse it with any recomputation,
+with pipeline parallelism, and unless 0 < N < num_layers) runs each layer's forward inside Transformer Engine's
+`get_cpu_offload_context` (transformer_block.py). In Transformer Engine 2.10 and later (NVIDIA/TransformerEngine
+d0067d0, transformer_engine/pytorch/cpu_offload.py, `DefaultOffloadSynchronizer`, lines 602-647) the first N layers
+are offloaded: layer i's saved tensors are copied to new pinned host tensors once layer i + 1 starts, and their GPU
+copies are let go only when layer L − N + i starts; in backward layer i is copied back when layer L − 1 − N + i's
+backward starts. So at most L − N layers' saved tensors are on the GPU at once, forward and backward (the limit
+Transformer Engine's documentation states). A saved tensor of fewer than 262,144 elements (since 2.12, lines
+454-475), a parameter, or a non-contiguous one stays on the GPU with its layer's autograd node.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Final
+
+# Transformer Engine's smallest offloaded tensor (cpu_offload.py, OffloadableLayerState._check_if_offload, 256 × 1024
+# elements, since TE 2.12).
+MEGATRON_MIN_OFFLOAD_ELEMENTS: Final = 256 * 1024
 
 
 @dataclass(frozen=True)
@@ -39,6 +54,8 @@ class ActivationOffload:
     forward_stash: int = 0  # packs after which a moved tensor's GPU copy is let go (max_fwd_stash_size)
     fix: str = ""  # the fix's summary where the solver offers it
     copies: str = ""  # where the copies run, for the fix's cost
+    first_layers: bool = False  # whole layers' saved tensors, of the first `activation_offload_layers` (Megatron)
+    min_offload_elements: int = 0  # smaller saved tensors stay on the GPU
 
 
 ACTIVATION_OFFLOADS: Final[dict[str, ActivationOffload]] = {
@@ -60,6 +77,13 @@ ACTIVATION_OFFLOADS: Final[dict[str, ActivationOffload]] = {
             "copied back for its recomputation; the GPU keeps only the input of the layer being recomputed.",
             fix="Keep the checkpoints in host memory (activation_checkpointing_kwargs offload: true)",
             copies="on the compute stream, which waits for them"),
+        ActivationOffload(
+            "megatron", "Megatron-LM (Transformer Engine's CPU offloading)",
+            "Megatron-LM's --cpu-offloading-num-layers N, without recomputation: every saved tensor of the first N "
+            "layers of at least 262,144 elements, weights aside, goes to pinned host memory, and the GPU holds at "
+            "most the saved tensors of layers − N layers at once, forward and backward.",
+            first_layers=True, min_offload_elements=MEGATRON_MIN_OFFLOAD_ELEMENTS,
+            copies="on a side stream; compute waits where a layer's copy is not done"),
     )
 }
 

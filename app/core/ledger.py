@@ -122,7 +122,8 @@ def stage_ledger(arch: Architecture, training: Training, parallelism: Parallelis
 # Training's fields the model states' buffers never read (tests/core/test_ledger_cache.py checks each).
 STEP_ONLY: Final = ("micro_batch_size", "seq_len", "gradient_accumulation_steps", "attention",
                     "activation_checkpointing", "recompute_every", "recompute_first_layers", "compile",
-                    "activation_offload", "loss", "loss_chunks", "loop", "allocator", "framework_overhead_bytes")
+                    "activation_offload", "activation_offload_layers", "loss", "loss_chunks", "loop", "allocator",
+                    "framework_overhead_bytes")
 _STEP_DEFAULTS: Final = {name: getattr(Training(), name) for name in STEP_ONLY}
 _STATE_BUFFERS: dict[tuple, tuple[tuple[Buffer, ...], tuple[Buffer, ...]]] = {}
 _MAX_STATE_BUFFERS: Final = 512

@@ -480,9 +480,18 @@ def _frozen_pipeline(training: Training, parallelism: Parallelism, arch: Archite
 
 
 def _activation_offload(training: Training, parallelism: Parallelism, arch: Architecture | None) -> None:
-    """Activation offloading as torchtune and transformers run it (`app.core.activation_offload`): torchtune's recipes
-    refuse it without activation checkpointing, transformers offloads only the checkpoints; both are modelled with
-    every layer recomputed, for Hugging Face-style modules on one pipeline stage."""
+    """Activation offloading as torchtune, transformers and Megatron-LM run it (`app.core.activation_offload`):
+    torchtune's recipes refuse it without activation checkpointing, transformers offloads only the checkpoints; both
+    are modelled with every layer recomputed, for Hugging Face-style modules on one pipeline stage. Megatron-LM
+    refuses its own with any recomputation or pipeline parallelism, and unless 0 < layers offloaded < num_layers."""
+    if training.activation_offload == "megatron":
+        refused = _megatron_offload(training, parallelism, arch)
+        if refused:
+            raise DomainError(*refused)
+        return
+    if training.activation_offload_layers:
+        raise DomainError("training.activation_offload_layers", "is Megatron-LM's --cpu-offloading-num-layers: set "
+                                                                "activation_offload to megatron, or this to 0")
     if training.activation_offload == "none":
         return
     why = None
@@ -491,13 +500,30 @@ def _activation_offload(training: Training, parallelism: Parallelism, arch: Arch
     elif training.recompute_every != 1 or training.recompute_first_layers is not None:
         why = "is modelled with every layer recomputed: set recompute_every 1 and recompute_first_layers null"
     elif training.implementation == "megatron":
-        why = "is modelled for the transformers and liger implementations, not Megatron-LM's --cpu-offloading"
+        why = "is modelled for the transformers and liger implementations; with megatron, choose megatron"
     elif parallelism.pipeline > 1:
         why = "is not modelled with pipeline parallelism; set parallelism.pipeline to 1"
     elif training.compile != "none":
         why = "is not measured with torch.compile; set compile to none"
     if why:
         raise DomainError("training.activation_offload", why)
+
+
+def _megatron_offload(training: Training, parallelism: Parallelism,
+                      arch: Architecture | None) -> tuple[str, str] | None:
+    """Megatron-LM's checks of --cpu-offloading-num-layers (transformer_config.py at d98e8a6), as (field, why)."""
+    field = "training.activation_offload"
+    if training.implementation != "megatron":
+        return field, "megatron is Megatron-LM's --cpu-offloading-num-layers: set implementation to megatron"
+    if training.activation_checkpointing != "none":
+        return field, "Megatron-LM refuses CPU offloading with any recomputation: set activation_checkpointing none"
+    if parallelism.pipeline > 1:
+        return field, "Megatron-LM refuses CPU offloading with pipeline parallelism: set parallelism.pipeline to 1"
+    layers = arch.num_hidden_layers if arch is not None else None
+    if training.activation_offload_layers < 1 or (layers is not None and training.activation_offload_layers >= layers):
+        limit = f" and below num_hidden_layers ({layers})" if layers is not None else ""
+        return "training.activation_offload_layers", f"must be at least 1{limit} with activation_offload megatron"
+    return None
 
 
 SETUP_RULES: Final = (
@@ -514,8 +540,9 @@ SETUP_RULES: Final = (
     Rule(("parallelism",), _parallel_ranges),
     Rule(("parallelism.context", "training.seq_len", "training.attention"), _context_chunks),
     Rule(("parallelism.offload", "parallelism.zero_stage"), _offload_zero),
-    Rule(("training.activation_offload", "training.activation_checkpointing", "training.recompute_every",
-          "training.recompute_first_layers", "training.implementation", "parallelism.pipeline", "training.compile"),
+    Rule(("training.activation_offload", "training.activation_offload_layers", "training.activation_checkpointing",
+          "training.recompute_every", "training.recompute_first_layers", "training.implementation",
+          "parallelism.pipeline", "training.compile"),
          _activation_offload),
     Rule(("finetuning", "training.implementation", "training.precision"), _finetuning),
     Rule(("training.implementation", "training.framework", "finetuning", "parallelism.tensor",

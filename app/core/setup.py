@@ -326,8 +326,16 @@ class Training:
         "none; torchtune: torchtune's enable_activation_offloading, which copies each layer's input saved for its "
         "recomputation to pinned host memory (the answer's host section) and keeps on the GPU only the copies in "
         "flight; checkpoints-to-host: transformers' activation_checkpointing_enable(offload=True), the same inputs "
-        "copied on the compute stream, none waiting on the GPU. Needs activation_checkpointing full on every layer, "
-        "the transformers implementation and one pipeline stage.", choices=ACTIVATION_OFFLOADS)
+        "copied on the compute stream, none waiting on the GPU. Both need activation_checkpointing full on every "
+        "layer, the transformers implementation and one pipeline stage. megatron: Megatron-LM's "
+        "--cpu-offloading-num-layers, the saved tensors of the first activation_offload_layers layers moved to host "
+        "memory, at most layers − that many on the GPU at once; it needs the megatron implementation, no "
+        "recomputation and one pipeline stage.", choices=ACTIVATION_OFFLOADS)
+    activation_offload_layers: int = declared(
+        0, "int", "Layers offloaded",
+        "With activation_offload megatron: how many layers, from the first, have their saved tensors moved to host "
+        "memory (--cpu-offloading-num-layers); at least 1 and fewer than num_hidden_layers. 0 otherwise.",
+        low=0, high=MAX_LAYERS)
     attention: act.Attention = declared(
         "sdpa", "choice", "Attention kernel",
         "eager stores the s × s score matrix; flash is a fused kernel that does not; sdpa is the kernel PyTorch's "

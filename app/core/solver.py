@@ -372,6 +372,8 @@ def _activation_offload(job: Job) -> list[Candidate]:
     arch, training, p = job.architecture, job.training, job.parallelism
     if arch is None or training.activation_offload != "none":
         return []
+    if training.implementation == "megatron":
+        return _megatron_offload(job)
     offload = ACTIVATION_OFFLOADS["checkpoints-to-host" if training.framework == "hf-trainer" else "torchtune"]
     change: dict[str, object] = {"training.activation_offload": offload.id}
     partial = training.recompute_every != 1 or training.recompute_first_layers is not None
@@ -392,6 +394,29 @@ def _activation_offload(job: Job) -> list[Candidate]:
                           f"copies {moved / GIB:.1f} GiB over PCIe, each input to the host in forward and back in "
                           f"backward, {offload.copies}{recompute}",
                   extra_compute=extra if extra > 0 else None))]
+
+
+def _megatron_offload(job: Job) -> list[Candidate]:
+    """Megatron-LM's --cpu-offloading-num-layers (`app.core.activation_offload`), where Megatron-LM allows it (no
+    recomputation, one pipeline stage): half the layers, or all but the last, moved to pinned host memory. Its cost:
+    the host memory, and each moved tensor crossing PCIe twice a micro-batch."""
+    arch, training, p = job.architecture, job.training, job.parallelism
+    if arch is None or training.activation_checkpointing != "none" or p.pipeline > 1 or arch.num_hidden_layers < 2:
+        return []
+    offload = ACTIVATION_OFFLOADS["megatron"]
+    saved = act.layer_activations(arch, activation_setup(training, p))
+    moved = [x for x in saved if not 0 < x.elements < offload.min_offload_elements]
+    each, pinned = act.total_bytes(moved), sum(pinned_bytes(x.bytes) for x in moved)
+    layers = arch.num_hidden_layers
+    out: list[Candidate] = []
+    for count in sorted({max(1, layers // 2), layers - 1}):
+        traffic = 2 * count * each * training.gradient_accumulation_steps
+        out.append(({"training.activation_offload": "megatron", "training.activation_offload_layers": count},
+                    f"Offload the first {count} layers' activations to the CPU (--cpu-offloading-num-layers {count})",
+                    Cost("host", f"{count * pinned / GIB:.1f} GiB of pinned host memory per GPU ({count} layers' saved "
+                                 f"tensors); each step copies {traffic / GIB:.1f} GiB over PCIe, to the host in forward "
+                                 f"and back in backward, {offload.copies}")))
+    return out
 
 
 def _zero(job: Job) -> list[Candidate]:

@@ -84,7 +84,7 @@ def test_offloaded_checkpoints_take_every_input_however_small():
     ({"activation_checkpointing": "none"}, {}, "activation_checkpointing full"),
     ({"activation_checkpointing": "selective"}, {}, "activation_checkpointing full"),
     ({"recompute_every": 2}, {}, "every layer recomputed"),
-    ({"implementation": "megatron"}, {}, "cpu-offloading"),
+    ({"implementation": "megatron"}, {}, "choose megatron"),
     ({}, {"pipeline": 2}, "pipeline"),
 ])
 def test_setups_not_modelled_are_refused_by_name(training, parallelism, words, offload):

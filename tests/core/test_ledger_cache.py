@@ -16,7 +16,7 @@ from app.core.stages import stage_kinds
 # Two values each field may take in every setup below.
 OTHER = {"micro_batch_size": 4, "seq_len": 8192, "gradient_accumulation_steps": 3, "attention": "eager",
          "activation_checkpointing": "full", "recompute_every": 2, "recompute_first_layers": 3, "compile": "inductor",
-         "activation_offload": "torchtune", "loss": "chunked", "loss_chunks": 4, "loop": "hf-trainer",
+         "activation_offload": "torchtune", "activation_offload_layers": 4, "loss": "chunked", "loss_chunks": 4, "loop": "hf-trainer",
          "allocator": "expandable-segments", "framework_overhead_bytes": 1 << 30}
 SETUPS = [
     ("llama-3-8b", core.Training(), core.Parallelism(data=8, zero_stage=3)),

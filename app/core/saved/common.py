@@ -164,6 +164,7 @@ class SavedTensor(NamedTuple):
     name: str
     bytes: int
     core_attention: bool = False
+    elements: int = 0  # per rank; 0 where not known (a sum of tensors, a rebuilt layer)
 
 
 def _on_rank(elements: int, element_bytes: int, split: Split, setup: ActivationSetup) -> int:
@@ -184,7 +185,8 @@ class _Saved:
 
     def add(self, name: str, elements: int, element_bytes: int, split: Split, *, core: bool = False) -> None:
         if elements and element_bytes:
-            self.items.append(SavedTensor(name, _on_rank(elements, element_bytes, split, self.setup), core))
+            size = _on_rank(elements, element_bytes, split, self.setup)
+            self.items.append(SavedTensor(name, size, core, size // element_bytes))
 
     def mask(self, name: str, elements: int, dropped_width: int, split: Split, *, core: bool = False) -> None:
         """A dropout mask: one byte on CUDA (native_dropout's bool mask), the dropped tensor's width on CPU."""

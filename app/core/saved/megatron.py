@@ -152,6 +152,6 @@ def megatron_fp8_layer(arch: Architecture, setup: ActivationSetup, *, block: int
         if item.name == "attn.out_proj_input" and fused:
             items.append(item._replace(name="attn.output"))  # the fused attention's own 16-bit output
         elements = item.bytes // setup.half_bytes
-        items.append(SavedTensor(f"{item.name}_fp8", elements * FP8_BYTES, item.core_attention))
+        items.append(SavedTensor(f"{item.name}_fp8", elements * FP8_BYTES, item.core_attention, elements))
         items.append(SavedTensor(f"{item.name}_fp8.scales", te_scale_bytes(*shape, block=block, columnwise=True)))
     return tuple(items)
