@@ -89,7 +89,12 @@ PAGE_HELP: Final[dict[str, str]] = {
     "memory in forward and back in backward (torchtune's enable_activation_offloading); the GPU keeps only the last "
     "few copies in flight. Checkpoints in host memory: the same inputs copied by transformers' own offload "
     "(activation checkpointing's offload option) on the compute stream, none left waiting on the GPU. Both need "
-    "full recomputation of every layer, Hugging Face's modules and one pipeline stage.",
+    "full recomputation of every layer, Hugging Face's modules and one pipeline stage. Megatron-LM: its "
+    "--cpu-offloading-num-layers, the saved tensors of the first layers (how many below) moved to pinned host memory, "
+    "at most the other layers' on the GPU at once; it needs Megatron-LM's layers, no recomputation and one pipeline "
+    "stage.",
+    "activation_offload_layers": "With Megatron-LM's offloading: how many layers, from the first, have their saved "
+    "tensors moved to host memory (--cpu-offloading-num-layers); at least 1 and fewer than the model's layers.",
     "first_stage_layers": "Blank: an even split. Decoder layers on the first stage; fewer where the embedding sits "
     "balance the stages (Megatron-LM's --decoder-first-pipeline-num-layers). The other stages share the rest "
     "evenly, at least one each; with two stages, first and last add up to the layers.",

@@ -82,7 +82,7 @@ SHOWN_WHEN: Final[dict[str, tuple[str, ...]]] = {
     "recompute_every": ("activation_checkpointing=full",),
     "recompute_first_layers": ("activation_checkpointing=full",),
     "use_reentrant": ("activation_checkpointing=full",),
-    "activation_offload": ("activation_checkpointing=full",),
+    "activation_offload_layers": ("activation_offload=megatron",),
     "loss_chunks": ("loss=chunked",),
     "loop": (LOOP_SHOWN,),
     "sequence_parallel": ("tensor>1",),

@@ -152,3 +152,17 @@ def test_a_sequence_length_is_read_as_people_write_it(raw, tokens):
 def test_a_sequence_length_that_is_not_one_is_a_message(raw):
     form = parse_form({"seq_len": raw})
     assert not form.ok and "seq_len" in form.errors
+
+
+def test_megatron_lm_offloading_reads_its_layer_count_only_when_chosen():
+    # Megatron-LM's offloading refuses recomputation, so the choice is shown whatever the recomputation; the layer
+    # count is read only with it.
+    base = {"preset": "llama-2-7b", "implementation": "megatron", "precision": "megatron-bf16", "seq_len": "16384",
+            "tensor": "8", "sequence_parallel": "true", "activation_offload_layers": "8"}
+    form = parse_form(base | {"activation_offload": "megatron"})
+    assert form.ok and form.request is not None and form.estimate is not None, form.errors
+    assert (form.request.training.activation_offload, form.request.training.activation_offload_layers) == ("megatron", 8)
+    assert form.estimate.host is not None
+    plain = parse_form(base | {"activation_offload": "none"})
+    assert plain.ok and plain.request is not None, plain.errors
+    assert plain.request.training.activation_offload_layers == 0

@@ -153,5 +153,8 @@ def megatron_fp8_layer(arch: Architecture, setup: ActivationSetup, *, block: int
             items.append(item._replace(name="attn.output"))  # the fused attention's own 16-bit output
         elements = item.bytes // setup.half_bytes
         items.append(SavedTensor(f"{item.name}_fp8", elements * FP8_BYTES, item.core_attention, elements))
-        items.append(SavedTensor(f"{item.name}_fp8.scales", te_scale_bytes(*shape, block=block, columnwise=True)))
+        scales = te_scale_bytes(*shape, block=block, columnwise=True)
+        # E8M0 bytes under MXFP8; one fp32 scale otherwise
+        items.append(SavedTensor(f"{item.name}_fp8.scales", scales, elements=scales // TE_SCALE_BYTES if not block
+                                 else scales))
     return tuple(items)
