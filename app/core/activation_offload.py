@@ -38,6 +38,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from app.core.saved.common import SavedTensor
+
 # Transformer Engine's smallest offloaded tensor (cpu_offload.py, OffloadableLayerState._check_if_offload, 256 × 1024
 # elements, since TE 2.12).
 MEGATRON_MIN_OFFLOAD_ELEMENTS: Final = 256 * 1024
@@ -56,6 +58,10 @@ class ActivationOffload:
     copies: str = ""  # where the copies run, for the fix's cost
     first_layers: bool = False  # whole layers' saved tensors, of the first `activation_offload_layers` (Megatron)
     min_offload_elements: int = 0  # smaller saved tensors stay on the GPU
+
+    def stays(self, tensor: SavedTensor) -> bool:
+        """Whether a saved tensor stays on the GPU for being under `min_offload_elements` (its count known)."""
+        return 0 < tensor.elements < self.min_offload_elements
 
 
 ACTIVATION_OFFLOADS: Final[dict[str, ActivationOffload]] = {

@@ -133,17 +133,19 @@ class Finetuning:
     def keeps_4bit_inputs(self) -> bool:
         """Whether every 4-bit linear layer keeps its input for backward: QLoRA in NF4 with bitsandbytes before
         0.43.2 (module docstring). LLM.int8()'s matmul is another function (MatMul8bitLt)."""
-        if self.method != "qlora" or self.quantization == "int8" or self.bitsandbytes_version is None:
-            return False
-        return version_before(self.bitsandbytes_version, BNB_4BIT_INPUT_FIX)
+        return self._4bit_before(BNB_4BIT_INPUT_FIX)
 
     @property
     def dequantizes_from_fp16(self) -> bool:
         """Whether each 4-bit weight is dequantized to fp16 before its cast to the matmul's dtype: QLoRA in NF4 with
         bitsandbytes before 0.43.0 (module docstring)."""
+        return self._4bit_before(BNB_4BIT_OWN_DTYPE)
+
+    def _4bit_before(self, release: tuple[int, ...]) -> bool:
+        """QLoRA in NF4 with a bitsandbytes version stated and older than `release`."""
         if self.method != "qlora" or self.quantization == "int8" or self.bitsandbytes_version is None:
             return False
-        return version_before(self.bitsandbytes_version, BNB_4BIT_OWN_DTYPE)
+        return version_before(self.bitsandbytes_version, release)
 
 
 FINETUNING_INPUTS: Final = declarations(Finetuning)

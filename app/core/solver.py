@@ -405,7 +405,7 @@ def _megatron_offload(job: Job) -> list[Candidate]:
         return []
     offload = ACTIVATION_OFFLOADS["megatron"]
     saved = act.layer_activations(arch, activation_setup(training, p))
-    moved = [x for x in saved if not 0 < x.elements < offload.min_offload_elements]
+    moved = [x for x in saved if not offload.stays(x)]
     each, pinned = act.total_bytes(moved), sum(pinned_bytes(x.bytes) for x in moved)
     layers = arch.num_hidden_layers
     out: list[Candidate] = []

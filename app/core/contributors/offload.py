@@ -60,7 +60,7 @@ class ActivationOffloading(StageBase):
         n, moved = self.kind.layers, self.training.activation_offload_layers
         kept = n - moved
         each = size // n  # every layer alike: the megatron implementation models dense decoders
-        small = [x for x in self.layer_saved if 0 < x.elements < offload.min_offload_elements]
+        small = [x for x in self.layer_saved if offload.stays(x)]
         small_bytes = act.total_bytes(small)
         scale = self.ranks * self.kind.count
         # The layers' saved tensors as a ramp of L − N layers' bytes over the L layers (exact where all have run);

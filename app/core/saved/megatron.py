@@ -154,7 +154,6 @@ def megatron_fp8_layer(arch: Architecture, setup: ActivationSetup, *, block: int
         elements = item.bytes // setup.half_bytes
         items.append(SavedTensor(f"{item.name}_fp8", elements * FP8_BYTES, item.core_attention, elements))
         scales = te_scale_bytes(*shape, block=block, columnwise=True)
-        # E8M0 bytes under MXFP8; one fp32 scale otherwise
-        items.append(SavedTensor(f"{item.name}_fp8.scales", scales, elements=scales // TE_SCALE_BYTES if not block
-                                 else scales))
+        scale_elements = scales if block else scales // TE_SCALE_BYTES  # E8M0 bytes under MXFP8, else one fp32
+        items.append(SavedTensor(f"{item.name}_fp8.scales", scales, elements=scale_elements))
     return tuple(items)
