@@ -47,7 +47,8 @@ ADDED_SETUPS = 400
 # Choices added after the corpus was first drawn: left out of the first SETUPS draws for the same reason.
 ADDED_CHOICES: Final = {"training.optimizer": ("paged-adamw-8bit", "paged-adamw-32bit"),
                         "training.activation_checkpointing": ("op",),
-                        "training.activation_offload": ("checkpoints-to-host",)}
+                        "training.activation_offload": ("checkpoints-to-host",),
+                        "training.implementation": ("litgpt",)}
 # The fields drawn from, in the order the corpus was first drawn in (JOB_FIELDS' order then), so that a new order of
 # the declarations leaves the draws as they were; a field added since goes in ADDED.
 VARIED: Final = (

@@ -48,6 +48,7 @@ from app import core
 from app.core import activations as act
 from app.core import states
 from app.core.finetuning import Finetuning, layer_role
+from validation import litgpt
 from validation.measure import SavedTensorRecorder
 from validation.sections import peak_table, run_peaks, write_section
 
@@ -384,36 +385,8 @@ def section(results: list[Result], peaks: list) -> list[str]:
               "the dtype the model is loaded in, so QLoRA of Mixtral-8x7B stores 692,387,840 B of attention in NF4 "
               "beside 90,194,313,216 B of routed experts in bf16. Adapters under autocast are "
               "not modelled (trainmem refuses them): LoRA runs load the base in its training dtype.", "",
-              *LITGPT_TEXT, ""]
+              *litgpt.text(), ""]
     return lines
-
-
-# LitGPT's published fine-tuning memory beside trainmem's, as tests/core/test_bitsandbytes.py checks them.
-LITGPT_TEXT: Final = (
-    "Against LitGPT's published fine-tuning memory (Lightning-AI/litgpt, `tutorials/resource-tables.md` at commit 0cc02afa:",
-    'LitGPT 8641822, A100-SXM4-40GB, PyTorch 2.1.0, bitsandbytes 0.41.1, bf16-true, r 8 on the query and value, dropout',
-    "0.05, Alpaca's longest sample; `torch.cuda.max_memory_allocated()` in GB), with `finetuning.bitsandbytes_version:",
-    '"0.41.1"` on the QLoRA rows (`pytest tests/core/test_bitsandbytes.py`):',
-    '',
-    '| Row | Published GB | 0.43.2 or later | 0.41.1 stated |',
-    '|-----|-------------:|----------------:|--------------:|',
-    '| StableLM Alpha 3B, bnb.nf4 (1,034 tokens) | 6.35 | 5.57 (−12.4%) | 6.37 (+0.3%) |',
-    '| StableLM Alpha 3B, bnb.nf4-dq | 6.19 | 5.42 (−12.5%) | 6.22 (+0.5%) |',
-    '| Llama 2 7B, bnb.nf4 (1,304 tokens) | 14.14 | 12.09 (−14.5%) | 13.68 (−3.2%) |',
-    '| Llama 2 7B, bnb.nf4-dq | 13.84 | 11.79 (−14.8%) | 13.38 (−3.3%) |',
-    '| Llama 2 13B, bnb.nf4 | 23.14 | 19.87 (−14.1%) | 22.36 (−3.4%) |',
-    '| Llama 2 13B, bnb.nf4-dq | 22.55 | 19.28 (−14.5%) | 21.77 (−3.4%) |',
-    '| Llama 2 7B, LoRA | 21.30 | 21.31 (+0.0%) | |',
-    '| Llama 2 7B, LoRA, micro-batch 2 | 29.07 | 29.09 (+0.1%) | |',
-    '| Llama 2 13B, LoRA | 38.12 | 37.96 (−0.4%) | |',
-    '| StableLM Alpha 3B, LoRA | 9.69 | 10.06 (+3.8%) | |',
-    '',
-    'StableLM Alpha is GPT-NeoX, estimated as a plain decoder (its parallel residual and quarter-head rotary are not',
-    "modelled). Llama 2's QLoRA rows stay 3.2-3.5% low, for a reason not established here: LitGPT's model is not",
-    "transformers' (one LoRA on the fused QKV, its own RMSNorm, a chunked loss), differences that balance out on the LoRA",
-    "rows; and Lightning's bitsandbytes plugin (lightning/fabric/plugins/precision/bitsandbytes.py, as stored at 003e307;",
-    "the Lightning LitGPT pinned was not read) replaces every `nn.Linear`, the output layer's too, quantizing from fp16.",
-)
 
 
 def run(cases: tuple[Case, ...] = CASES) -> list[Result]:

@@ -203,7 +203,8 @@ def _counts(arch: Architecture, training: Training) -> tuple[int, int, states.St
     count = trainable = whole.rank_total
     if finetunes(training):
         tuned = states.finetuned_stage(arch, training.finetuning, training.precision.bits("weights"), 1,
-                                       layers=arch.num_hidden_layers, first=True, last=True, first_layer=0)
+                                       layers=arch.num_hidden_layers, first=True, last=True, first_layer=0,
+                                       quantized_head=training.quantizes_output_layer)
         count += tuned.added_elements
         trainable = tuned.trainable_rank
     return count, trainable, whole

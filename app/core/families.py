@@ -166,14 +166,17 @@ class Family:
     peft_linear_only: bool = False  # adapts the nn.Linear modules alone (gpt-oss, Qwen2-MoE)
     # torch.compile (inductor) of its decoder layers measured (app/core/saved/compiled.py)
     compile_measured: bool = False
+    # LitGPT's GPT model (implementation litgpt) builds this family's layer as transformers does, but for the
+    # attention's torch.cat and the quantized output layer (saved.common, IMPLEMENTATION_CHOICES)
+    litgpt: bool = False
 
 
 FAMILIES: Final[dict[str | None, Family]] = {family.model_type: family for family in (
-    Family(None, custom=True, fp32_routing=True, moe_backward_measured=True, moe_autocast_measured=True, peft_wraps_experts=True),
+    Family(None, custom=True, litgpt=True, fp32_routing=True, moe_backward_measured=True, moe_autocast_measured=True, peft_wraps_experts=True),
     Family("gpt2", gpt2_modules=True, linear_names="gpt2", module_paths=GPT2_PATHS, ungated_backward_measured=True),
-    Family("llama", compile_measured=True),
-    Family("mistral", compile_measured=True),
-    Family("qwen2", compile_measured=True),
+    Family("llama", compile_measured=True, litgpt=True),
+    Family("mistral", compile_measured=True, litgpt=True),
+    Family("qwen2", compile_measured=True, litgpt=True),
     Family("qwen3"),
     Family("phi3", linear_names="phi3"),
     Family("gemma", fp32_normalised=True, one_plus_weight=True, compile_measured=True),

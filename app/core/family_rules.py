@@ -74,3 +74,43 @@ def llama4_modelled(training: Training, parallelism: Parallelism, arch: Architec
     for field_name, reason in why.items():
         if reason:
             raise DomainError(field_name, f"Llama 4 {reason}")
+
+
+# Memory conventions LitGPT's fine-tuning scripts run under (Lightning Fabric's FSDPStrategy on several GPUs).
+LITGPT_FRAMEWORKS: Final = ("pytorch", "fsdp2")
+
+
+def litgpt_modelled(training: Training, parallelism: Parallelism, arch: Architecture | None) -> None:
+    """LitGPT's model (implementation litgpt, saved.common) as its published LoRA and QLoRA tables ran it
+    (docs/VALIDATION.md, "Fine-tuning"): adapters on a Llama-style decoder, torch's sdpa, data parallelism and ZeRO
+    only. Its full fine-tuning is refused: LitGPT's RMSNorm multiplies by a trainable weight in fp32, which keeps an
+    fp32 product the Hugging Face layers do not (LitGPT's RMSNorm.forward: ``(self.weight * x_normed).to(dtype=dtype)``,
+    x_normed in fp32)."""
+    if training.implementation != "litgpt":
+        return
+    ft = training.finetuning
+    unmodelled = (
+        ("training.implementation", arch is not None and (not family_of(arch).litgpt or arch.is_moe),
+         "a Llama-style decoder (llama, mistral, qwen2 or one given field by field), not a mixture of experts"),
+        ("finetuning.method", not ft.adapters, "LoRA or QLoRA (full fine-tuning is not modelled)"),
+        ("finetuning.modules_to_save", bool(ft.modules_to_save), "no modules_to_save (LitGPT has none)"),
+        ("training.framework", training.framework not in LITGPT_FRAMEWORKS,
+         f"a memory convention of {', '.join(LITGPT_FRAMEWORKS)} (Lightning Fabric's strategies)"),
+        ("training.attention", training.attention == "eager", "sdpa or flash (LitGPT calls torch's sdpa)"),
+        ("training.loss", training.loss == "fused-linear", "the standard or chunked loss (no Liger Kernel)"),
+        ("training.activation_checkpointing", training.activation_checkpointing not in ("none", "full"),
+         "no recomputation, or full recomputation of every layer"),
+        ("training.recompute_every", training.recompute_every != 1, "every layer recomputed, if any"),
+        ("training.recompute_first_layers", training.recompute_first_layers is not None,
+         "every layer recomputed, if any"),
+        ("parallelism.offload", parallelism.offload != "none", "no offloading of the model's states"),
+        ("training.activation_offload", training.activation_offload != "none", "no activation offloading"),
+        ("training.fp8", training.fp8 != "none", "no FP8 training"),
+        ("parallelism.tensor", parallelism.tensor > 1, "no tensor parallelism"),
+        ("parallelism.sequence_parallel", parallelism.sequence_parallel, "no sequence parallelism"),
+        ("parallelism.pipeline", parallelism.pipeline > 1, "no pipeline parallelism"),
+        ("parallelism.context", parallelism.context > 1, "no context parallelism"),
+    )
+    for field_name, refused, modelled in unmodelled:
+        if refused:
+            raise DomainError(field_name, f"LitGPT's model (implementation litgpt) is modelled with {modelled}")

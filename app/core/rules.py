@@ -13,7 +13,7 @@ from app.core import activations as act
 from app.core.architecture import Architecture
 from app.core.errors import DomainError
 from app.core.families import family_of
-from app.core.family_rules import encoder_classifier, llama4_modelled
+from app.core.family_rules import encoder_classifier, litgpt_modelled, llama4_modelled
 from app.core.finetuning import Finetuning, experts_wrapped, validate_finetuning
 from app.core.inputs import check_declared
 from app.core.optimizers import check_optimizer
@@ -551,6 +551,10 @@ SETUP_RULES: Final = (
           "training.recompute_every", "training.recompute_first_layers", "training.activation_offload"),
          encoder_classifier, needs_architecture=True),
     Rule(("training.implementation",), _liger_families, needs_architecture=True),
+    Rule(("training.implementation", "finetuning", "training.framework", "training.attention", "training.loss",
+          "training.activation_checkpointing", "training.recompute_every", "training.recompute_first_layers",
+          "parallelism.offload", "training.activation_offload", "training.fp8", "parallelism.tensor",
+          "parallelism.sequence_parallel", "parallelism.pipeline", "parallelism.context"), litgpt_modelled),
     Rule(("training.activation_checkpointing", "training.implementation", "training.attention", "training.fp8",
           "training.precision", "finetuning"), _op_policy, needs_architecture=True),
     Rule(("training.compile", "training.implementation", "training.attention", "training.activation_checkpointing",

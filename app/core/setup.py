@@ -344,8 +344,9 @@ class Training:
         choices=act.ATTENTION_CHOICES)
     implementation: act.Implementation = declared(
         "transformers", "choice", "Implementation",
-        "Whose code runs the model: Hugging Face transformers modules, or Megatron-LM's fused kernels. liger is "
-        "modelled for the Llama family's gated MLPs, megatron for dense models.", choices=act.IMPLEMENTATION_CHOICES)
+        "Whose code runs the model: Hugging Face transformers modules, Megatron-LM's fused kernels, or LitGPT's model. "
+        "liger is modelled for the Llama family's gated MLPs, megatron for dense models, litgpt for Llama-style "
+        "decoders under LoRA or QLoRA.", choices=act.IMPLEMENTATION_CHOICES)
     loop: LoopId = declared(
         "plain", "choice", "Training loop",
         "plain: the loop keeps the model's output (and so the logits) until the next forward replaces it; hf-trainer: "
@@ -376,6 +377,13 @@ class Training:
     framework: str = declared("pytorch", "choice", "Memory convention", _FRAMEWORKS_HELP, choices=FRAMEWORKS)
     fp8: str = declared("none", "choice", "FP8 training", _FP8_HELP, choices=FP8_RECIPES)
     finetuning: Finetuning = Finetuning()
+
+    @property
+    def quantizes_output_layer(self) -> bool:
+        """QLoRA under LitGPT: Lightning's bitsandbytes plugin replaces every nn.Linear, the output layer's too, unless
+        told to ignore it (lightning/fabric/plugins/precision/bitsandbytes.py, `_convert_layers`; LitGPT's
+        finetune/lora.py passes no ignore_modules)."""
+        return self.finetuning.method == "qlora" and self.implementation == "litgpt"
 
 
 @dataclass(frozen=True)

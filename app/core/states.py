@@ -314,16 +314,19 @@ class FinetunedStage:
 
 
 def finetuned_stage(arch: Architecture, finetuning: Finetuning, weight_bits: int, tensor_parallel: int, *,
-                    layers: int, first: bool, last: bool, first_layer: int) -> FinetunedStage:
+                    layers: int, first: bool, last: bool, first_layer: int,
+                    quantized_head: bool = False) -> FinetunedStage:
     """What trains on a stage of layers first_layer .. first_layer + layers - 1 (finetuning module docstring): with
     adapters, the adapters and any trainable copies (`_adapted_stage`), otherwise the layers and ends not frozen
-    (`_trained_stage`); the rest is frozen, at `weight_bits` or, QLoRA's linear weights, quantized."""
+    (`_trained_stage`); the rest is frozen, at `weight_bits` or, QLoRA's linear weights, quantized, the output layer
+    too where `quantized_head` (Training.quantizes_output_layer)."""
     t, ft = tensor_parallel, finetuning
     head = list(head_tensors(arch)) if last else []
     if last and arch.tie_word_embeddings and not first:
         head.append(embedding_tensors(arch)[0])
     if ft.adapters:
-        tuned = _adapted_stage(arch, ft, weight_bits, t, layers=layers, first=first, head=head, first_layer=first_layer)
+        tuned = _adapted_stage(arch, ft, weight_bits, t, layers=layers, first=first, head=head, first_layer=first_layer,
+                               quantized_head=quantized_head)
     else:
         tuned = _trained_stage(arch, ft, weight_bits, layers=layers, first=first, head=head, first_layer=first_layer)
     parts = {name: TrainedPart(tuple(rank_shapes(tensors, t)), tuple(all_rank_shapes(tensors, t)), bits, what)
@@ -331,7 +334,8 @@ def finetuned_stage(arch: Architecture, finetuning: Finetuning, weight_bits: int
     frozen_rank = elements(rank_shapes(tuned.frozen, t))
     text = f"{frozen_rank:,} frozen params × {weight_bits} bit ÷ 8"
     if tuned.quantized_rank:
-        text += f" + {layers} layers' linear weights in {ft.quantization} ({tuned.quantized_rank:,} B)"
+        head_too = " and the output layer's" if quantized_head and last else ""
+        text += f" + {layers} layers' linear weights{head_too} in {ft.quantization} ({tuned.quantized_rank:,} B)"
     return FinetunedStage(parts, tensor_bytes(frozen_rank, weight_bits) + tuned.quantized_rank,
                           tensor_bytes(elements(all_rank_shapes(tuned.frozen, t)), weight_bits) + tuned.quantized_cluster,
                           text, tuned.added)
@@ -354,9 +358,10 @@ class _Tuned:
 
 
 def _adapted_stage(arch: Architecture, ft: Finetuning, weight_bits: int, t: int, *, layers: int, first: bool,
-                   head: list[ParamTensor], first_layer: int) -> _Tuned:
+                   head: list[ParamTensor], first_layer: int, quantized_head: bool) -> _Tuned:
     """LoRA or QLoRA: the adapters train in fp32, the base weights are frozen (`_frozen_base`) and the ends too,
-    but for the trainable copies that modules_to_save makes (`_saved_copies`)."""
+    but for the trainable copies that modules_to_save makes (`_saved_copies`); where `quantized_head`, the untied
+    output layer's weight is stored quantized like the layers' (`_frozen_base`)."""
     # A mixture's dense first layers (first_k_dense_replace) hold a dense MLP, frozen like the rest, and adapters
     # on their attention alone: those on the router and the stacked experts (all-linear) sit in the sparse ones.
     dense = dense_layers_on(arch, first_layer=first_layer, layers=layers, count=1)
@@ -367,6 +372,11 @@ def _adapted_stage(arch: Architecture, ft: Finetuning, weight_bits: int, t: int,
         kinds.append((layer_tensors(arch, dense=True), dense))
     frozen, quantized_rank, quantized_cluster = _frozen_base(kinds, ft, t)
     ends, copies = _saved_copies(arch, ft, first=first, head=head)
+    if quantized_head:
+        output = tuple(tensor for tensor, _ in ends if tensor.name == "lm_head.weight")
+        ends = [(tensor, count) for tensor, count in ends if tensor.name != "lm_head.weight"]
+        _, head_rank, head_cluster = _frozen_base([(output, 1)], ft, t)
+        quantized_rank, quantized_cluster = quantized_rank + head_rank, quantized_cluster + head_cluster
     trained = {"layers": (adapted, FP32_BITS, f"LoRA adapters (r = {ft.rank}) of {layers} layers, fp32")}
     trained |= {name: (tensors, weight_bits, "trainable copy (modules_to_save)") for name, tensors in copies.items()}
     added = sum(tensor.elements * count for tensor, count in adapted)

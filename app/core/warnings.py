@@ -199,7 +199,7 @@ def _layer_backward_unmodelled(arch: Architecture, training: Training, experts_b
     """What keeps a layer's backward working set out of the estimate, in words ("" where it is counted or where its
     absence was measured to matter little). `experts_backward_known`: a mixture of experts whose backward working set
     is counted, as measured (`ledger.moe_backward_modelled`)."""
-    if training.implementation != "transformers":
+    if training.implementation not in ("transformers", "litgpt"):
         return ""
     if arch.is_moe and not experts_backward_known:
         return "this mixture of experts"

@@ -111,9 +111,9 @@ PAGE_HELP: Final[dict[str, str]] = {
     "data × context. A dense model takes only the tensor-parallel degree.",
     "method": "full: every parameter trains; lora: rank-r adapters beside the frozen base (peft); qlora: the same "
     "beside a base quantized by bitsandbytes. Anything but full needs an architecture (not a bare parameter count), "
-    "the transformers or liger implementation, no fp8 and a memory convention other than FSDP2; LoRA and QLoRA need "
-    "the base in its own dtype: choose a precision that is not autocast. Of mixtures of experts, which parts may be "
-    "frozen or adapted depends on the family.",
+    "the transformers, liger or litgpt implementation, no fp8 and a memory convention other than FSDP2; LoRA and "
+    "QLoRA need the base in its own dtype: choose a precision that is not autocast. Of mixtures of experts, which "
+    "parts may be frozen or adapted depends on the family.",
     "lora_dropout": "Dropout on each adapter's input (peft's LoraConfig.lora_dropout); above 0 each adapter keeps "
     "its own dropped copy of its input.",
     "save_embed_tokens": "peft's LoraConfig.modules_to_save: a trainable copy kept beside the frozen original.",

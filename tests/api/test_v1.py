@@ -154,3 +154,19 @@ def test_layer_activations_add_up_to_the_layers_term():
     names = {tensor["name"] for tensor in body["layer_activations"]}
     assert {"attn.query", "attn.logsumexp", "mlp.gate"} <= names  # flash attention: no s x s tensor
     assert post({"model": {"num_params": 10**9}}).json()["layer_activations"] == []
+
+
+# LitGPT's model (tests/core/test_litgpt.py): its QLoRA with an old bitsandbytes shows the output layer's own rows.
+def test_the_api_takes_litgpt_and_names_the_field_it_refuses():
+    body = {"model": {"preset": "llama-2-7b"}, "gpu": "a100-40gb",
+            "training": {"implementation": "litgpt", "seq_len": 1304, "precision": "bf16"},
+            "finetuning": {"method": "qlora", "quantization": "nf4", "target_modules": ["q_proj", "v_proj"],
+                           "bitsandbytes_version": "0.41.1"}}
+    response = post(body)
+    assert response.status_code == 200, response.text
+    labels = " ".join(row["label"] for row in response.json()["ledger"])
+    assert "output layer's input" in labels and "output layer dequantized" in labels
+    body["finetuning"] = {"method": "full"}
+    response = post(body)
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"] == ["body", "finetuning", "method"]

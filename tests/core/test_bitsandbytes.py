@@ -10,25 +10,16 @@ import pytest
 
 from app import core
 from app.core.finetuning import Finetuning, version_before
+from validation import litgpt
 
-LLAMA2_7B = core.get_preset("llama-2-7b").architecture
-LLAMA2_13B = core.get_preset("llama-2-13b").architecture
-# stabilityai/stablelm-base-alpha-3b as LitGPT configures it (Lightning-AI/litgpt, commit 8641822,
-# lit_gpt/config.py: the Config defaults, n_layer 16, n_embd 4096, n_head 32, bias, LayerNorm, GptNeoxMLP with
-# intermediate 4 × n_embd, vocabulary 50,254 padded to 50,688), as a plain decoder: its parallel residual and rotary
-# on a quarter of each head are not modelled.
-STABLELM_3B = core.Architecture(num_hidden_layers=16, hidden_size=4096, num_attention_heads=32, num_key_value_heads=32,
-                                intermediate_size=16384, vocab_size=50688, max_position_embeddings=4096, mlp="gelu",
-                                norm="layernorm", position_embedding="rope", attention_bias=True, mlp_bias=True,
-                                tie_word_embeddings=False)
-# LitGPT's finetune/lora.py at commit 8641822: r 8, alpha 16, dropout 0.05, on the query and value only.
-LITGPT_LORA = Finetuning(method="lora", rank=8, target_modules=("q_proj", "v_proj"), dropout=0.05)
+LLAMA2_7B = litgpt.LLAMA2_7B
+LITGPT_LORA = litgpt.LORA
+STABLELM_3B = litgpt.STABLELM_3B
 
 
 def _peak(arch: core.Architecture, finetuning: Finetuning, *, seq_len: int, micro_batch_size: int = 1,
           attention: Any = "sdpa", checkpointing: Any = "none") -> int:
-    # LitGPT's finetune/lora.py (commit 8641822) steps with bitsandbytes' PagedAdamW when it quantizes, torch's AdamW
-    # otherwise; the adapters' tensors are under 100,000 elements, so nothing of its state is paged.
+    # LitGPT's setup with transformers' layers (validation/litgpt.py, estimate): PagedAdamW under QLoRA.
     optimizer = "paged-adamw-32bit" if finetuning.method == "qlora" else "adamw"
     training = core.Training(micro_batch_size=micro_batch_size, seq_len=seq_len, precision=core.precision_preset("bf16"),
                              optimizer=optimizer, attention=attention, activation_checkpointing=checkpointing,
@@ -37,7 +28,7 @@ def _peak(arch: core.Architecture, finetuning: Finetuning, *, seq_len: int, micr
 
 
 def _qlora(quantization: str, version: str | None = None) -> Finetuning:
-    return dataclasses.replace(LITGPT_LORA, method="qlora", quantization=quantization, bitsandbytes_version=version)
+    return litgpt.qlora(quantization, version)
 
 
 @pytest.mark.parametrize(("version", "before"), [
@@ -109,58 +100,74 @@ def test_the_fixed_release_and_int8_keep_nothing_more():
     assert _peak(LLAMA2_7B, _qlora("int8", "0.41.1"), seq_len=512) == int8
 
 
-# LitGPT's resource table (Lightning-AI/litgpt, tutorials/resource-tables.md at commit 0cc02afa, 2023-10-27; the same
-# rows in tutorials/finetune_lora.md): finetune/lora.py of LitGPT commit 8641822 on one A100-SXM4-40GB, PyTorch
-# 2.1.0, bitsandbytes 0.41.1, --precision bf16-true, micro-batch 1 (2 where said), Alpaca's longest sample first
-# (1,034 tokens with StableLM Alpha's tokenizer, 1,304 with Llama 2's), "Max GPU RAM" being
-# torch.cuda.max_memory_allocated() / 1e9 as the script prints it. Each row: the model, its tokens, the micro-batch,
-# the fine-tuning, the published GB, and how close trainmem comes.
-LITGPT_ROWS = [
-    # The plain decoder standing in for GPT-NeoX is 3.8% high on the LoRA row below; its QLoRA rows are as close.
-    ("StableLM Alpha 3B, bnb.nf4", STABLELM_3B, 1034, 1, _qlora("nf4", "0.41.1"), 6.35, 0.04),
-    ("StableLM Alpha 3B, bnb.nf4-dq", STABLELM_3B, 1034, 1, _qlora("nf4-double", "0.41.1"), 6.19, 0.04),
-    # Llama 2's QLoRA rows are 2.6-2.8% low: LitGPT's attention hands its output projection a copy that only
-    # MatMul4Bit keeps before 0.43.2 (test_litgpt_attention_copy_by_hand), which trainmem, modelling transformers'
-    # layers, does not count.
-    ("Llama 2 7B, bnb.nf4", LLAMA2_7B, 1304, 1, _qlora("nf4", "0.41.1"), 14.14, 0.03),
-    ("Llama 2 7B, bnb.nf4-dq", LLAMA2_7B, 1304, 1, _qlora("nf4-double", "0.41.1"), 13.84, 0.03),
-    ("Llama 2 13B, bnb.nf4", LLAMA2_13B, 1304, 1, _qlora("nf4", "0.41.1"), 23.14, 0.03),
-    ("Llama 2 13B, bnb.nf4-dq", LLAMA2_13B, 1304, 1, _qlora("nf4-double", "0.41.1"), 22.55, 0.03),
-    ("Llama 2 7B, LoRA", LLAMA2_7B, 1304, 1, LITGPT_LORA, 21.30, 0.004),
-    ("Llama 2 7B, LoRA, micro-batch 2", LLAMA2_7B, 1304, 2, LITGPT_LORA, 29.07, 0.004),
-    ("Llama 2 13B, LoRA", LLAMA2_13B, 1304, 1, LITGPT_LORA, 38.12, 0.005),
-    # The plain decoder standing in for GPT-NeoX: 3.8% high.
-    ("StableLM Alpha 3B, LoRA", STABLELM_3B, 1034, 1, LITGPT_LORA, 9.69, 0.04),
-]
+# LitGPT's published rows (validation/litgpt.py: the source, the setups and how close each must come), estimated with
+# LitGPT's model (implementation litgpt).
+LITGPT_ROWS = litgpt.ROWS
 
 
-@pytest.mark.parametrize(("row", "arch", "tokens", "micro_batch", "finetuning", "published_gb", "within"), LITGPT_ROWS,
-                         ids=[row[0] for row in LITGPT_ROWS])
-def test_litgpt_published_memory(row, arch, tokens, micro_batch, finetuning, published_gb, within):
-    predicted = _peak(arch, finetuning, seq_len=tokens, micro_batch_size=micro_batch)
-    assert abs(predicted / 1e9 / published_gb - 1) <= within
+@pytest.mark.parametrize("row", LITGPT_ROWS, ids=lambda row: row.name)
+def test_litgpt_published_memory(row):
+    predicted = litgpt.estimate(row).peak.bytes
+    assert abs(predicted / 1e9 / row.published_gb - 1) <= row.within
 
 
-@pytest.mark.parametrize("row", [row for row in LITGPT_ROWS if row[4].method == "qlora"], ids=lambda row: row[0])
+@pytest.mark.parametrize("row", [row for row in LITGPT_ROWS if row.finetuning.method == "qlora"], ids=lambda row: row.name)
 def test_stating_the_old_release_closes_most_of_the_gap(row):
-    _, arch, tokens, micro_batch, finetuning, published_gb, _ = row
-    current = dataclasses.replace(finetuning, bitsandbytes_version=None)
-    old_error = abs(_peak(arch, current, seq_len=tokens, micro_batch_size=micro_batch) / 1e9 / published_gb - 1)
-    new_error = abs(_peak(arch, finetuning, seq_len=tokens, micro_batch_size=micro_batch) / 1e9 / published_gb - 1)
+    current = dataclasses.replace(row.finetuning, bitsandbytes_version=None)
+    old_error = abs(litgpt.estimate(row, finetuning=current).peak.bytes / 1e9 / row.published_gb - 1)
+    new_error = abs(litgpt.estimate(row).peak.bytes / 1e9 / row.published_gb - 1)
     assert old_error > 0.12 and new_error < old_error / 3
 
 
-@pytest.mark.parametrize("row", [row for row in LITGPT_ROWS if row[4].method == "qlora" and row[1] is not STABLELM_3B],
-                         ids=lambda row: row[0])
-def test_litgpt_attention_copy_by_hand(row):
-    # What is left of Llama 2's rows, by hand. LitGPT's CausalSelfAttention (lit_gpt/model.py at commit 8641822, lines
-    # 213-229 and 251-254) builds q by torch.cat, so it is contiguous as (B, heads, T, head size); the flash kernel
-    # allocates its output with q's layout (empty_like), LitGPT transposes it to (B, T, heads, head size), and
-    # y.reshape(B, T, C) must copy it. The copy is the output projection's input: a transient a frozen nn.Linear lets
-    # go (hence nothing on the LoRA rows), but which MatMul4Bit keeps before 0.43.2, in every layer (the adapted q and
-    # v lie upstream). transformers' Llama hands the projection the kernel's own output, which trainmem counts.
-    # Added by hand, one b·s·h bf16 copy a layer brings each row within 0.6%.
-    _, arch, tokens, micro_batch, finetuning, published_gb, _ = row
-    copy = arch.num_hidden_layers * micro_batch * tokens * arch.hidden_size * 2
-    predicted = _peak(arch, finetuning, seq_len=tokens, micro_batch_size=micro_batch) + copy
-    assert abs(predicted / 1e9 / published_gb - 1) <= 0.006
+@pytest.mark.parametrize("row", [row for row in LITGPT_ROWS if row.arch is not STABLELM_3B], ids=lambda row: row.name)
+def test_litgpt_against_the_hugging_face_layers_by_hand(row):
+    # What LitGPT's model changes, by hand, on Llama 2 (vocabulary 32,000, untied):
+    # * its attention (lit_gpt/model.py at 8641822, CausalSelfAttention.forward) joins the rotated q by torch.cat, so
+    #   the flash kernel's output, allocated like q (empty_like), is laid out (B, heads, T, head size), and
+    #   y.reshape(B, T, C) copies it for the output projection. A frozen nn.Linear lets the copy go (LoRA: nothing
+    #   changes); MatMul4Bit before 0.43.2 keeps it, in every layer (q and v, adapted, lie upstream): one n·h bf16
+    #   tensor a layer more than transformers' Llama, whose projection reads the kernel's own output;
+    # * Lightning's bitsandbytes plugin replaces every nn.Linear, the output layer's too: its weight is stored in
+    #   NF4 (v·h/2 B and an fp32 absmax per 64, double-quantized: 8 bits per 64 and an fp32 per 256 of those), and
+    #   MatMul4Bit keeps its input, the final norm's n·h bf16 output.
+    arch, finetuning = row.arch, row.finetuning
+    hf, lit = litgpt.estimate(row, implementation="transformers"), litgpt.estimate(row)
+    n, h, v, layers = row.micro_batch * row.tokens, arch.hidden_size, 32_000, arch.num_hidden_layers
+
+    def buffer(estimate: Any, key: str) -> int:
+        return sum(b.bytes for b in estimate.ledger if b.key == key)
+
+    if finetuning.method == "lora":
+        assert lit.peak.bytes == hf.peak.bytes
+        return
+    nf4 = v * h // 2 + (v * h // 64 * 4 if finetuning.quantization == "nf4" else v * h // 64 + v * h // 64 // 256 * 4)
+    assert buffer(hf, "weights") - buffer(lit, "weights") == v * h * 2 - nf4
+    assert buffer(lit, "qlora.kept_inputs.held") - buffer(hf, "qlora.kept_inputs.held") == layers * n * h * 2
+    assert buffer(lit, "qlora.kept_head_input") == n * h * 2 and buffer(hf, "qlora.kept_head_input") == 0
+    # In the output layer's backward its weight is dequantized in place of the largest layer weight (the MLP's, I × h),
+    # in fp16 and again in bf16 before 0.43.0; in its forward, before the logits, it outweighs none of the loss's
+    # buffers (the bf16 logits, their fp32 copy and log-probabilities: n·v·(2 + 4 + 4) B).
+    assert buffer(lit, "qlora.dequantized_head") == (v - arch.intermediate_size) * h * (2 + 2)
+    assert v * h * (2 + 2) < arch.intermediate_size * h * (2 + 2) + n * v * (2 + 4 + 4)
+    assert buffer(lit, "qlora.dequantized_head.forward") == 0
+
+
+@pytest.mark.parametrize(("preset", "implementation", "copied"), [
+    ("llama-2-7b", "transformers", False), ("llama-2-7b", "litgpt", True), ("microsoft/phi-2", "transformers", True),
+])
+def test_the_output_projection_keeps_the_attention_output_where_it_is_a_copy(preset, implementation, copied):
+    # Under the flash kernel the output projection's input is the kernel's output, which the kernel keeps anyway,
+    # unless the attention copies it first: Phi's (its rotated prefix joined by torch.cat, `Family.rotary_cat`) and
+    # LitGPT's (every model). Then only MatMul4Bit before 0.43.2 keeps the copy: b·s·a·d in bf16 a layer.
+    from app.core.saved.bnb import kept_4bit_inputs
+    from app.core.setup import activation_setup
+
+    arch = core.get_preset(preset).architecture
+    finetuning = dataclasses.replace(_qlora("nf4", "0.41.1"), target_modules=("all-linear",))
+    training = core.Training(micro_batch_size=1, seq_len=1024, precision=core.precision_preset("bf16"),
+                             finetuning=finetuning, implementation=implementation)
+    setup = activation_setup(training, core.Parallelism())
+    kept = {x.name: x for x in kept_4bit_inputs(arch, setup, "through")}
+    assert ("attn.out_proj_input" in kept) is copied
+    if copied:
+        assert kept["attn.out_proj_input"].bytes == 1024 * arch.num_attention_heads * arch.head_size * 2

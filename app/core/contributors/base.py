@@ -269,7 +269,8 @@ class StageBase:
         if finetunes(training):
             self.finetuned = states.finetuned_stage(arch, training.finetuning, training.precision.bits("weights"),
                                                     parallelism.tensor, layers=n, first=kind.first, last=kind.last,
-                                                    first_layer=kind.first_layer - 1)
+                                                    first_layer=kind.first_layer - 1,
+                                                    quantized_head=training.quantizes_output_layer)
 
     def add(self, key: str, category: str, label: str, formula: str, size: int, cluster: int, life: Life) -> None:
         if self.deepspeed and self.texts and category in MODEL_STATE_CATEGORIES and not key.startswith("deepspeed."):

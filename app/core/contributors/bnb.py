@@ -4,7 +4,7 @@ ends (app.core.saved.bnb)."""
 from __future__ import annotations
 
 from app.core import activations as act
-from app.core.contributors.base import FORWARDED, FWD_LAYER_FIRST, StageBase
+from app.core.contributors.base import FORWARDED, FWD_LAYER_FIRST, FWD_LOSS, StageBase
 from app.core.finetuning import layer_roles
 from app.core.saved.bnb import kept_4bit_inputs
 from app.core.timeline import Life
@@ -33,3 +33,17 @@ class Bitsandbytes(StageBase):
                  self.per_stage(size), Life("micro-batch", FWD_LAYER_FIRST, self.fwd_end, ramp=FORWARDED))
         self.add("qlora.kept_inputs.held", "activations", label, formula, size, self.per_stage(size),
                  Life("micro-batch", after_forward, self.bwd_end))
+
+    def _kept_head_input(self) -> None:
+        """The same for a quantized output layer (Training.quantizes_output_layer): its input, the final norm's
+        output, which nothing else keeps while the output layer is frozen, from the loss's forward to the end of the
+        backward."""
+        training, arch = self.training, self.arch
+        if not (training.finetuning.keeps_4bit_inputs and training.quantizes_output_layer and self.kind.last) \
+                or arch.tie_word_embeddings:
+            return
+        size = self.setup.tokens * arch.hidden_size * self.setup.stream_bytes
+        formula = f"{self.setup.tokens:,} tokens × {arch.hidden_size:,} × {self.setup.stream_bytes} B (final norm's output)"
+        self.add("qlora.kept_head_input", "activations",
+                 "The 4-bit output layer's input bitsandbytes before 0.43.2 keeps until the backward ends", formula,
+                 size, self.per_stage(size), Life("micro-batch", FWD_LOSS, self.bwd_end))

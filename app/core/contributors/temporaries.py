@@ -3,6 +3,8 @@ dequantised QLoRA weights, a recomputed layer's rebuild and autocast's weight co
 
 from __future__ import annotations
 
+from typing import Final
+
 from app.core import activations as act
 from app.core.contributors.base import (
     ACTS,
@@ -21,6 +23,10 @@ from app.core.timeline import Life
 from app.core.units import DTYPE_BITS, ceil_div, tensor_bytes
 
 FP16_BYTES = DTYPE_BITS["fp16"] // 8
+
+
+# What the loss's forward makes after the output layer's matmul: the logits, their fp32 copy, the log-probabilities.
+_MADE_BY_THE_LOSS: Final = ("loss.logits", "loss.upcast", "activations.loss")
 
 
 class Temporaries(StageBase):
@@ -42,22 +48,46 @@ class Temporaries(StageBase):
     def _dequantized(self) -> None:
         """QLoRA: bitsandbytes dequantizes each 4-bit or 8-bit weight to the compute dtype for its matmul, forward and
         backward (bitsandbytes/autograd/_functions.py, MatMul4Bit: ``F.dequantize_4bit(B, quant_state).to(A.dtype)``),
-        one weight at a time."""
+        one weight at a time: the layers' largest, through the micro-batch."""
         ft = self.training.finetuning
         if ft.method != "qlora":
             return
-        largest = max(tensor.elements for tensor in linear_modules(self.arch))
-        largest = ceil_div(largest, self.parallelism.tensor)
-        size = largest * self.setup.half_bytes
+        largest = ceil_div(max(tensor.elements for tensor in linear_modules(self.arch)), self.parallelism.tensor)
+        size, formula = self._dequantized_bytes(largest)
         label = f"The largest {ft.quantization} weight dequantized for its matmul"
-        formula = f"{largest:,} × {self.setup.half_bytes} B"
         if ft.dequantizes_from_fp16 and self.training.precision.activations != "fp16":
-            # Before 0.43.0 the weight comes back in fp16 and is cast to the matmul's dtype (app.core.finetuning).
-            size += largest * FP16_BYTES
             label += ", in fp16 and cast (bitsandbytes before 0.43.0)"
-            formula += f" + {largest:,} × {FP16_BYTES} B: the second in fp16"
         self.add("qlora.dequantized", "temporary", label, formula, size, self.per_stage(size),
                  Life("micro-batch", FWD_LAYER_FIRST, self.bwd_end))
+
+    def _dequantized_head(self) -> None:
+        """A quantized output layer (Training.quantizes_output_layer) dequantized for its own matmuls, in place of the
+        layers' largest weight counted through the micro-batch: in the backward beside the logits' gradient; in the
+        forward before the logits exist, so beside none of the loss's buffers, and only where it outweighs them."""
+        if not (self.training.quantizes_output_layer and self.kind.last) or self.arch.tie_word_embeddings:
+            return
+        layer = next(b.bytes for b in self.buffers if b.key == "qlora.dequantized")
+        head = ceil_div(self.arch.vocab_size * self.arch.hidden_size, self.parallelism.tensor)
+        size, formula = self._dequantized_bytes(head)
+        label = f"The {self.training.finetuning.quantization} output layer dequantized for its matmul"
+        if size > layer:
+            self.add("qlora.dequantized_head", "temporary", f"{label} (backward)", f"{formula} − {layer:,} B",
+                     size - layer, self.per_stage(size - layer), Life("micro-batch", BWD_HEAD, only=(BWD_HEAD,)))
+        after = sum(b.bytes for b in self.buffers if b.key in _MADE_BY_THE_LOSS)
+        if size > layer + after:
+            self.add("qlora.dequantized_head.forward", "temporary", f"{label} (forward)",
+                     f"{formula} − {layer:,} B − {after:,} B (the loss's)", size - layer - after,
+                     self.per_stage(size - layer - after), Life("micro-batch", FWD_LOSS, only=(FWD_LOSS,)))
+
+    def _dequantized_bytes(self, elements: int) -> tuple[int, str]:
+        """One weight of `elements` dequantized: in the compute dtype, and before bitsandbytes 0.43.0 first in fp16
+        (app.core.finetuning, dequantizes_from_fp16)."""
+        half = self.setup.half_bytes
+        size, formula = elements * half, f"{elements:,} × {half} B"
+        if self.training.finetuning.dequantizes_from_fp16 and self.training.precision.activations != "fp16":
+            size += elements * FP16_BYTES
+            formula += f" + {elements:,} × {FP16_BYTES} B: the second in fp16"
+        return size, formula
 
     def _recomputation(self) -> None:
         checkpointing = self.checkpointing

@@ -57,6 +57,16 @@ def attention_kernel(arch: Architecture, setup: ActivationSetup) -> Kernel:
     return "memory-efficient" if arch.kv_heads == arch.num_attention_heads else "math"
 
 
+def output_copied(arch: Architecture, setup: ActivationSetup) -> bool:
+    """Whether a fused kernel's output reaches the output projection as a copy rather than as itself: Q is joined by
+    torch.cat, so it is contiguous as (b, a, s, d), the kernel's output takes Q's layout, and the attention's reshape
+    to (b, s, a·d) must copy it. transformers does so for the families that rotate a prefix of each head
+    (`Family.rotary_cat`); LitGPT for every model (lit_gpt/model.py at 8641822, CausalSelfAttention.forward:
+    ``q = torch.cat((q_roped, q[..., rope_n_elem:]), dim=-1)``, then ``y.reshape(B, T, C)``), its flash kernel
+    allocating the output as ``empty_like`` of Q (PyTorch's flash_api.cpp, mha_fwd)."""
+    return family_of(arch).rotary_cat or setup.implementation == "litgpt"
+
+
 def _hf_attention(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, out_proj_input: bool = True,
                   grads: tuple[bool, bool, bool] = (True, True, True)) -> None:
     """`grads`: whether Q, K and V need gradients (in the lowest trainable layer, only those with adapters do)."""
@@ -84,8 +94,7 @@ def _hf_attention(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, 
         queries = s if kernel == "flash" else ceil_div(s, MEM_EFFICIENT_LSE_ALIGN) * MEM_EFFICIENT_LSE_ALIGN
         # Part of the attention core: selective recomputation reruns the kernel and keeps only its inputs.
         saved.add("attn.logsumexp", b * a * queries, FP32_BYTES, "tensor", core=True)
-        if out_proj_input and family_of(arch).rotary_cat:
-            # Q contiguous as (b, a, s, d): the output too, which the attention copies to (b, s, a·d) for o_proj.
+        if out_proj_input and output_copied(arch, setup):
             saved.add("attn.out_proj_input", n * a * d, wa, "tensor")
     if arch.dropout > 0:
         saved.mask("attn.residual_dropout_mask", setup.tokens * arch.hidden_size, setup.half_bytes, "sequence")

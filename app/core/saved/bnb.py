@@ -12,8 +12,9 @@ bitsandbytes/autograd/_functions.py lines 514-518. Two things follow from that:
 
 Linear layers that read one tensor share it (q, k and v read the attention norm's output; gate and up the MLP
 norm's): it is kept once. A tensor the layer keeps anyway adds nothing while the layer's own saved tensors live: the
-fused attention kernels' output, which is the output projection's input; ReLU's output, the down projection's; an
-input the adapters keep as it is (an fp32 base without LoRA dropout, `_hf_adapters`).
+fused attention kernels' output, which is the output projection's input unless the attention copies it
+(`attention.output_copied`); ReLU's output, the down projection's; an input the adapters keep as it is (an fp32 base
+without LoRA dropout, `_hf_adapters`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Final
 
 from app.core.architecture import Architecture
 from app.core.finetuning import Role, linear_modules, targeted
-from app.core.saved.attention import attention_kernel
+from app.core.saved.attention import attention_kernel, output_copied
 from app.core.saved.common import FP32_BYTES, ActivationSetup, SavedTensor, Split, _Saved
 
 # Which input each 4-bit linear layer reads: one tensor per group.
@@ -72,8 +73,8 @@ def _kept_anyway(group: str, element_bytes: int, adapted: bool, arch: Architectu
     """Whether the layer's own saved tensors already hold this input (module docstring)."""
     if adapted and setup.finetuning.dropout == 0 and element_bytes == FP32_BYTES:
         return True
-    if group == "attn.out_proj_input":
-        return attention_kernel(arch, setup) not in ("eager", "math")
+    if group == "attn.out_proj_input":  # the fused kernel's output, unless the attention copies it
+        return attention_kernel(arch, setup) not in ("eager", "math") and not output_copied(arch, setup)
     if group == "mlp.down_input":
         return not arch.is_gated and arch.mlp == "relu"
     return False

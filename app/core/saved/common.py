@@ -13,7 +13,7 @@ from app.core.finetuning import Finetuning
 from app.core.precision import Precision
 from app.core.units import ceil_div
 
-Implementation = Literal["megatron", "transformers", "liger"]
+Implementation = Literal["megatron", "transformers", "liger", "litgpt"]
 Attention = Literal["eager", "sdpa", "flash"]
 Kernel = Literal["eager", "flash", "memory-efficient", "math"]
 Checkpointing = Literal["none", "selective", "op", "full"]
@@ -42,6 +42,10 @@ IMPLEMENTATION_CHOICES: Final = choices(
     Choice("liger", "transformers + Liger Kernel", "The Hugging Face modules with Liger Kernel's patches as its "
            "apply_liger_kernel_to_* functions install them: its RMSNorm, SwiGLU/GeGLU and RoPE (choose the fused "
            "linear cross entropy with training.loss)."),
+    Choice("litgpt", "LitGPT", "LitGPT's GPT model (litgpt/model.py) under LoRA or QLoRA, as the Hugging Face modules "
+           "but for two things: its attention joins the rotated Q by torch.cat, so the flash kernel's output is "
+           "copied before the output projection, and Lightning's bitsandbytes plugin quantizes every nn.Linear, the "
+           "output layer's too. Modelled for Llama-style decoders."),
 )
 ATTENTION_CHOICES: Final = choices(
     Choice("eager", "Eager (stores scores)", "Two matmuls around an explicit softmax: the s × s scores are stored."),
