@@ -151,6 +151,14 @@ class Finetuning:
 FINETUNING_INPUTS: Final = declarations(Finetuning)
 
 
+def check_version(where: str, version: object) -> None:
+    """Refuse anything but a PEP 440 version of at most MAX_VERSION_CHARS characters, naming `where`."""
+    if not isinstance(version, str) or len(version) > MAX_VERSION_CHARS:
+        raise DomainError(where, "must be a version such as 0.41.1")
+    if re.match(VERSION_PATTERN, version) is None:
+        raise DomainError(where, f"must be a version such as 0.41.1, got {version!r}")
+
+
 def version_before(version: str, release: tuple[int, ...]) -> bool:
     """Whether a PEP 440 version (``0.41.1``, ``0.43.2.dev0``, ``0.42.0+cu118``) comes before `release`: its
     release numbers compared, a pre-release or development build of `release` itself counting as before it."""
@@ -202,9 +210,7 @@ def _validate_fields(f: Finetuning) -> None:
         raise DomainError("finetuning.frozen_layers" if f.frozen_layers else "finetuning.freeze_embeddings",
                           "freezing applies to full fine-tuning; with adapters the whole base is frozen")
     if f.bitsandbytes_version is not None:
-        if not isinstance(f.bitsandbytes_version, str) or len(f.bitsandbytes_version) > MAX_VERSION_CHARS:
-            raise DomainError("finetuning.bitsandbytes_version", "must be a version such as 0.41.1")
-        version_before(f.bitsandbytes_version, BNB_4BIT_INPUT_FIX)
+        check_version("finetuning.bitsandbytes_version", f.bitsandbytes_version)
     if f.method == "full" and f.modules_to_save:
         raise DomainError("finetuning.modules_to_save", "applies to LoRA and QLoRA; full fine-tuning trains them")
 

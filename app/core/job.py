@@ -64,7 +64,7 @@ class Job:
                             communicator_bytes(self.parallelism, self.gpu.interconnect))
 
 
-Kind = Literal["int", "choice", "bool"]
+Kind = Literal["int", "choice", "bool", "version"]
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,7 @@ def _job_fields() -> dict[str, JobField]:
         *_declared("training", TRAINING_INPUTS),
         *_declared("parallelism", PARALLELISM_INPUTS),
         *_declared("finetuning", ft.FINETUNING_INPUTS),
+        JobField("finetuning.bitsandbytes_version", "version", nullable=True),  # None: 0.43.2 or later
         JobField("gpu", "choice", choices=tuple(gpu_catalogue())),
         JobField("model.preset", "choice", choices=tuple(model_presets())),
         JobField("model.num_params", "int", 1, MAX_PARAM_COUNT),
@@ -126,6 +127,8 @@ def check_value(item: JobField, value: object, *, where: str) -> None:
     if item.kind == "bool":
         if not isinstance(value, bool):
             raise DomainError(where, f"{item.path} takes true or false, got {value!r}")
+    elif item.kind == "version":
+        ft.check_version(where, value)
     elif item.kind == "choice":
         if value not in item.choices:
             raise DomainError(where, f"{item.path} must be one of {', '.join(item.choices)}, got {value!r}")

@@ -255,6 +255,12 @@ def _free_changes(job: Job) -> list[Candidate]:
     if scratch["fused"].copies < scratch[training.optimizer_implementation].copies:
         out.append(({"training.optimizer_implementation": "fused"}, "Use the fused optimizer step (fused=True)",
                     Cost("none", "same update, one kernel that writes in place: no step scratch")))
+    ft = training.finetuning
+    if ft.bitsandbytes_version is not None and (ft.keeps_4bit_inputs or ft.dequantizes_from_fp16):
+        out.append(({"finetuning.bitsandbytes_version": None}, "Upgrade bitsandbytes to 0.43.2 or later",
+                    Cost("none", "same arithmetic: since 0.43.2 the 4-bit matmul no longer keeps each layer's input "
+                                 "for backward (commit 9e75374), and since 0.43.0 it dequantizes each weight in its "
+                                 "own dtype rather than through an fp16 copy (commit dcfb6f81)")))
     if effective_loop(training) == "plain" and arch is not None:
         out.append(({"training.loop": "hf-trainer"}, "Keep only the loss, not the model's output, across backward",
                     Cost("none", "same arithmetic: the logits are freed before backward (as the Hugging Face Trainer "

@@ -68,6 +68,8 @@ def changed(state: Mapping[str, str], change: Mapping[str, object]) -> State:
     for path, value in change.items():
         name = control_for(path)
         out.pop(name, None)  # a changed field moves to the end, so the URL reads as "the setup, then the change"
+        if value is None:  # a field set back to blank (its default) is left out, as the page sends a blank box
+            continue
         if isinstance(value, bool):
             if value:
                 out[name] = TRUE

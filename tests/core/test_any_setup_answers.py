@@ -42,6 +42,8 @@ def _value(path: str) -> st.SearchStrategy[Any]:
         return st.booleans()
     if item.kind == "choice":
         return st.sampled_from(item.choices)
+    if item.kind == "version":
+        return st.sampled_from(("0.41.1", "0.43.0", "0.43.2"))
     return st.integers(min_value=item.low, max_value=min(item.high, SMALL.get(path, item.high)))
 
 

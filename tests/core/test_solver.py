@@ -219,3 +219,31 @@ def test_compiling_is_offered_where_it_decides_and_only_where_it_was_measured():
     verdict = lora.estimate().gpu
     assert verdict is not None and not verdict.fits
     assert not any("training.compile" in fix.change for fix in fixes(lora))
+
+
+def test_upgrading_bitsandbytes_is_a_free_fix_where_the_stated_release_alone_runs_out():
+    # Llama-2-7B under QLoRA at 3,072 tokens on an RTX 4090: bitsandbytes 0.41.1 keeps each 4-bit layer's input
+    # through the backward and dequantizes through fp16, which passes 24 GB; a release from 0.43.2 on fits.
+    current = with_field(_job(core.get_preset("llama-2-7b").architecture, gpu="rtx-4090-24gb", precision="bf16",
+                              seq_len=3072, micro_batch_size=1), "finetuning.method", "qlora")
+    old = with_field(current, "finetuning.bitsandbytes_version", "0.41.1")
+    assert current.estimate().gpu.fits and not old.estimate().gpu.fits
+    first = fixes(old)[0]
+    assert first.change == {"finetuning.bitsandbytes_version": None} and first.cost.kind == "none"
+    assert "0.43.2" in first.summary and first.estimate.peak.bytes == current.estimate().peak.bytes
+    # A release with both changes in it has nothing to upgrade.
+    assert not any("finetuning.bitsandbytes_version" in fix.change
+                   for fix in fixes(with_field(old, "finetuning.bitsandbytes_version", "0.43.2")))
+
+
+@pytest.mark.parametrize("value", ["0.41", "0.43.2.dev0", "0.42.0+cu118"])
+def test_a_bitsandbytes_version_is_a_field_a_question_may_vary(value):
+    job = with_field(_job(core.get_preset("llama-2-7b").architecture), "finetuning.method", "qlora")
+    assert with_field(job, "finetuning.bitsandbytes_version", value).training.finetuning.bitsandbytes_version == value
+
+
+@pytest.mark.parametrize("value", ["latest", 41, "0." * 30])
+def test_what_is_not_a_version_is_refused_by_name(value):
+    with pytest.raises(core.DomainError) as error:
+        with_field(_job(), "finetuning.bitsandbytes_version", value)
+    assert error.value.field == "finetuning.bitsandbytes_version"

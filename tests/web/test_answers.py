@@ -102,3 +102,16 @@ def test_the_panel_follows_the_verdict_not_the_tensors_alone():
     assert given.peak.bytes < job.gpu.capacity_bytes and given.gpu is not None and not given.gpu.fits
     assert answers is not None and not answers.fits
     assert answers.fixes and "expandable" in answers.fixes[0].summary.lower()
+
+
+def test_the_bitsandbytes_upgrade_leaves_the_version_blank_and_fits():
+    # Llama-2-7B under QLoRA at 3,072 tokens on an RTX 4090 passes 24 GB with bitsandbytes 0.41.1 only.
+    params = {"preset": "llama-2-7b", "precision": "bf16", "seq_len": "3072", "method": "qlora",
+              "bitsandbytes_version": "0.41.1", "gpu": "rtx-4090-24gb"}
+    _, given, answers = _answers(params)
+    assert not answers.fits
+    upgrade = next(fix for fix in answers.fixes if "bitsandbytes" in fix.summary)
+    query = dict(parse_qsl(urlparse(upgrade.href).query))
+    assert "bitsandbytes_version" not in query and query["method"] == "qlora"
+    followed = _followed(upgrade.href)
+    assert followed.gpu.fits and followed.peak.bytes < given.peak.bytes
