@@ -227,13 +227,15 @@ def test_upgrading_bitsandbytes_is_a_free_fix_where_the_stated_release_alone_run
     current = with_field(_job(core.get_preset("llama-2-7b").architecture, gpu="rtx-4090-24gb", precision="bf16",
                               seq_len=3072, micro_batch_size=1), "finetuning.method", "qlora")
     old = with_field(current, "finetuning.bitsandbytes_version", "0.41.1")
-    assert current.estimate().gpu.fits and not old.estimate().gpu.fits
+    now, before = current.estimate().gpu, old.estimate().gpu
+    assert now is not None and before is not None and now.fits and not before.fits
     first = fixes(old)[0]
     assert first.change == {"finetuning.bitsandbytes_version": None} and first.cost.kind == "none"
     assert "0.43.2" in first.summary and first.estimate.peak.bytes == current.estimate().peak.bytes
-    # A release with both changes in it has nothing to upgrade.
-    assert not any("finetuning.bitsandbytes_version" in fix.change
-                   for fix in fixes(with_field(old, "finetuning.bitsandbytes_version", "0.43.2")))
+    # At 4,096 tokens neither fits; a release with both changes in it has nothing to upgrade.
+    longer = with_field(with_field(old, "finetuning.bitsandbytes_version", "0.43.2"), "training.seq_len", 4096)
+    offered = fixes(longer)
+    assert offered and not any("finetuning.bitsandbytes_version" in fix.change for fix in offered)
 
 
 @pytest.mark.parametrize("value", ["0.41", "0.43.2.dev0", "0.42.0+cu118"])
