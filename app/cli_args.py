@@ -446,7 +446,7 @@ def build_parser(command: str | None = None) -> Parser:
                        help="the field to vary, as the API's vary.field: " + ", ".join(JOB_FIELDS))
     sweep.add_argument("--values", required=True, metavar="V1,V2,...",
                        help="comma-separated values: integers for integer fields, ids for choices, true/false "
-                       "for switches")
+                       "for switches, release strings for versions")
 
     exporter = _command(commands, "export",
                         help="write the setup as a DeepSpeed, Trainer, accelerate or axolotl config",

@@ -307,8 +307,8 @@ class VaryIn(BaseModel):
     values: list[StrictInt | StrictBool | str] = Field(
         min_length=1, max_length=MAX_VALUES,
         description=f"The values to try, at most {MAX_VALUES:,}: integers for integer fields, ids for choices, "
-        "true/false for switches, each within the field's own range and choices. Each value is checked with the rest "
-        "of the body as an estimate would check it.",
+        "true/false for switches, release strings (e.g. \"0.43.2\") for versions, each within the field's own range "
+        "and choices. Each value is checked with the rest of the body as an estimate would check it.",
     )
 
 

@@ -76,26 +76,34 @@ def llama4_modelled(training: Training, parallelism: Parallelism, arch: Architec
             raise DomainError(field_name, f"Llama 4 {reason}")
 
 
-# Memory conventions LitGPT's fine-tuning scripts run under (Lightning Fabric's FSDPStrategy on several GPUs).
-LITGPT_FRAMEWORKS: Final = ("pytorch", "fsdp2")
+# The memory convention LitGPT's published fine-tuning tables ran under (one GPU; PyTorch's accounting). Fabric's
+# FSDPStrategy on several GPUs would be the fsdp2 convention, where fine-tuning is not modelled.
+LITGPT_FRAMEWORKS: Final = ("pytorch",)
 
 
 def litgpt_modelled(training: Training, parallelism: Parallelism, arch: Architecture | None) -> None:
     """LitGPT's model (implementation litgpt, saved.common) as its published LoRA and QLoRA tables ran it
-    (docs/VALIDATION.md, "Fine-tuning"): adapters on a Llama-style decoder, torch's sdpa, data parallelism and ZeRO
-    only. Its full fine-tuning is refused: LitGPT's RMSNorm multiplies by a trainable weight in fp32, which keeps an
-    fp32 product the Hugging Face layers do not (LitGPT's RMSNorm.forward: ``(self.weight * x_normed).to(dtype=dtype)``,
-    x_normed in fp32)."""
+    (docs/VALIDATION.md, "Fine-tuning"). Accepted: LoRA or QLoRA on a dense Llama-style decoder (a family marked
+    litgpt, or one given field by field) with an untied output layer, sdpa or flash attention, the standard or chunked
+    loss, no recomputation or every layer's, under PyTorch's accounting with data parallelism and ZeRO. Refused by
+    name: everything else, full fine-tuning among it: LitGPT's RMSNorm multiplies by a trainable weight in fp32, which
+    keeps an fp32 product the Hugging Face layers do not (LitGPT's RMSNorm.forward: ``(self.weight *
+    x_normed).to(dtype=dtype)``, x_normed in fp32). A tied output layer is refused with its remedy: LitGPT's GPT
+    builds its own lm_head (litgpt/model.py, GPT.__init__) and its checkpoint conversion copies the embedding into
+    it, so the model LitGPT trains is the untied one."""
     if training.implementation != "litgpt":
         return
     ft = training.finetuning
     unmodelled = (
         ("training.implementation", arch is not None and (not family_of(arch).litgpt or arch.is_moe),
          "a Llama-style decoder (llama, mistral, qwen2 or one given field by field), not a mixture of experts"),
+        ("model.tie_word_embeddings", arch is not None and arch.tie_word_embeddings,
+         "an untied output layer: LitGPT's GPT builds its own lm_head and copies the embedding into it, so give "
+         "tie_word_embeddings false for the model it trains"),
         ("finetuning.method", not ft.adapters, "LoRA or QLoRA (full fine-tuning is not modelled)"),
         ("finetuning.modules_to_save", bool(ft.modules_to_save), "no modules_to_save (LitGPT has none)"),
         ("training.framework", training.framework not in LITGPT_FRAMEWORKS,
-         f"a memory convention of {', '.join(LITGPT_FRAMEWORKS)} (Lightning Fabric's strategies)"),
+         "PyTorch's accounting (memory convention pytorch), with data parallelism and ZeRO if any"),
         ("training.attention", training.attention == "eager", "sdpa or flash (LitGPT calls torch's sdpa)"),
         ("training.loss", training.loss == "fused-linear", "the standard or chunked loss (no Liger Kernel)"),
         ("training.activation_checkpointing", training.activation_checkpointing not in ("none", "full"),

@@ -38,6 +38,9 @@ def _estimate(arch: core.Architecture = LLAMA2_7B, finetuning: Finetuning = QLOR
     ({"activation_checkpointing": "full", "recompute_first_layers": 4}, "training.recompute_first_layers"),
     ({"activation_offload": "torchtune", "activation_checkpointing": "full"}, "training.activation_offload"),
     ({"framework": "deepspeed"}, "training.framework"),
+    ({"framework": "fsdp2", "parallelism": core.Parallelism(data=2, zero_stage=3)}, "training.framework"),
+    ({"framework": "hf-trainer"}, "training.framework"),
+    ({"arch": core.get_preset("llama-3.2-1b").architecture}, "model.tie_word_embeddings"),
     ({"arch": core.get_preset("mixtral-8x7b").architecture}, "training.implementation"),
     ({"arch": core.get_preset("microsoft/phi-2").architecture}, "training.implementation"),
 ])
@@ -69,3 +72,17 @@ def test_the_output_layer_is_quantized_only_under_qlora():
     v, h = LLAMA2_7B.vocab_size, LLAMA2_7B.hidden_size
     assert weights[0] == weights[1]
     assert weights[2] - weights[3] == v * h * 2 - (v * h // 2 + v * h // 64 * 4)
+
+
+def test_a_tied_output_layer_is_refused_with_its_remedy():
+    # LitGPT's GPT builds its own lm_head (litgpt/model.py, GPT.__init__) and its conversion copies the embedding
+    # into it: the model it trains is the untied one, which the message names, and which is modelled.
+    tied = core.get_preset("llama-3.2-1b").architecture
+    assert tied.tie_word_embeddings
+    with pytest.raises(core.DomainError) as error:
+        _estimate(tied)
+    assert "tie_word_embeddings false" in str(error.value)
+    untied = dataclasses.replace(tied, tie_word_embeddings=False)
+    assert _estimate(untied).param_count == _estimate(untied, implementation="transformers").param_count
+    assert _estimate(untied).param_count - tied.vocab_size * tied.hidden_size == \
+        _estimate(tied, implementation="transformers").param_count

@@ -26,7 +26,8 @@ FP16_BYTES = DTYPE_BITS["fp16"] // 8
 
 
 # What the loss's forward makes after the output layer's matmul: the logits, their fp32 copy, the log-probabilities.
-_MADE_BY_THE_LOSS: Final = ("loss.logits", "loss.upcast", "activations.loss")
+# What the loss makes after the output layer has written the logits (contributors.loss, saved).
+_MADE_AFTER_THE_LOGITS: Final = ("loss.upcast", "activations.loss")
 
 
 class Temporaries(StageBase):
@@ -63,7 +64,8 @@ class Temporaries(StageBase):
     def _dequantized_head(self) -> None:
         """A quantized output layer (Training.quantizes_output_layer) dequantized for its own matmuls, in place of the
         layers' largest weight counted through the micro-batch: in the backward beside the logits' gradient; in the
-        forward before the logits exist, so beside none of the loss's buffers, and only where it outweighs them."""
+        forward beside the logits it writes but before the loss's upcast and saved tensors, so only where it outweighs
+        those."""
         if not (self.training.quantizes_output_layer and self.kind.last) or self.arch.tie_word_embeddings:
             return
         layer = next(b.bytes for b in self.buffers if b.key == "qlora.dequantized")
@@ -73,10 +75,10 @@ class Temporaries(StageBase):
         if size > layer:
             self.add("qlora.dequantized_head", "temporary", f"{label} (backward)", f"{formula} − {layer:,} B",
                      size - layer, self.per_stage(size - layer), Life("micro-batch", BWD_HEAD, only=(BWD_HEAD,)))
-        after = sum(b.bytes for b in self.buffers if b.key in _MADE_BY_THE_LOSS)
+        after = sum(b.bytes for b in self.buffers if b.key in _MADE_AFTER_THE_LOGITS)
         if size > layer + after:
             self.add("qlora.dequantized_head.forward", "temporary", f"{label} (forward)",
-                     f"{formula} − {layer:,} B − {after:,} B (the loss's)", size - layer - after,
+                     f"{formula} − {layer:,} B − {after:,} B (the loss's after the logits)", size - layer - after,
                      self.per_stage(size - layer - after), Life("micro-batch", FWD_LOSS, only=(FWD_LOSS,)))
 
     def _dequantized_bytes(self, elements: int) -> tuple[int, str]:

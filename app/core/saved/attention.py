@@ -62,9 +62,12 @@ def output_copied(arch: Architecture, setup: ActivationSetup) -> bool:
     torch.cat, so it is contiguous as (b, a, s, d), the kernel's output takes Q's layout, and the attention's reshape
     to (b, s, a·d) must copy it. transformers does so for the families that rotate a prefix of each head
     (`Family.rotary_cat`); LitGPT for every model (lit_gpt/model.py at 8641822, CausalSelfAttention.forward:
-    ``q = torch.cat((q_roped, q[..., rope_n_elem:]), dim=-1)``, then ``y.reshape(B, T, C)``), its flash kernel
-    allocating the output as ``empty_like`` of Q (PyTorch's flash_api.cpp, mha_fwd)."""
-    return family_of(arch).rotary_cat or setup.implementation == "litgpt"
+    ``q = torch.cat((q_roped, q[..., rope_n_elem:]), dim=-1)``, then ``y.reshape(B, T, C)``) where the flash kernel
+    runs, which allocates its output as ``empty_like`` of Q (PyTorch's flash_api.cpp, mha_fwd); the memory-efficient
+    kernel allocates (b, s, a, d) whatever Q's layout (torch/_meta_registrations.py, meta__efficient_attention_forward:
+    ``torch.empty(B, M, num_heads, Kv)``), so LitGPT's reshape is then a view."""
+    litgpt_copies = setup.implementation == "litgpt" and attention_kernel(arch, setup) == "flash"
+    return family_of(arch).rotary_cat or litgpt_copies
 
 
 def _hf_attention(saved: _Saved, arch: Architecture, setup: ActivationSetup, *, out_proj_input: bool = True,
