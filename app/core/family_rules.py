@@ -98,8 +98,8 @@ def litgpt_modelled(training: Training, parallelism: Parallelism, arch: Architec
         ("training.implementation", arch is not None and (not family_of(arch).litgpt or arch.is_moe),
          "a Llama-style decoder (llama, mistral, qwen2 or one given field by field), not a mixture of experts"),
         ("model.tie_word_embeddings", arch is not None and arch.tie_word_embeddings,
-         "an untied output layer: LitGPT's GPT builds its own lm_head and copies the embedding into it, so give "
-         "tie_word_embeddings false for the model it trains"),
+         "an untied output layer: LitGPT's GPT builds its own lm_head and copies the embedding into it; turn "
+         "tie_word_embeddings off to estimate the model it trains"),
         ("finetuning.method", not ft.adapters, "LoRA or QLoRA (full fine-tuning is not modelled)"),
         ("finetuning.modules_to_save", bool(ft.modules_to_save), "no modules_to_save (LitGPT has none)"),
         ("training.framework", training.framework not in LITGPT_FRAMEWORKS,

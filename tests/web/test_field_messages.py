@@ -19,6 +19,9 @@ from app.web.form import in_page_words, parse_form
     ({"context": "3"}, "context", "Sequence length (2,048) must be divisible by 2 × context (6)"),
     ({"source": "custom", "num_key_value_heads": "5"}, "num_key_value_heads",
      "Attention heads (32) must be a multiple of key/value heads (5)"),
+    ({"preset": "llama-3.2-1b", "implementation": "litgpt", "method": "qlora"}, "preset",
+     "Tied input and output embeddings: LitGPT's model (implementation litgpt) is modelled with an untied output "
+     "layer"),
 ])
 def test_a_message_names_the_pages_labels(params: dict, control: str, said: str):
     form = parse_form(params)
