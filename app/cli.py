@@ -54,7 +54,8 @@ class UsageError(Exception):
 
 
 def sweep_values(path: str, text: str) -> list[int | bool | str]:
-    """--values as the API's vary.values: ints for integer fields, true/false for switches, ids for choices, release strings for versions."""
+    """--values as the API's vary.values: ints for integer fields, true/false for switches, ids for choices,
+    release strings for versions."""
     kind = JOB_FIELDS[path].kind
     items = [item.strip() for item in text.split(",")]
     if not text.strip() or any(not item for item in items):

@@ -134,5 +134,5 @@ def text() -> list[str]:
         "is modelled under LoRA and QLoRA only: its RMSNorm multiplies by its weight in fp32, so full fine-tuning keeps",
         "an fp32 product that transformers' layers do not, and that is refused rather than estimated. Its `GPT` builds",
         "its own `lm_head` (litgpt/model.py, `GPT.__init__`) and its checkpoint conversion copies a tied embedding into",
-        "it, so a model with `tie_word_embeddings` is refused with the remedy (give it false: the model LitGPT trains).",
+        "it, so a model with `tie_word_embeddings` is refused with the remedy (turn it off: the model LitGPT trains).",
     ]

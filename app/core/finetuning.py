@@ -105,7 +105,8 @@ class Finetuning:
         "full: every parameter trains; lora: rank-r adapters beside the frozen base (peft); qlora: the same beside a "
         "base quantized by bitsandbytes. Anything but the default fine-tuning needs an architecture (not num_params), "
         "the transformers, liger or litgpt implementation, no fp8, and outside the fsdp2 convention; adapters need a "
-        "precision without autocast. Of mixtures of experts, which parts may be frozen or adapted depends on the family.",
+        "precision without autocast. Of mixtures of experts, which parts may be frozen or adapted depends on the "
+        "family.",
         choices=METHODS)
     rank: int = declared(16, "int", "LoRA rank", "LoRA rank r.", low=1, high=MAX_RANK)
     # Module names as the family spells them (q_proj), or one string: all-linear, or a regular expression that peft

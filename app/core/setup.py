@@ -382,7 +382,8 @@ class Training:
     def quantizes_output_layer(self) -> bool:
         """QLoRA under LitGPT: Lightning's bitsandbytes plugin replaces every nn.Linear, the output layer's too, unless
         told to ignore it (lightning/fabric/plugins/precision/bitsandbytes.py, `_convert_layers`; LitGPT's
-        finetune/lora.py passes no ignore_modules)."""
+        finetune/lora.py passes no ignore_modules). The layer is LitGPT's own, never tied: `litgpt_modelled` refuses
+        a tied one."""
         return self.finetuning.method == "qlora" and self.implementation == "litgpt"
 
 

@@ -334,7 +334,7 @@ def finetuned_stage(arch: Architecture, finetuning: Finetuning, weight_bits: int
     frozen_rank = elements(rank_shapes(tuned.frozen, t))
     text = f"{frozen_rank:,} frozen params × {weight_bits} bit ÷ 8"
     if tuned.quantized_rank:
-        head_too = " and the output layer's" if quantized_head and last and not arch.tie_word_embeddings else ""
+        head_too = " and the output layer's" if quantized_head and last else ""
         text += f" + {layers} layers' linear weights{head_too} in {ft.quantization} ({tuned.quantized_rank:,} B)"
     return FinetunedStage(parts, tensor_bytes(frozen_rank, weight_bits) + tuned.quantized_rank,
                           tensor_bytes(elements(all_rank_shapes(tuned.frozen, t)), weight_bits) + tuned.quantized_cluster,

@@ -146,10 +146,13 @@ def test_litgpt_against_the_hugging_face_layers_by_hand(row):
     assert buffer(lit, "qlora.kept_head_input") == n * h * 2 and buffer(hf, "qlora.kept_head_input") == 0
     # In the output layer's backward its weight is dequantized in place of the largest layer weight (the MLP's, I × h),
     # in fp16 and again in bf16 before 0.43.0; in its forward it lives beside the bf16 logits it writes, and the
-    # moment counts what the loss makes after them: their fp32 copy, the fp32 log-probabilities and the int64 labels
-    # padded by one per sequence before the shift, n·v·(4 + 4) + (n + b)·8 B; what the dequantized weight outweighs beyond those is the forward's term.
+    # moment counts what the loss makes after them: their fp32 copy, the fp32 log-probabilities and the int64 labels,
+    # padded by one before the shift (transformers' ForCausalLMLoss: ``nn.functional.pad(labels, (0, 1))``, then
+    # ``labels[..., 1:].contiguous()``, a view of the padded n + 1 at micro-batch 1), n·v·(4 + 4) + (n + 1)·8 B; what
+    # the dequantized weight outweighs beyond those is the forward's term.
     assert buffer(lit, "qlora.dequantized_head") == (v - arch.intermediate_size) * h * (2 + 2)
-    beyond = (v - arch.intermediate_size) * h * (2 + 2) - (n * v * (4 + 4) + (n + row.micro_batch) * 8)
+    assert row.micro_batch == 1
+    beyond = (v - arch.intermediate_size) * h * (2 + 2) - (n * v * (4 + 4) + (n + 1) * 8)
     assert buffer(lit, "qlora.dequantized_head.forward") == max(beyond, 0)
 
 

@@ -39,8 +39,7 @@ class Bitsandbytes(StageBase):
         output, which nothing else keeps while the output layer is frozen, from the loss's forward to the end of the
         backward."""
         training, arch = self.training, self.arch
-        if not (training.finetuning.keeps_4bit_inputs and training.quantizes_output_layer and self.kind.last) \
-                or arch.tie_word_embeddings:
+        if not (training.finetuning.keeps_4bit_inputs and training.quantizes_output_layer and self.kind.last):
             return
         size = self.setup.tokens * arch.hidden_size * self.setup.stream_bytes
         formula = f"{self.setup.tokens:,} tokens × {arch.hidden_size:,} × {self.setup.stream_bytes} B (final norm's output)"

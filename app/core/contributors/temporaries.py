@@ -25,7 +25,6 @@ from app.core.units import DTYPE_BITS, ceil_div, tensor_bytes
 FP16_BYTES = DTYPE_BITS["fp16"] // 8
 
 
-# What the loss's forward makes after the output layer's matmul: the logits, their fp32 copy, the log-probabilities.
 # What the loss makes after the output layer has written the logits (contributors.loss, saved).
 _MADE_AFTER_THE_LOGITS: Final = ("loss.upcast", "activations.loss")
 
@@ -66,7 +65,7 @@ class Temporaries(StageBase):
         layers' largest weight counted through the micro-batch: in the backward beside the logits' gradient; in the
         forward beside the logits it writes but before the loss's upcast and saved tensors, so only where it outweighs
         those."""
-        if not (self.training.quantizes_output_layer and self.kind.last) or self.arch.tie_word_embeddings:
+        if not (self.training.quantizes_output_layer and self.kind.last):
             return
         layer = next(b.bytes for b in self.buffers if b.key == "qlora.dequantized")
         head = ceil_div(self.arch.vocab_size * self.arch.hidden_size, self.parallelism.tensor)
